@@ -1,0 +1,47 @@
+# Two commands do all set-up on a fresh machine: `make demo` and `make test`.
+PY      ?= python3.11
+VENV    := .venv
+BIN     := $(VENV)/bin
+STAMP   := $(VENV)/.installed
+NPROC   ?= 2
+export VLLM_ENABLE_V1_MULTIPROCESSING := 0
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: install demo test test-fast bench compare lint format clean
+
+# Re-install only when the project metadata changed (or the venv is missing).
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[cpu,dev]'
+	# PyPI's torchvision/torchaudio/torchcodec are CUDA builds that break `import transformers` beside torch+cpu
+	# (operator torchvision::nms does not exist); vLLM does not need them for text models.
+	$(BIN)/pip uninstall -y -q torchvision torchaudio torchcodec || true
+	$(BIN)/python -c "import torch, vllm, transformers; print('torch', torch.__version__, 'vllm', vllm.__version__)"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: install
+	$(BIN)/torchrun --nproc_per_node $(NPROC) run.py --preset demo
+
+test: install
+	$(BIN)/python -m pytest -x -q tests
+
+test-fast: install
+	$(BIN)/python -m pytest -x -q -m "not slow" tests
+
+bench: install
+	$(BIN)/python bench/step_time.py
+
+compare: install
+	$(BIN)/python bench/compare_algos.py
+
+lint:
+	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+
+format:
+	$(BIN)/ruff format . && $(BIN)/ruff check --fix .
+
+clean:
+	rm -rf $(VENV) runs

@@ -1,0 +1,57 @@
+"""RL algorithms as pure functions over `(B, T)` tensors, looked up by name.
+
+    import algos
+    adv, returns = algos.get_adv_estimator("grpo")(token_rewards, response_mask, group_index)
+    loss, metrics = algos.get_policy_loss("sapo")(log_prob, old_log_prob, adv, response_mask, cfg)
+
+Modules: agg (loss aggregation), advantages, policy_losses, value, kl (KL + entropy), correction (rollout
+correction), rewards (reward shaping), registry, config (AlgoConfig + presets). Definitions: ../shared/ALGOS.md.
+Importing `algos` registers every built-in, so worker processes see the same registry.
+"""
+
+from algos import advantages as _advantages  # noqa: F401  (registers the built-in estimators)
+from algos.agg import AGG_MODES, agg_loss, agg_scale
+from algos.config import PRESETS, AlgoConfig, preset
+from algos.correction import mismatch_metrics, rollout_correction
+from algos.kl import entropy_from_logits, kl_penalty
+from algos.policy_losses import PolicyLossConfig, gspo_token_log_ratio
+from algos.registry import (
+    UnknownNameError,
+    adv_estimator_names,
+    get_adv_estimator,
+    get_policy_loss,
+    policy_loss_names,
+    register_adv_estimator,
+    register_policy_loss,
+)
+from algos.rewards import overlong_penalty, scalar_to_token_rewards
+from algos.stats import masked_mean, masked_whiten
+from algos.value import explained_variance, value_loss
+
+__all__ = [
+    "AGG_MODES",
+    "PRESETS",
+    "AlgoConfig",
+    "PolicyLossConfig",
+    "UnknownNameError",
+    "adv_estimator_names",
+    "agg_loss",
+    "agg_scale",
+    "entropy_from_logits",
+    "explained_variance",
+    "get_adv_estimator",
+    "get_policy_loss",
+    "gspo_token_log_ratio",
+    "kl_penalty",
+    "masked_mean",
+    "masked_whiten",
+    "mismatch_metrics",
+    "overlong_penalty",
+    "policy_loss_names",
+    "preset",
+    "register_adv_estimator",
+    "register_policy_loss",
+    "rollout_correction",
+    "scalar_to_token_rewards",
+    "value_loss",
+]

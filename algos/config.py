@@ -1,0 +1,202 @@
+"""`AlgoConfig`: which advantage estimator, policy loss, aggregation, KL, filters and critic a run uses; `PRESETS`.
+
+`--algo NAME` picks a preset (`preset(name, **overrides)`), every field stays overridable on the command line
+(tyro turns the field docstrings below into `--help`). Definitions: ../shared/ALGOS.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Literal
+
+import algos.advantages  # noqa: F401  (registers the built-in estimators before PRESETS is validated)
+from algos.agg import AGG_MODES
+from algos.correction import LEVELS, MODES
+from algos.kl import KL_KINDS
+from algos.policy_losses import PolicyLossConfig
+from algos.registry import ADV_ESTIMATORS, POLICY_LOSSES, UnknownNameError
+
+AdvEstimator = Literal["grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "gae"]
+PolicyLoss = Literal["ppo", "gspo", "sapo", "cispo"]
+AggMode = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"]
+
+
+@dataclass(kw_only=True)
+class AlgoConfig:
+    """RL algorithm: advantage estimator + policy loss + aggregation + KL + sampling filters + critic."""
+
+    adv_estimator: AdvEstimator = "grpo"
+    """Advantage estimator (registry name; names added with @algos.register_adv_estimator work from Python)."""
+    policy_loss: PolicyLoss = "ppo"
+    """Policy loss (registry name; names added with @algos.register_policy_loss work from Python)."""
+    loss_agg_mode: AggMode = "token-mean"
+    """How per-token losses are reduced over the global mini-batch."""
+    clip_low: float = 0.2
+    """Ratio clipped below at 1 - clip_low (ppo, gspo)."""
+    clip_high: float = 0.2
+    """Ratio clipped above at 1 + clip_high (ppo, gspo); DAPO's clip-higher is 0.28."""
+    dual_clip_c: float | None = None
+    """Dual-clip constant c > 1 for ppo (caps the loss at -c*A when A < 0); None = off."""
+    tau_pos: float = 1.0
+    """SAPO gate temperature for positive advantages."""
+    tau_neg: float = 1.05
+    """SAPO gate temperature for non-positive advantages."""
+    cispo_clip_low: float = 1.0
+    """CISPO IS weight lower bound 1 - cispo_clip_low (1.0 = unbounded below, as in MiniMax-M1)."""
+    cispo_clip_high: float = 0.28
+    """CISPO IS weight upper bound 1 + cispo_clip_high."""
+    norm_const: int | None = None
+    """Constant C of seq-mean-token-sum-norm; None = the max response length."""
+    kl_coef: float = 0.0
+    """KL coefficient beta against the reference model; 0 = off (no reference model is loaded)."""
+    kl_kind: Literal["k1", "k2", "k3"] = "k3"
+    """KL estimator for the KL loss term."""
+    kl_in_reward: bool = False
+    """Subtract beta*k1 from the token rewards instead of adding a KL loss term."""
+    gamma: float = 1.0
+    """Discount for reinforce_pp and gae."""
+    lam: float = 1.0
+    """GAE lambda."""
+    dynamic_sampling: bool = False
+    """Drop groups whose rewards are all equal and generate more until the batch is full (DAPO)."""
+    max_gen_rounds: int = 3
+    """Upper bound on generation rounds per step with dynamic sampling (1 = no extra rounds)."""
+    overlong_cache_len: int = 0
+    """DAPO soft overlong punishment band in tokens before the max response length; 0 = off."""
+    rollout_correction_level: Literal["none", "token", "sequence"] = "none"
+    """Correct the vLLM/trainer log-prob mismatch per token or per sequence; none = off (mismatch still logged)."""
+    rollout_correction_mode: Literal["truncate", "mask"] = "truncate"
+    """truncate = TIS (weight min(rho, C)); mask = MIS (drop units with rho > C)."""
+    rollout_correction_threshold: float = 2.0
+    """Threshold C on the importance ratio rho = pi_trainer / pi_vllm."""
+    ppo_epochs: int = 1
+    """Passes over each rollout batch."""
+    mini_batches: int = 1
+    """Optimizer steps per epoch (the global batch is split into this many mini-batches)."""
+    entropy_coef: float = 0.0
+    """Entropy bonus coefficient (loss -= coef * entropy); 0 = off."""
+    value_clip: float | None = 0.5
+    """PPO value clipping range around the old values; None = unclipped."""
+    critic_lr: float = 1e-5
+    """Critic learning rate (gae only)."""
+    critic_warmup_steps: int = 0
+    """Steps that train only the critic before the policy starts updating (gae only)."""
+    vf_coef: float = 1.0
+    """Value loss coefficient (the critic has its own optimizer, so with Adam this mostly interacts with grad
+    clipping)."""
+
+    def __post_init__(self) -> None:
+        _check_name("adv_estimator", self.adv_estimator, ADV_ESTIMATORS.names())
+        _check_name("policy_loss", self.policy_loss, POLICY_LOSSES.names())
+        _check_name("loss_agg_mode", self.loss_agg_mode, AGG_MODES)
+        _check_name("kl_kind", self.kl_kind, KL_KINDS)
+        _check_name("rollout_correction_level", self.rollout_correction_level, LEVELS)
+        _check_name("rollout_correction_mode", self.rollout_correction_mode, MODES)
+        checks = {
+            "clip_low": 0 <= self.clip_low <= 1,
+            "clip_high": self.clip_high >= 0,
+            "dual_clip_c": self.dual_clip_c is None or self.dual_clip_c > 1,
+            "tau_pos": self.tau_pos > 0,
+            "tau_neg": self.tau_neg > 0,
+            "cispo_clip_low": self.cispo_clip_low >= 0,
+            "cispo_clip_high": self.cispo_clip_high >= 0,
+            "norm_const": self.norm_const is None or self.norm_const > 0,
+            "kl_coef": self.kl_coef >= 0,
+            "gamma": 0 <= self.gamma <= 1,
+            "lam": 0 <= self.lam <= 1,
+            "max_gen_rounds": self.max_gen_rounds >= 1,
+            "overlong_cache_len": self.overlong_cache_len >= 0,
+            "rollout_correction_threshold": self.rollout_correction_threshold > 0,
+            "ppo_epochs": self.ppo_epochs >= 1,
+            "mini_batches": self.mini_batches >= 1,
+            "entropy_coef": self.entropy_coef >= 0,
+            "value_clip": self.value_clip is None or self.value_clip > 0,
+            "critic_lr": self.critic_lr > 0,
+            "critic_warmup_steps": self.critic_warmup_steps >= 0,
+            "vf_coef": self.vf_coef >= 0,
+        }
+        for field, ok in checks.items():
+            if not ok:
+                raise ValueError(f"AlgoConfig.{field}: invalid value {getattr(self, field)!r}")
+
+    def policy_loss_config(self) -> PolicyLossConfig:
+        return PolicyLossConfig(
+            clip_low=self.clip_low,
+            clip_high=self.clip_high,
+            dual_clip_c=self.dual_clip_c,
+            tau_pos=self.tau_pos,
+            tau_neg=self.tau_neg,
+            cispo_clip_low=self.cispo_clip_low,
+            cispo_clip_high=self.cispo_clip_high,
+            loss_agg_mode=self.loss_agg_mode,
+            norm_const=self.norm_const,
+        )
+
+    @property
+    def needs_critic(self) -> bool:
+        return self.adv_estimator == "gae"
+
+    @property
+    def needs_ref(self) -> bool:
+        return self.kl_coef > 0
+
+
+def _check_name(field: str, value: object, valid: list[str] | tuple[str, ...]) -> None:
+    if value not in valid:
+        raise ValueError(f"AlgoConfig.{field}: unknown value {value!r}; valid: {', '.join(valid)}")
+
+
+PRESETS: dict[str, AlgoConfig] = {
+    # token-mean rather than the GRPO paper's seq-mean-token-mean: per-sequence averaging gives each token of a
+    # long answer less weight, so wrong long answers are under-penalised and lengths drift up (Dr. GRPO, DAPO);
+    # token-mean is verl's default. KL is off as in DAPO/Dr. GRPO; set kl_coef (e.g. 0.001) to turn it on.
+    "grpo": AlgoConfig(adv_estimator="grpo", policy_loss="ppo", loss_agg_mode="token-mean"),
+    # No std division and a constant normaliser: removes GRPO's length and difficulty biases (arXiv 2503.20783).
+    "dr_grpo": AlgoConfig(
+        adv_estimator="dr_grpo", policy_loss="ppo", loss_agg_mode="seq-mean-token-sum-norm"
+    ),
+    "rloo": AlgoConfig(adv_estimator="rloo", policy_loss="ppo", loss_agg_mode="token-mean"),
+    # REINFORCE++ puts a token-level k1 KL into the rewards; that is what makes its reward-to-go differ per token.
+    "reinforce_pp": AlgoConfig(
+        adv_estimator="reinforce_pp",
+        policy_loss="ppo",
+        loss_agg_mode="token-mean",
+        kl_coef=0.001,
+        kl_in_reward=True,
+    ),
+    "ppo": AlgoConfig(adv_estimator="gae", policy_loss="ppo", loss_agg_mode="token-mean"),
+    # The tiny CPU runs generate a few hundred tokens at most, so the overlong band is 32 tokens, not the paper's
+    # 4096 of 20480; it must stay below the rollout's max response length.
+    "dapo": AlgoConfig(
+        adv_estimator="grpo",
+        policy_loss="ppo",
+        loss_agg_mode="token-mean",
+        clip_low=0.2,
+        clip_high=0.28,
+        dynamic_sampling=True,
+        overlong_cache_len=32,
+    ),
+    "gspo": AlgoConfig(
+        adv_estimator="grpo",
+        policy_loss="gspo",
+        loss_agg_mode="seq-mean-token-mean",
+        clip_low=3e-4,
+        clip_high=4e-4,
+    ),
+    "sapo": AlgoConfig(
+        adv_estimator="grpo",
+        policy_loss="sapo",
+        loss_agg_mode="seq-mean-token-mean",
+        tau_pos=1.0,
+        tau_neg=1.05,
+    ),
+    "cispo": AlgoConfig(adv_estimator="grpo", policy_loss="cispo", loss_agg_mode="token-mean"),
+}
+
+
+def preset(name: str, **overrides: object) -> AlgoConfig:
+    """A copy of `PRESETS[name]` with `overrides` applied (validated again)."""
+    if name not in PRESETS:
+        raise UnknownNameError(f"unknown algo preset {name!r}; valid names: {', '.join(sorted(PRESETS))}")
+    return dataclasses.replace(PRESETS[name], **overrides)

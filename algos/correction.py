@@ -1,0 +1,78 @@
+"""Rollout correction for the vLLM-vs-trainer mismatch (TIS / MIS, token or sequence level) and its metrics.
+
+The sampler (vLLM) and the trainer compute slightly different log-probs for the same tokens (kernels, bf16,
+stale weights), so the data are off-policy by ρ = π_old(trainer) / π_vllm. Healthy bf16 runs show a mean
+|Δlogp| of ~0.01–0.02; ~0.2 means the sampler's weights are stale. `mismatch_metrics` is meant to be logged every
+step, correction on or off.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from algos.kl import kl_penalty
+from algos.stats import masked_mean, masked_quantile
+
+LEVELS = ("none", "token", "sequence")
+MODES = ("truncate", "mask")
+LOG_RATIO_CLAMP = 20.0
+
+
+@torch.no_grad()
+def mismatch_metrics(
+    old_log_prob: torch.Tensor, rollout_log_prob: torch.Tensor, response_mask: torch.Tensor
+) -> dict[str, float]:
+    """mean/max/p99 of |logπ_old − logπ_vllm| over valid tokens and the k3 KL(π_vllm‖π_old) (samples from vLLM)."""
+    m = response_mask.bool()
+    diff = (old_log_prob - rollout_log_prob).float()  # [B, T]
+    abs_diff = diff.abs()
+    return {
+        "mismatch_abs_mean": float(masked_mean(abs_diff, m)),
+        "mismatch_abs_max": float(abs_diff[m].max()) if m.any() else 0.0,
+        "mismatch_abs_p99": masked_quantile(abs_diff, m, 0.99),
+        # k3 with log_prob = vLLM (the sampler), ref = trainer: exp(old − vllm) − (old − vllm) − 1.
+        "mismatch_k3": float(
+            masked_mean(kl_penalty(rollout_log_prob.float(), old_log_prob.float(), "k3"), m)
+        ),
+    }
+
+
+@torch.no_grad()
+def rollout_correction(
+    old_log_prob: torch.Tensor,
+    rollout_log_prob: torch.Tensor,
+    response_mask: torch.Tensor,
+    level: str,
+    mode: str,
+    threshold: float,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Per-token loss weights `(B, T)` (detached, 0 off the mask) correcting for the sampler/trainer mismatch.
+
+    ρ = exp(logπ_old − logπ_vllm) per token ("token") or exp(Σ_t of it) per sequence ("sequence", broadcast to its
+    tokens). mode "truncate" (TIS): w = min(ρ, C); "mask" (MIS): w = 0 where ρ > C, else 1. level "none" gives
+    w = mask. metrics: `mismatch_metrics` plus `frac_corrected`, the fraction of units (valid tokens, or sequences
+    with at least one valid token) whose ρ exceeds C, i.e. that were truncated or masked.
+    """
+    if level not in LEVELS:
+        raise ValueError(f"unknown rollout correction level {level!r}; valid levels: {', '.join(LEVELS)}")
+    if mode not in MODES:
+        raise ValueError(f"unknown rollout correction mode {mode!r}; valid modes: {', '.join(MODES)}")
+    m = response_mask.to(old_log_prob.dtype)  # [B, T]
+    metrics = mismatch_metrics(old_log_prob, rollout_log_prob, response_mask)
+    if level == "none":
+        return m.clone(), {**metrics, "frac_corrected": 0.0}
+
+    log_rho = torch.where(
+        response_mask.bool(), old_log_prob - rollout_log_prob, torch.zeros_like(m)
+    )  # [B, T]
+    if level == "token":
+        units_valid = response_mask.bool()  # [B, T]
+    else:
+        log_rho = log_rho.sum(-1, keepdim=True).expand_as(log_rho)  # [B, T], Σ_t over the sequence
+        units_valid = response_mask.bool().any(-1)  # [B]
+    rho = torch.exp(log_rho.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))  # [B, T]
+    over = rho > threshold  # [B, T]
+    weights = torch.clamp(rho, max=threshold) if mode == "truncate" else (~over).to(rho.dtype)
+    over_units = over if level == "token" else over[:, 0]
+    frac = float(over_units[units_valid].float().mean()) if units_valid.any() else 0.0
+    return weights * m, {**metrics, "frac_corrected": frac}

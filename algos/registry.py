@@ -1,0 +1,77 @@
+"""Name → function registries for advantage estimators and policy losses.
+
+Built-ins register themselves when `algos` is imported (so every process that imports `algos`, including env-pool
+workers, sees the same table). Users add their own with the same decorators:
+
+    @algos.register_policy_loss("my_loss")
+    def my_loss(log_prob, old_log_prob, advantages, response_mask, cfg, weights=None): ...
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+
+class UnknownNameError(KeyError, ValueError):
+    """A name that is not registered. Subclasses both KeyError and ValueError so either `except` catches it."""
+
+    def __str__(self) -> str:  # KeyError would repr() the message, quoting it
+        return str(self.args[0]) if self.args else ""
+
+
+class Registry:
+    """A small name → callable table with a decorator for registration."""
+
+    def __init__(self, kind: str):
+        self.kind = kind
+        self._fns: dict[str, Callable[..., Any]] = {}
+
+    def register(self, name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        # Re-registering a name replaces it (later wins), so notebooks and re-run cells do not trip over it.
+        def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
+            self._fns[name] = fn
+            return fn
+
+        return deco
+
+    def get(self, name: str) -> Callable[..., Any]:
+        if name not in self._fns:
+            raise UnknownNameError(f"unknown {self.kind} {name!r}; valid names: {', '.join(self.names())}")
+        return self._fns[name]
+
+    def names(self) -> list[str]:
+        return sorted(self._fns)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._fns
+
+
+ADV_ESTIMATORS = Registry("advantage estimator")
+POLICY_LOSSES = Registry("policy loss")
+
+
+def register_adv_estimator(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorator: register `fn(token_rewards, response_mask, group_index, values=None, gamma=1.0, lam=1.0)`."""
+    return ADV_ESTIMATORS.register(name)
+
+
+def get_adv_estimator(name: str) -> Callable[..., Any]:
+    return ADV_ESTIMATORS.get(name)
+
+
+def adv_estimator_names() -> list[str]:
+    return ADV_ESTIMATORS.names()
+
+
+def register_policy_loss(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorator: register `fn(log_prob, old_log_prob, advantages, response_mask, cfg, weights=None)`."""
+    return POLICY_LOSSES.register(name)
+
+
+def get_policy_loss(name: str) -> Callable[..., Any]:
+    return POLICY_LOSSES.get(name)
+
+
+def policy_loss_names() -> list[str]:
+    return POLICY_LOSSES.names()

@@ -1,0 +1,51 @@
+"""Environments: `envs.make(name, split="train", seed=0, **kwargs)`.
+
+Built-in envs are imported lazily by module path so that importing `envs` stays cheap; users add their own with
+`@envs.register_env("name")` on a class or factory taking `(split, seed, **kwargs)`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+
+from envs.base import Env, Message, StepResult
+
+_BUILTIN = {
+    "math": "envs.text_math:TextMathEnv",
+    "text_math": "envs.text_math:TextMathEnv",
+    "tool_use": "envs.tool_use:ToolUseEnv",
+    "webshop_lite": "envs.webshop_lite:WebShopEnv",
+    "alfworld_lite": "envs.alfworld_lite:AlfWorldEnv",
+}
+_REGISTRY: dict[str, Callable[..., Env]] = {}
+
+
+def register_env(name: str):
+    def deco(factory):
+        _REGISTRY[name] = factory
+        return factory
+
+    return deco
+
+
+def env_names() -> list[str]:
+    return sorted(set(_BUILTIN) | set(_REGISTRY))
+
+
+def get_env_factory(name: str) -> Callable[..., Env]:
+    if name in _REGISTRY:
+        return _REGISTRY[name]
+    if name not in _BUILTIN:
+        raise KeyError(f"unknown env {name!r}; valid names: {', '.join(env_names())}")
+    module, attr = _BUILTIN[name].split(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def make(name: str, split: str = "train", seed: int = 0, **kwargs) -> Env:
+    if split not in ("train", "test"):
+        raise ValueError(f"split must be 'train' or 'test', got {split!r}")
+    return get_env_factory(name)(split=split, seed=seed, **kwargs)
+
+
+__all__ = ["Env", "Message", "StepResult", "make", "register_env", "env_names", "get_env_factory"]

@@ -1,0 +1,367 @@
+"""alfworld_lite: a self-contained text re-implementation of ALFWorld (Shridhar et al. 2021).
+
+Each episode is one generated household (`envs/alfworld/world.py`): a room with 6-10 receptacles, some closed,
+objects placed in them, and one task of the six ALFWorld types (pick_and_place, look_at_obj_in_light,
+pick_clean_then_place, pick_heat_then_place, pick_cool_then_place, pick_two_obj). Observations and feedback
+follow the original:
+
+    You are in the middle of a room. Looking quickly around you, you see a cabinet 1, a countertop 1, ...
+    Your task is to: put a hot apple in countertop.
+    > go to fridge 1        You arrive at fridge 1. The fridge 1 is closed.
+    > open fridge 1         You open the fridge 1. The fridge 1 is open. In it, you see a apple 1.
+
+Commands: go to {recep}, open/close {recep}, take {obj} from {recep}, move {obj} to {recep} (also
+"put {obj} in/on {recep}"), heat/cool/clean {obj} with {recep}, use {obj}, examine {obj|recep}, inventory, look.
+A model's reply may wrap the command: the text inside `<action>...</action>` is used if present, else the reply's
+first non-empty line. Anything invalid gets "Nothing happens." and reward 0. Reward 1 and done when the goal
+holds (`info["won"]`); the episode also ends at `max_steps` (= `max_turns`).
+
+    import envs
+    env = envs.make("alfworld_lite", split="test", seed=0)
+    messages = env.reset()
+    result = env.step(env.expert_action())  # the scripted expert solves every task within the step cap
+
+The expert explores like a person would (visits receptacles in the listed order, opening closed ones) and only
+uses what it has seen, so its demonstrations are learnable. `evaluate_policy(policy_fn, split, seeds)` gives mean
+reward and success rate of `policy_fn(env) -> action`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+
+from envs.alfworld.world import APPLIANCE, LAMP, OPENABLE, STATE, VERB, Layout, kind, make_layout
+from envs.base import Env, Message, StepResult
+
+SYSTEM_PROMPT = (
+    "You are in a household. Reply with one command: go to X, open X, close X, take O from X, move O to X, "
+    "heat O with X, cool O with X, clean O with X, use O, examine X, inventory, look."
+)
+NOTHING = "Nothing happens."
+_TAG = re.compile(r"<action>(.*?)</action>", re.IGNORECASE | re.DOTALL)
+_PATTERNS = [
+    ("go", re.compile(r"go to (.+)")),
+    ("open", re.compile(r"open (.+)")),
+    ("close", re.compile(r"close (.+)")),
+    ("take", re.compile(r"take (.+) from (.+)")),
+    ("move", re.compile(r"move (.+) to (.+)")),
+    ("move", re.compile(r"put (.+) (?:in|on|in/on) (.+)")),
+    ("apply", re.compile(r"(heat|cool|clean) (.+) with (.+)")),
+    ("use", re.compile(r"use (.+)")),
+    ("examine", re.compile(r"examine (.+)")),
+    ("inventory", re.compile(r"inventory")),
+    ("look", re.compile(r"look")),
+]
+
+
+def extract_action(text: str) -> str:
+    """The command inside a model's reply: the text of the first `<action>...</action>` if present, else the first
+    non-empty line (a reply that is exactly one command is itself)."""
+    if match := _TAG.search(text):
+        return match.group(1).strip()
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return lines[0] if lines else ""
+
+
+def normalize(command: str) -> str:
+    """Lower-case, single spaces, no trailing period: "Go to  Fridge 1." -> "go to fridge 1"."""
+    return " ".join(command.lower().split()).rstrip(".").strip()
+
+
+def _listing(items: list[str]) -> str:
+    """ALFWorld's lists: "a apple 1", "a apple 1, and a mug 2", "a x, a y, and a z"."""
+    items = [f"a {i}" for i in items]
+    if not items:
+        return "nothing"
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + ", and " + items[-1]
+
+
+class AlfWorldEnv(Env):
+    """One household task; the layout is `make_layout(split, seed, n_receptacles)`."""
+
+    name = "alfworld_lite"
+    max_turns = 30
+
+    def __init__(
+        self,
+        split: str = "train",
+        seed: int = 0,
+        max_steps: int | None = None,
+        n_receptacles: tuple[int, int] = (6, 10),
+    ):
+        if split not in ("train", "test"):
+            raise ValueError(f"split must be 'train' or 'test', got {split!r}")
+        if not 3 <= n_receptacles[0] <= n_receptacles[1]:
+            raise ValueError(f"n_receptacles must be (lo, hi) with 3 <= lo <= hi, got {n_receptacles}")
+        # the expert needs at most 2 * (receptacles) + 6 steps (visit + open each one, then carry two objects)
+        max_steps = max(30, 2 * n_receptacles[1] + 6) if max_steps is None else max_steps
+        if max_steps < 1:
+            raise ValueError(f"max_steps must be >= 1, got {max_steps}")
+        self.split, self.seed, self.max_turns = split, seed, max_steps
+        self.layout: Layout = make_layout(split, seed, tuple(n_receptacles))
+        self.task = self.layout.task
+        self.reset()
+
+    # ------------------------------------------------------------------------------------------------ episode
+
+    def reset(self) -> list[Message]:
+        self.contents = {r: list(objs) for r, objs in self.layout.contents.items()}
+        self.closed = {r for r in self.layout.receptacles if kind(r) in OPENABLE}
+        self.location: str | None = None  # None = the middle of the room
+        self.inventory: list[str] = []  # ALFWorld agents carry one object at a time
+        self.states: dict[str, set[str]] = {}  # object -> {"hot", "cool", "clean"}
+        self.lamp_on = False
+        self.observed: set[str] = set()  # receptacles whose contents have been shown
+        self.steps, self.done, self.won = 0, False, False
+        intro = (
+            "You are in the middle of a room. Looking quickly around you, you see "
+            f"{_listing(list(self.layout.receptacles))}.\n\nYour task is to: {self.task.text}"
+        )
+        return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": intro}]
+
+    def step(self, action: str) -> StepResult:
+        if self.done:
+            return StepResult(
+                [], 0.0, True, {"success": self.won, "won": self.won, "error": "episode is over"}
+            )
+        self.steps += 1
+        feedback = self._execute(normalize(extract_action(action if isinstance(action, str) else "")))
+        self.won = self._goal_met()
+        info = {
+            "valid": feedback is not None,
+            "observation": feedback or NOTHING,
+            "steps": self.steps,
+            "task": self.task.text,
+            "task_type": self.task.type,
+            "success": self.won,
+            "won": self.won,
+            "truncated": not self.won and self.steps >= self.max_turns,
+        }
+        if self.won or info["truncated"]:
+            self.done = True
+            return StepResult([], float(self.won), True, info)
+        return StepResult([{"role": "user", "content": info["observation"]}], 0.0, False, info)
+
+    # ------------------------------------------------------------------------------------------------ rules
+
+    def _where(self, obj: str) -> str | None:
+        return next((r for r, objs in self.contents.items() if obj in objs), None)
+
+    def _visible(self) -> list[str]:
+        """Objects at the current receptacle the agent can see (none inside a closed one)."""
+        loc = self.location
+        return [] if loc is None or loc in self.closed else list(self.contents[loc])
+
+    def _describe(self, r: str) -> str:
+        if r in self.closed:
+            return f"The {r} is closed."
+        self.observed.add(r)
+        if kind(r) in OPENABLE:
+            return f"The {r} is open. In it, you see {_listing(self.contents[r])}."
+        return f"On the {r}, you see {_listing(self.contents[r])}."
+
+    def _execute(self, command: str) -> str | None:
+        """Apply one normalised command; the feedback text, or None when nothing happens."""
+        for name, pattern in _PATTERNS:
+            if match := pattern.fullmatch(command):
+                return getattr(self, f"_do_{name}")(*match.groups())
+        return None
+
+    def _do_go(self, r: str) -> str | None:
+        if r not in self.contents or r == self.location:
+            return None
+        self.location = r
+        return f"You arrive at {r}. {self._describe(r)}"
+
+    def _do_open(self, r: str) -> str | None:
+        if r != self.location or r not in self.closed:
+            return None
+        self.closed.discard(r)
+        return f"You open the {r}. {self._describe(r)}"
+
+    def _do_close(self, r: str) -> str | None:
+        if r != self.location or kind(r) not in OPENABLE or r in self.closed:
+            return None
+        self.closed.add(r)
+        return f"You close the {r}."
+
+    def _do_take(self, obj: str, r: str) -> str | None:
+        if r != self.location or obj not in self._visible() or obj == LAMP or self.inventory:
+            return None
+        self.contents[r].remove(obj)
+        self.inventory.append(obj)
+        return f"You pick up the {obj} from the {r}."
+
+    def _do_move(self, obj: str, r: str) -> str | None:
+        if obj not in self.inventory or r != self.location or r in self.closed:
+            return None
+        self.inventory.remove(obj)
+        self.contents[r].append(obj)
+        return f"You move the {obj} to the {r}."
+
+    def _do_apply(self, verb: str, obj: str, r: str) -> str | None:
+        if obj not in self.inventory or r != self.location or VERB.get(kind(r)) != verb:
+            return None
+        states = self.states.setdefault(obj, set())
+        states -= {"hot", "cool"} if verb != "clean" else set()  # heating undoes cooling and vice versa
+        states.add(STATE[verb])
+        return f"You {verb} the {obj} using the {r}."
+
+    def _do_use(self, obj: str) -> str | None:
+        if obj != LAMP or obj not in self._visible() or self.lamp_on:
+            return None
+        self.lamp_on = True
+        return f"You turn on the {obj}."
+
+    def _do_examine(self, name: str) -> str | None:
+        if name == self.location:
+            return self._describe(name)
+        if name in self.inventory or name in self._visible():
+            return f"There's nothing special about {name}."
+        return None
+
+    def _do_inventory(self) -> str:
+        return (
+            f"You are carrying: {_listing(self.inventory)}."
+            if self.inventory
+            else "You are not carrying anything."
+        )
+
+    def _do_look(self) -> str:
+        if self.location is None:
+            return f"You are in the middle of a room. Looking quickly around you, you see {_listing(list(self.contents))}."
+        return f"You are facing the {self.location}. Next to it, you see nothing."
+
+    # ------------------------------------------------------------------------------------------------ goal
+
+    def _placed(self) -> list[str]:
+        """Objects of the task's type already in/on a target receptacle, in the required state."""
+        t = self.task
+        return [
+            o
+            for r, objs in self.contents.items()
+            if kind(r) == t.target
+            for o in objs
+            if kind(o) == t.obj and (t.state is None or t.state in self.states.get(o, ()))
+        ]
+
+    def _goal_met(self) -> bool:
+        t = self.task
+        if t.target is None:  # look_at_obj_in_light: hold the object by the lit lamp
+            holding = any(kind(o) == t.obj for o in self.inventory)
+            return holding and self.lamp_on and LAMP in self._visible()
+        return len(self._placed()) >= t.count
+
+    # ------------------------------------------------------------------------------------------------ actions
+
+    def available_actions(self) -> list[str]:
+        """ALFWorld's admissible commands in the current state."""
+        if self.done:
+            return []
+        loc, held = self.location, self.inventory[0] if self.inventory else None
+        actions = [f"go to {r}" for r in self.contents if r != loc]
+        if loc is not None:
+            if kind(loc) in OPENABLE:
+                actions.append(f"open {loc}" if loc in self.closed else f"close {loc}")
+            visible = self._visible()
+            if held is None:
+                actions += [f"take {o} from {loc}" for o in visible if o != LAMP]
+            elif loc not in self.closed:
+                actions.append(f"move {held} to {loc}")
+            if held is not None and kind(loc) in VERB:
+                actions.append(f"{VERB[kind(loc)]} {held} with {loc}")
+            if LAMP in visible and not self.lamp_on:
+                actions.append(f"use {LAMP}")
+            actions += [f"examine {loc}", *(f"examine {o}" for o in visible)]
+        if held is not None:
+            actions.append(f"examine {held}")
+        return actions + ["inventory", "look"]
+
+    def expert_action(self) -> str:
+        """The scripted expert's next command. It finds a wanted object among what it has seen (else explores the
+        next unseen receptacle), takes it, heats/cools/cleans it at the appliance, and puts it in the first target
+        receptacle, or for look_at_obj_in_light carries it to the desklamp and turns that on."""
+        t, loc = self.task, self.location
+        held = self.inventory[0] if self.inventory else None
+        if held is not None and (kind(held) != t.obj):
+            return self._expert_drop(held)
+        if held is None:
+            placed = set(self._placed())
+            seen = [
+                (r != loc, i, o, r)
+                for i, r in enumerate(self.contents)
+                if r in self.observed
+                for o in self.contents[r]
+                if kind(o) == t.obj and o not in placed
+            ]
+            if not seen:
+                return self._expert_explore()
+            *_, obj, r = min(seen)  # prefer one right here, then the first in the listing
+            return self._expert_approach(r) or f"take {obj} from {r}"
+        if t.target is None:
+            lamp_at = next(
+                (r for r in self.contents if r in self.observed and LAMP in self.contents[r]), None
+            )
+            if lamp_at is None:  # lamps stand on open surfaces: no need to look inside anything
+                return self._expert_explore(surfaces_only=True)
+            return self._expert_approach(lamp_at) or f"use {LAMP}"
+        if t.state is not None and t.state not in self.states.get(held, ()):
+            appliance = next(r for r in self.contents if kind(r) == APPLIANCE[t.type])
+            return (
+                f"go to {appliance}"
+                if loc != appliance
+                else f"{VERB[kind(appliance)]} {held} with {appliance}"
+            )
+        target = next(r for r in self.contents if kind(r) == t.target)
+        return self._expert_approach(target) or f"move {held} to {target}"
+
+    def _expert_approach(self, r: str) -> str | None:
+        """Go to `r` and open it if needed; None once the agent stands at `r` and can reach into it."""
+        if self.location != r:
+            return f"go to {r}"
+        return f"open {r}" if r in self.closed else None
+
+    def _expert_explore(self, surfaces_only: bool = False) -> str:
+        """Visit the next unseen receptacle in listing order (targets last: the objects never start there)."""
+        unseen = sorted(
+            (kind(r) == self.task.target, i, r)
+            for i, r in enumerate(self.contents)
+            if r not in self.observed and not (surfaces_only and kind(r) in OPENABLE)
+        )
+        if not unseen:
+            return "look"
+        return self._expert_approach(unseen[0][2]) or "look"
+
+    def _expert_drop(self, held: str) -> str:
+        """Put down an object the task does not need (only after some other policy picked it up)."""
+        loc = self.location
+        if loc is None:
+            return f"go to {next(iter(self.contents))}"
+        return f"open {loc}" if loc in self.closed else f"move {held} to {loc}"
+
+
+def evaluate_policy(
+    policy_fn: Callable[[AlfWorldEnv], str],
+    split: str = "test",
+    seeds: Iterable[int] = range(100),
+    **env_kwargs,
+) -> dict:
+    """Run `policy_fn(env) -> action` for one episode per seed; mean reward, success rate and mean steps."""
+    rewards, successes, steps = [], [], []
+    for seed in seeds:
+        env = AlfWorldEnv(split=split, seed=seed, **env_kwargs)
+        total, result = 0.0, None
+        while result is None or not result.done:
+            result = env.step(policy_fn(env))
+            total += result.reward
+        rewards.append(total)
+        successes.append(bool(result.info.get("success")))
+        steps.append(env.steps)
+    n = max(len(rewards), 1)
+    return {
+        "episodes": len(rewards),
+        "mean_reward": sum(rewards) / n,
+        "success_rate": sum(successes) / n,
+        "mean_steps": sum(steps) / n,
+    }

@@ -1,0 +1,190 @@
+"""`TrainConfig`: one dataclass per component, composed; `--algo NAME` and `--preset NAME` pick starting points.
+
+    python run.py --help                          # every flag, documented at its field
+    python run.py --algo dapo --env math --algorithm.clip-high 0.3 --rollout.group-size 4
+
+Validation runs in each dataclass's `__post_init__` (bad values fail at start-up naming the field); checks that need
+the world size run in `TrainConfig.validate_for_world`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from dataclasses import dataclass, field
+from typing import Literal
+
+import algos
+from algos import AlgoConfig
+from nanosky.engine import EngineConfig
+from nanosky.policy import ModelConfig
+from nanosky.rollout import RolloutConfig
+
+AlgoName = Literal["grpo", "dr_grpo", "rloo", "reinforce_pp", "ppo", "dapo", "gspo", "sapo", "cispo"]
+
+
+@dataclass(kw_only=True)
+class OptimConfig:
+    lr: float = 1e-4
+    """AdamW learning rate for the policy."""
+    weight_decay: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.99)
+    grad_clip: float = 1.0
+    """Clip the global grad norm to this (0 = off)."""
+    warmup_steps: int = 0
+    """Linear LR warm-up, in optimizer steps."""
+    micro_batch_size: int = 16
+    """Sequences per forward/backward on each rank; the loss is normalised over the global batch, so this only
+    trades memory for speed."""
+
+    def __post_init__(self):
+        if self.lr <= 0:
+            raise ValueError(f"optim.lr must be > 0, got {self.lr}")
+        if self.micro_batch_size < 1:
+            raise ValueError(f"optim.micro_batch_size must be >= 1, got {self.micro_batch_size}")
+        if self.grad_clip < 0 or self.weight_decay < 0 or self.warmup_steps < 0:
+            raise ValueError("optim.grad_clip, optim.weight_decay and optim.warmup_steps must be >= 0")
+
+
+@dataclass(kw_only=True)
+class EvalConfig:
+    every: int = 10
+    """Evaluate on the held-out split every k steps (and at step 0 and at the end); 0 = only start and end."""
+    limit: int = 200
+    """Held-out problems to evaluate."""
+    n_samples: int = 2
+    """Samples per problem; accuracy is the mean over all samples (mean@n)."""
+    temperature: float = 1.0
+    """Eval sampling temperature (1.0 measures the policy as it samples in training)."""
+
+    def __post_init__(self):
+        if self.every < 0 or self.limit < 1 or self.n_samples < 1:
+            raise ValueError("eval.every must be >= 0, eval.limit and eval.n_samples >= 1")
+
+
+@dataclass(kw_only=True)
+class LogConfig:
+    run_dir: str = "runs/{env}-{algo}-s{seed}"
+    """Run directory (TensorBoard events, rollouts.jsonl, checkpoints, summary.json); {env}/{algo}/{seed} expand."""
+    ckpt_every: int = 0
+    """Save an HF checkpoint every k steps (0 = only at the end)."""
+    samples_per_step: int = 4
+    """Rollouts written to rollouts.jsonl and TensorBoard text each step."""
+    tqdm: bool = True
+
+
+@dataclass(kw_only=True)
+class ProbeConfig:
+    max_mean_diff: float | None = None
+    """Fail the run when the mean |trainer − engine| logprob on the probe exceeds this after a sync (stale
+    weights). None = 1e-3 for a float32 engine, 0.05 for bf16/fp16."""
+    skip_sync: bool = False
+    """Testing only: do not push weights to the engine (the probe must then catch the stale engine)."""
+
+
+@dataclass(kw_only=True)
+class TrainConfig:
+    algo: AlgoName = "grpo"
+    """Algorithm preset: fills `--algorithm.*` (every piece stays overridable)."""
+    env: str = "math"
+    """Environment name (envs.make): math, tool_use, webshop_lite, alfworld_lite, or a registered one."""
+    env_data: str | None = None
+    """Optional data file for the env (e.g. GSM8K-style JSONL for math)."""
+    steps: int = 50
+    """Optimizer steps (rollout → update → sync cycles)."""
+    seed: int = 0
+    model: ModelConfig = field(default_factory=ModelConfig)
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    algorithm: AlgoConfig = field(default_factory=lambda: algos.preset("grpo"))
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    log: LogConfig = field(default_factory=LogConfig)
+    probe: ProbeConfig = field(default_factory=ProbeConfig)
+
+    def __post_init__(self):
+        import envs
+
+        if self.steps < 0:
+            raise ValueError(f"steps must be >= 0, got {self.steps}")
+        if self.env not in envs.env_names():
+            raise ValueError(f"env: unknown env {self.env!r}; valid: {', '.join(envs.env_names())}")
+        if self.algorithm.adv_estimator in ("grpo", "dr_grpo", "rloo") and self.rollout.group_size < 2:
+            raise ValueError(f"rollout.group_size must be >= 2 for the group estimator "
+                             f"{self.algorithm.adv_estimator!r}, got {self.rollout.group_size}")
+        if self.rollout.max_total_tokens > self.engine.max_model_len:
+            raise ValueError(f"rollout.max_total_tokens ({self.rollout.max_total_tokens}) exceeds "
+                             f"engine.max_model_len ({self.engine.max_model_len})")
+        if self.algorithm.overlong_cache_len >= self.rollout.max_new_tokens and self.algorithm.overlong_cache_len:
+            raise ValueError("algorithm.overlong_cache_len must be < rollout.max_new_tokens")
+
+    def validate_for_world(self, world: int) -> None:
+        if self.rollout.prompts_per_step % world:
+            raise ValueError(f"rollout.prompts_per_step ({self.rollout.prompts_per_step}) must be divisible by the "
+                             f"world size ({world})")
+        local = self.rollout.prompts_per_step * self.rollout.group_size // world
+        if local % self.algorithm.mini_batches:
+            raise ValueError(f"per-rank batch ({local}) must be divisible by algorithm.mini_batches "
+                             f"({self.algorithm.mini_batches})")
+
+    @property
+    def run_dir(self) -> str:
+        return self.log.run_dir.format(env=self.env, algo=self.algo, seed=self.seed)
+
+
+# ---- presets: Python functions returning a config ------------------------------------------------------------
+def demo() -> TrainConfig:
+    """`make demo`: GRPO on text_math with the bundled tiny model, 2 CPU ranks, ≤ 15 minutes."""
+    return TrainConfig(
+        algo="grpo", env="math", steps=40,
+        rollout=RolloutConfig(group_size=8, prompts_per_step=32, max_new_tokens=48, max_total_tokens=160),
+        optim=OptimConfig(lr=5e-4, micro_batch_size=32),
+        eval=EvalConfig(every=10, limit=200, n_samples=2),
+        log=LogConfig(run_dir="runs/demo", ckpt_every=20),
+    )
+
+
+def smoke() -> TrainConfig:
+    """A few fast steps (tests, CI)."""
+    return TrainConfig(
+        steps=3,
+        rollout=RolloutConfig(group_size=4, prompts_per_step=8, max_new_tokens=32, max_total_tokens=160),
+        optim=OptimConfig(lr=5e-4, micro_batch_size=16),
+        eval=EvalConfig(every=0, limit=16, n_samples=1),
+        log=LogConfig(ckpt_every=2, tqdm=False),
+    )
+
+
+def bench() -> TrainConfig:
+    """`make bench`: 32 prompts × 8 samples × 32 new tokens."""
+    return TrainConfig(
+        steps=6,
+        rollout=RolloutConfig(group_size=8, prompts_per_step=32, max_new_tokens=32, max_total_tokens=160),
+        optim=OptimConfig(lr=5e-4, micro_batch_size=64),
+        eval=EvalConfig(every=0, limit=8, n_samples=1),
+        log=LogConfig(run_dir="runs/bench", tqdm=False),
+    )
+
+
+PRESETS = {"default": TrainConfig, "demo": demo, "smoke": smoke, "bench": bench}
+
+
+def parse_args(argv: list[str] | None = None, console: bool = True) -> TrainConfig:
+    """`--preset NAME` picks the base config, `--algo NAME` the algorithm preset; tyro parses every other flag."""
+    import argparse
+
+    import tyro
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--preset", default="default", choices=sorted(PRESETS))
+    pre.add_argument("--algo", default=None)
+    known, rest = pre.parse_known_args(argv)
+    base = PRESETS[known.preset]()
+    if known.algo is not None:
+        if known.algo not in algos.PRESETS:
+            raise SystemExit(f"--algo: unknown {known.algo!r}; valid: {', '.join(sorted(algos.PRESETS))}")
+        base = dataclasses.replace(base, algo=known.algo, algorithm=algos.preset(known.algo))
+    return tyro.cli(TrainConfig, default=base, args=rest, console_outputs=console,
+                    description="nanosky: agentic RL with torchrun + colocated vLLM + FSDP2. "
+                                "--preset {" + ",".join(sorted(PRESETS)) + "} picks a base config.")

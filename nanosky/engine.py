@@ -1,0 +1,156 @@
+"""The colocated inference engine: one in-process vLLM per rank, token-in token-out, with versioned weights.
+
+    engine = Engine(EngineConfig(), model_path, dist_info)    # after init_distributed()
+    outs = engine.generate([[1, 2, 3], ...], SamplingSpec(n=8, max_tokens=64), version=trainer_version)
+    engine.load_weights(policy.iter_full_params(), version=trainer_version + 1)
+
+On CUDA, `sleep()` frees weights + KV cache (level 1 keeps a CPU copy of the weights) while the trainer runs and
+`wake()` brings them back; on CPU vLLM refuses sleep mode, so both are no-ops there.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+from nanosky.dist import DistInfo
+
+
+@dataclass(kw_only=True)
+class EngineConfig:
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    """Engine dtype; auto = float32 on CPU (exact match with the fp32 trainer), bfloat16 on GPU."""
+    gpu_memory_utilization: float = 0.35
+    """GPU: fraction of device memory vLLM may take (the trainer shares the device)."""
+    kv_cache_gib: int = 1
+    """CPU: KV-cache size per rank in whole GiB (vLLM would otherwise take a share of host RAM per rank)."""
+    max_model_len: int = 512
+    """Longest prompt + response the engine serves."""
+    enforce_eager: bool = True
+    """Skip torch.compile / CUDA graphs (fast start; weights change every step)."""
+    sleep: bool = True
+    """GPU: sleep (level 1) while training; ignored on CPU where vLLM has no sleep mode."""
+    seed: int = 0
+    """Sampling seed; each rank uses seed + rank so ranks draw different samples."""
+
+    def __post_init__(self):
+        if not 0.0 < self.gpu_memory_utilization <= 1.0:
+            raise ValueError(f"engine.gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
+        if self.kv_cache_gib <= 0:
+            raise ValueError(f"engine.kv_cache_gib must be > 0, got {self.kv_cache_gib}")
+        if self.max_model_len < 16:
+            raise ValueError(f"engine.max_model_len must be >= 16, got {self.max_model_len}")
+
+
+@dataclass(kw_only=True)
+class SamplingSpec:
+    n: int = 1
+    max_tokens: int = 64
+    temperature: float = 1.0
+    top_p: float = 1.0
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+
+
+@dataclass
+class GenOutput:
+    token_ids: list[int]
+    logprobs: list[float]  # logprob of each sampled token under the engine's weights
+    finish_reason: str  # "stop" (eos / stop string) | "length"
+
+
+class StaleWeightsError(RuntimeError):
+    pass
+
+
+class Engine:
+    def __init__(self, cfg: EngineConfig, model_path: str, info: DistInfo, tokenizer_path: str | None = None):
+        from vllm import LLM
+
+        self.cfg, self.info = cfg, info
+        self.version = 0
+        self.sleeping = False
+        self.can_sleep = info.is_cuda and cfg.sleep
+        dtype = cfg.dtype if cfg.dtype != "auto" else ("bfloat16" if info.is_cuda else "float32")
+        if not info.is_cuda:
+            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(cfg.kv_cache_gib))
+        self.llm = LLM(
+            model=model_path,
+            tokenizer=tokenizer_path or model_path,
+            dtype=dtype,
+            seed=cfg.seed + info.rank,
+            enforce_eager=cfg.enforce_eager,
+            max_model_len=cfg.max_model_len,
+            gpu_memory_utilization=cfg.gpu_memory_utilization,
+            # Reuse torchrun's process group: every rank holds its own full engine (data parallel across ranks).
+            distributed_executor_backend="external_launcher",
+            enable_sleep_mode=self.can_sleep,
+            enable_prefix_caching=True,
+        )
+        self.dtype = dtype
+
+    # ---- generation ----------------------------------------------------------------------------------------
+    def generate(self, prompts: list[list[int]], spec: SamplingSpec, version: int | None = None) -> list[list[GenOutput]]:
+        """prompts: token-id lists. Returns, per prompt, `spec.n` samples. `version` is the trainer's weight version:
+        serving other weights than the trainer believes is an error, never a warning."""
+        from vllm import SamplingParams
+
+        if version is not None and version != self.version:
+            raise StaleWeightsError(f"engine holds weight version {self.version}, trainer expects {version}")
+        if self.sleeping:
+            raise RuntimeError("engine is asleep; call wake() before generate()")
+        if not prompts:
+            return []
+        params = SamplingParams(
+            n=spec.n,
+            max_tokens=spec.max_tokens,
+            temperature=spec.temperature,
+            top_p=spec.top_p,
+            seed=spec.seed,
+            stop=list(spec.stop) or None,
+            logprobs=0,  # logprob of the sampled token only
+            skip_special_tokens=False,
+        )
+        reqs = [{"prompt_token_ids": list(p)} for p in prompts]
+        results = self.llm.generate(reqs, params, use_tqdm=False)
+        out = []
+        for r in results:
+            samples = []
+            for o in r.outputs:
+                ids = list(o.token_ids)
+                lps = [d[t].logprob for d, t in zip(o.logprobs, ids)]
+                samples.append(GenOutput(ids, lps, o.finish_reason or "length"))
+            out.append(samples)
+        return out
+
+    def prompt_logprobs(self, ids: list[int]) -> torch.Tensor:
+        """log p(ids[t] | ids[<t]) for t = 1..len-1 under the engine's weights — the sync probe. (L-1,)"""
+        from vllm import SamplingParams
+
+        params = SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=1.0)
+        r = self.llm.generate([{"prompt_token_ids": list(ids)}], params, use_tqdm=False)[0]
+        return torch.tensor([d[t].logprob for d, t in zip(r.prompt_logprobs[1:], ids[1:])], dtype=torch.float64)
+
+    # ---- weights -------------------------------------------------------------------------------------------
+    def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
+        """Stream full (HF-named) tensors into the engine, then drop cached KV computed with the old weights."""
+        # `reload_weights` goes through vLLM's own loader (the path that handles CPU-repacked linear weights, where
+        # model.load_weights fails); in-process, the iterator is consumed lazily so one tensor is live at a time.
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": named_tensors})
+        self.llm.reset_prefix_cache()
+        self.version = version
+
+    # ---- memory --------------------------------------------------------------------------------------------
+    def sleep(self) -> None:
+        if self.can_sleep and not self.sleeping:
+            self.llm.sleep(level=1)
+            self.sleeping = True
+
+    def wake(self) -> None:
+        if self.sleeping:
+            self.llm.wake_up()
+            self.sleeping = False

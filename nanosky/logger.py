@@ -1,0 +1,71 @@
+"""Run logging on rank 0: TensorBoard scalars + text samples, rollouts.jsonl, tqdm; other ranks log nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+
+class RunLogger:
+    def __init__(self, run_dir: str, enabled: bool, total_steps: int, use_tqdm: bool = True):
+        self.enabled = enabled
+        self.run_dir = run_dir
+        self.tb = self.bar = self.samples = None
+        if not enabled:
+            return
+        from torch.utils.tensorboard import SummaryWriter
+
+        os.makedirs(run_dir, exist_ok=True)
+        self.tb = SummaryWriter(run_dir)
+        self.samples = open(os.path.join(run_dir, "rollouts.jsonl"), "a")
+        if use_tqdm:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total_steps, desc="train", dynamic_ncols=True)
+
+    def scalars(self, step: int, values: dict[str, float]) -> None:
+        if not self.enabled:
+            return
+        for k, v in values.items():
+            self.tb.add_scalar(k, v, step)
+        self.tb.flush()
+
+    def rollouts(self, step: int, trajs: list, tok, n: int, tag: str = "train") -> None:
+        if not self.enabled or n <= 0:
+            return
+        for t in trajs[:n]:
+            rec = {"step": step, "split": tag} | t.to_json(with_ids=False)
+            self.samples.write(json.dumps(rec) + "\n")
+        self.samples.flush()
+        text = "\n\n---\n\n".join(
+            f"reward={t.reward:.2f} stop={t.stop_reason}\n\n    " + tok.decode(t.ids).replace("\n", "\n    ")
+            for t in trajs[: min(n, 2)]
+        )
+        self.tb.add_text(f"{tag}/samples", text, step)
+
+    def progress(self, values: dict[str, Any]) -> None:
+        if self.bar is not None:
+            self.bar.update(1)
+            self.bar.set_postfix({k: f"{v:.3g}" for k, v in values.items()}, refresh=False)
+
+    def print(self, msg: str) -> None:
+        if not self.enabled:
+            return
+        if self.bar is not None:
+            self.bar.write(msg)
+        else:
+            print(msg, flush=True)
+
+    def write_json(self, name: str, obj: Any) -> None:
+        if self.enabled:
+            with open(os.path.join(self.run_dir, name), "w") as f:
+                json.dump(obj, f, indent=2, default=str)
+
+    def close(self) -> None:
+        if not self.enabled:
+            return
+        if self.bar is not None:
+            self.bar.close()
+        self.samples.close()
+        self.tb.close()

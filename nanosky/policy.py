@@ -1,0 +1,118 @@
+"""The trainable policy: an HF causal LM sharded with FSDP2 (`fully_shard` per decoder layer + root).
+
+Also the frozen reference model and the logprob / entropy computation the losses need, the full-tensor stream
+used for weight sync, and HF-format export (`save_pretrained` + tokenizer, loadable by vLLM and transformers).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.tensor import DTensor
+
+from nanosky.dist import DistInfo
+
+
+@dataclass(kw_only=True)
+class ModelConfig:
+    path: str = "tiny"
+    """HF model directory or hub id; "tiny" = the bundled tiny Qwen2 model (built on first use, no network)."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in backward (saves memory on long sequences)."""
+
+
+def resolve_model_path(path: str) -> str:
+    if path == "tiny":
+        from nanosky.tiny import ensure_tiny_model
+
+        return str(ensure_tiny_model())
+    return path
+
+
+def load_model(path: str, info: DistInfo, trainable: bool = True):
+    from transformers import AutoModelForCausalLM
+
+    # fp32 master weights everywhere; on GPU the FSDP mixed-precision policy computes in bf16.
+    model = AutoModelForCausalLM.from_pretrained(path, torch_dtype=torch.float32)
+    model.config.use_cache = False
+    if not trainable:
+        model.requires_grad_(False)
+    return shard_model(model, info)
+
+
+def shard_model(model, info: DistInfo):
+    mesh = torch.distributed.device_mesh.init_device_mesh(info.device.type, (info.world,))
+    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if info.is_cuda else None
+    kw = {"mesh": mesh} | ({"mp_policy": mp} if mp else {})
+    for layer in model.model.layers:
+        fully_shard(layer, **kw)
+    fully_shard(model, **kw)
+    return model.to(info.device) if info.is_cuda else model
+
+
+def token_logprobs(
+    model, input_ids: torch.Tensor, attention_mask: torch.Tensor, with_entropy: bool = False,
+    entropy_grad: bool = False, temperature: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """log p(ids[:, t] | ids[:, <t]) for t = 1..L-1, aligned with `loss_mask[:, 1:]`.
+
+    input_ids, attention_mask: [B, L] (right-padded). Returns logprobs [B, L-1] and entropy [B, L-1] (no grad).
+    """
+    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1].float()  # [B, L-1, V]
+    if temperature != 1.0:
+        logits = logits / temperature  # sampling temperature: score what the engine actually sampled from
+    logp = torch.log_softmax(logits, dim=-1)  # [B, L-1, V]
+    lp = logp.gather(-1, input_ids[:, 1:, None]).squeeze(-1)  # [B, L-1]
+    ent = None
+    if with_entropy:
+        with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+            ent = -(logp.exp() * logp).sum(-1)  # [B, L-1]
+    return lp, ent
+
+
+def iter_full_params(model) -> Iterator[tuple[str, torch.Tensor]]:
+    """(HF name, full tensor) one parameter at a time: each DTensor shard is all-gathered (a collective: every rank
+    must consume the iterator in the same order)."""
+    for name, t in model.state_dict().items():
+        if isinstance(t, DTensor):
+            t = t.full_tensor()
+        yield name, t.detach()
+
+
+def save_hf(model, tokenizer, out_dir: str, info: DistInfo) -> None:
+    """HF checkpoint (safetensors + config + tokenizer). Collective; rank 0 writes."""
+    state = {n: t.cpu() for n, t in iter_full_params(model)}
+    if info.is_main:
+        os.makedirs(out_dir, exist_ok=True)
+        if model.config.tie_word_embeddings:
+            state.pop("lm_head.weight", None)
+        model.save_pretrained(out_dir, state_dict=state, safe_serialization=True)
+        tokenizer.save_pretrained(out_dir)
+    torch.distributed.barrier()
+
+
+def pad_batch(seqs: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-pad to the longest sequence. Returns ids [B, L] and attention mask [B, L]."""
+    L = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), L), pad_id, dtype=torch.long)
+    att = torch.zeros((len(seqs), L), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        ids[i, : len(s)] = torch.tensor(s, dtype=torch.long)
+        att[i, : len(s)] = 1
+    return ids.to(device), att.to(device)
+
+
+def pad_float(rows: list[list[float]], L: int, device) -> torch.Tensor:
+    """Right-pad float rows with 0 to length L. [B, L]"""
+    out = torch.zeros((len(rows), L), dtype=torch.float32)
+    for i, r in enumerate(rows):
+        out[i, : len(r)] = torch.tensor(r[:L], dtype=torch.float32)
+    return out.to(device)
+
+
+def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return (x * mask).sum() / mask.sum().clamp(min=1)

@@ -1,0 +1,199 @@
+"""alfworld_lite: layouts, the six task types, state rules, invalid commands, expert vs random."""
+
+from __future__ import annotations
+
+import copy
+import random
+
+import pytest
+
+import envs
+from envs.alfworld.world import LAMP, OPENABLE, TASK_TYPES, kind, make_layout, task_split
+from envs.alfworld_lite import NOTHING, AlfWorldEnv, evaluate_policy, extract_action, normalize
+
+SEEDS = range(100)
+
+
+def _find(split: str, pred, limit: int = 500) -> AlfWorldEnv:
+    """The first env of `split` whose layout satisfies `pred`."""
+    for seed in range(limit):
+        env = AlfWorldEnv(split=split, seed=seed)
+        if pred(env):
+            return env
+    raise AssertionError("no such layout")
+
+
+def _obs(result) -> str:
+    return result.info["observation"]
+
+
+# ---------------------------------------------------------------------------------------------- layouts
+
+
+def test_layouts_are_deterministic_split_disjoint_and_cover_all_task_types():
+    tasks = {}
+    for split in ("train", "test"):
+        layouts = [make_layout(split, s) for s in range(200)]
+        assert layouts[:5] == [make_layout(split, s) for s in range(5)]
+        assert {lay.task.type for lay in layouts} == set(TASK_TYPES)
+        for lay in layouts:
+            assert task_split(lay.task) == split
+            assert 6 <= len(lay.receptacles) <= 10
+            objs = [o for r in lay.receptacles for o in lay.contents[r]]
+            assert len(objs) == len(set(objs))  # every object is in exactly one place
+            if lay.task.target is not None:  # wanted objects never start where they must go
+                targets = [r for r in lay.receptacles if kind(r) == lay.task.target]
+                assert not any(kind(o) == lay.task.obj for r in targets for o in lay.contents[r])
+            wanted = [o for o in objs if kind(o) == lay.task.obj]
+            assert len(wanted) >= lay.task.count
+        tasks[split] = {(lay.task.type, lay.task.obj, lay.task.target) for lay in layouts}
+    assert not tasks["train"] & tasks["test"]
+
+
+def test_reset_reads_like_alfworld_and_make_passes_kwargs():
+    env = envs.make("alfworld_lite", split="test", seed=4)
+    assert isinstance(env, AlfWorldEnv) and env.max_turns == 30
+    messages = env.reset()
+    assert [m["role"] for m in messages] == ["system", "user"]
+    intro = messages[1]["content"]
+    assert intro.startswith("You are in the middle of a room. Looking quickly around you, you see a ")
+    assert intro.endswith(f"\n\nYour task is to: {env.task.text}")
+    assert all(f"a {r}" in intro for r in env.layout.receptacles)
+    small = envs.make("alfworld_lite", split="train", seed=4, max_steps=12, n_receptacles=(4, 5))
+    assert small.max_turns == 12 and 4 <= len(small.layout.receptacles) <= 5
+
+
+def test_extract_and_normalize():
+    assert extract_action("go to fridge 1") == "go to fridge 1"
+    assert extract_action("Think first.\n<action>open fridge 1</action>") == "open fridge 1"
+    assert extract_action("take apple 1 from countertop 1\nthen heat it") == "take apple 1 from countertop 1"
+    assert normalize("  Go to   Fridge 1. ") == "go to fridge 1"
+
+
+# ---------------------------------------------------------------------------------------------- rules
+
+
+def test_take_moves_the_object_into_the_inventory_and_move_puts_it_back():
+    def takeable(e: AlfWorldEnv, r: str) -> bool:
+        return kind(r) not in OPENABLE and any(o != LAMP for o in e.contents[r])
+
+    env = _find("train", lambda e: any(takeable(e, r) for r in e.contents))
+    r = next(r for r in env.layout.receptacles if takeable(env, r))
+    obj = next(o for o in env.contents[r] if o != LAMP)
+    assert f"On the {r}, you see" in _obs(env.step(f"go to {r}")) and obj in _obs(env.step(f"examine {r}"))
+    assert _obs(env.step(f"take {obj} from {r}")) == f"You pick up the {obj} from the {r}."
+    assert env.inventory == [obj] and obj not in env.contents[r]
+    assert _obs(env.step("inventory")) == f"You are carrying: a {obj}."
+    assert obj not in _obs(env.step(f"examine {r}"))
+    other = next((o for o in env.contents[r] if o != LAMP), None)
+    if other is not None:  # one object at a time
+        assert _obs(env.step(f"take {other} from {r}")) == NOTHING
+    assert (
+        _obs(env.step(f"put {obj} on {r}")) == f"You move the {obj} to the {r}."
+    )  # the old grammar works too
+    assert env.inventory == [] and obj in env.contents[r]
+    assert _obs(env.step("inventory")) == "You are not carrying anything."
+
+
+def test_closed_receptacles_hide_their_contents():
+    env = _find("train", lambda e: any(e.layout.contents[r] and kind(r) in OPENABLE for r in e.contents))
+    r = next(r for r in env.layout.receptacles if env.contents[r] and kind(r) in OPENABLE)
+    obj = env.contents[r][0]
+    arrive = _obs(env.step(f"go to {r}"))
+    assert arrive == f"You arrive at {r}. The {r} is closed." and obj not in arrive
+    assert f"take {obj} from {r}" not in env.available_actions()
+    assert _obs(env.step(f"take {obj} from {r}")) == NOTHING and env.inventory == []
+    opened = _obs(env.step(f"open {r}"))
+    assert opened.startswith(f"You open the {r}. The {r} is open. In it, you see") and obj in opened
+    assert _obs(env.step(f"open {r}")) == NOTHING  # already open
+    assert _obs(env.step(f"close {r}")) == f"You close the {r}."
+    assert _obs(env.step(f"examine {r}")) == f"The {r} is closed."
+    assert _obs(env.step(f"take {obj} from {r}")) == NOTHING and obj in env.contents[r]
+
+
+def test_heating_needs_the_microwave_and_the_goal_pays_once():
+    env = _find("test", lambda e: e.task.type == "pick_heat_then_place")
+    trace = []
+    while not env.done:
+        action = env.expert_action()
+        if action.startswith("heat "):  # heating elsewhere does nothing
+            held = env.inventory[0]
+            elsewhere = copy.deepcopy(env)
+            other = next(r for r in elsewhere.contents if kind(r) != "microwave")
+            elsewhere.step(f"go to {other}")
+            assert _obs(elsewhere.step(f"heat {held} with {other}")) == NOTHING
+        trace.append(env.step(action))
+    assert [t.reward for t in trace] == [0.0] * (len(trace) - 1) + [1.0]
+    assert trace[-1].info["won"] and trace[-1].info["success"] and trace[-1].observations == []
+    assert any(o.startswith("You heat the") for o in map(_obs, trace))
+
+
+def test_look_at_obj_in_light_needs_the_object_in_hand_by_the_lit_lamp():
+    env = _find("train", lambda e: e.task.type == "look_at_obj_in_light")
+    holder = next(r for r in env.contents if LAMP in env.contents[r])
+    env.step(f"go to {holder}")
+    r = env.step(f"use {LAMP}")
+    assert _obs(r) == f"You turn on the {LAMP}." and not r.done  # lamp on, but nothing in hand
+    while not env.done:
+        r = env.step(env.expert_action())
+    assert r.info["won"] and any(kind(o) == env.task.obj for o in env.inventory)
+
+
+def test_invalid_commands_say_nothing_happens_until_the_cap():
+    env = AlfWorldEnv(split="train", seed=3, max_steps=8)
+    bad = ["fly to the moon", "", None, "go to nowhere 1", "take apple 9 from fridge 1", "use desklamp 1"]
+    for action in [*bad, "open countertop 1"]:
+        r = env.step(action)
+        assert _obs(r) == NOTHING and r.observations[0]["content"] == NOTHING
+        assert r.reward == 0.0 and not r.done and not r.info["valid"]
+    r = env.step("look")
+    assert r.done and r.info["truncated"] and r.reward == 0.0 and not r.info["won"]
+    assert env.step("look").done  # a finished episode neither raises nor pays
+
+
+def test_available_actions_are_all_valid():
+    rng = random.Random(0)
+    for seed in range(5):
+        env = AlfWorldEnv(split="test", seed=seed, max_steps=100)
+        for _ in range(15):
+            actions = env.available_actions()
+            for a in actions:
+                assert copy.deepcopy(env).step(a).info["valid"], a
+            env.step(rng.choice(actions))
+            if env.done:
+                break
+
+
+# ---------------------------------------------------------------------------------------------- policies
+
+
+@pytest.mark.parametrize("split", ["train", "test"])
+def test_expert_solves_every_task(split):
+    for seed in SEEDS:
+        env = AlfWorldEnv(split=split, seed=seed)
+        r = None
+        while r is None or not r.done:
+            r = env.step(env.expert_action())
+            assert r.info["valid"], (seed, r.info)
+        assert r.info["won"] and r.reward == 1.0, seed
+        assert env.steps <= 2 * len(env.layout.receptacles) + 6  # the bound max_steps is set from
+
+
+def test_expert_recovers_after_a_random_prefix():
+    rng = random.Random(2)
+    for seed in range(30):
+        env = AlfWorldEnv(split="train", seed=seed, max_steps=60)
+        for _ in range(6):
+            env.step(rng.choice(env.available_actions()))
+        r = None if not env.done else env.step("look")
+        while r is None or not r.done:
+            r = env.step(env.expert_action())
+        assert r.info["won"], seed
+
+
+def test_random_valid_policy_is_far_below_the_expert():
+    rng = random.Random(0)
+    expert = evaluate_policy(lambda env: env.expert_action(), "test", SEEDS)
+    rand = evaluate_policy(lambda env: rng.choice(env.available_actions()), "test", SEEDS)
+    assert expert["success_rate"] == 1.0 and expert["mean_reward"] == 1.0 and expert["episodes"] == 100
+    assert rand["success_rate"] <= 0.1 and rand["mean_reward"] <= 0.1
