@@ -22,8 +22,9 @@ holds (`info["won"]`); the episode also ends at `max_steps` (= `max_turns`).
     result = env.step(env.expert_action())  # the scripted expert solves every task within the step cap
 
 The expert explores like a person would (visits receptacles in the listed order, opening closed ones) and only
-uses what it has seen, so its demonstrations are learnable. `evaluate_policy(policy_fn, split, seeds)` gives mean
-reward and success rate of `policy_fn(env) -> action`.
+uses what it has seen, so its demonstrations are learnable (`expert_demo(split, seed)` returns one as chat
+messages). `evaluate_policy(policy_fn, split, seeds)` gives mean reward and success rate of
+`policy_fn(env) -> action`. `n_receptacles=(lo, hi)` sizes the rooms; the default step cap covers the expert.
 """
 
 from __future__ import annotations
@@ -144,9 +145,6 @@ class AlfWorldEnv(Env):
         return StepResult([{"role": "user", "content": info["observation"]}], 0.0, False, info)
 
     # ------------------------------------------------------------------------------------------------ rules
-
-    def _where(self, obj: str) -> str | None:
-        return next((r for r, objs in self.contents.items() if obj in objs), None)
 
     def _visible(self) -> list[str]:
         """Objects at the current receptacle the agent can see (none inside a closed one)."""
@@ -284,7 +282,7 @@ class AlfWorldEnv(Env):
         receptacle, or for look_at_obj_in_light carries it to the desklamp and turns that on."""
         t, loc = self.task, self.location
         held = self.inventory[0] if self.inventory else None
-        if held is not None and (kind(held) != t.obj):
+        if held is not None and kind(held) != t.obj:
             return self._expert_drop(held)
         if held is None:
             placed = set(self._placed())
@@ -365,3 +363,14 @@ def evaluate_policy(
         "success_rate": sum(successes) / n,
         "mean_steps": sum(steps) / n,
     }
+
+
+def expert_demo(split: str, seed: int, **env_kwargs) -> list[Message]:
+    """The expert's whole episode as a chat (system, user, then assistant action / user observation turns), e.g.
+    for a warm start by imitation."""
+    env = AlfWorldEnv(split=split, seed=seed, **env_kwargs)
+    messages = env.reset()
+    while not env.done:
+        action = env.expert_action()
+        messages += [{"role": "assistant", "content": action}, *env.step(action).observations]
+    return messages

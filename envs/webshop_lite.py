@@ -21,7 +21,9 @@ the episode ends at `max_steps` (= `max_turns`).
     messages = env.reset()
     result = env.step(env.expert_action())  # the scripted expert solves every goal within the step cap
 
-`evaluate_policy(policy_fn, split, seeds)` gives mean reward and success rate of `policy_fn(env) -> action`.
+`evaluate_policy(policy_fn, split, seeds)` gives mean reward and success rate of `policy_fn(env) -> action`;
+`expert_demo(split, seed)` returns an expert episode as chat messages. `page_size` (default 10, as in WebShop)
+shortens result pages for small contexts.
 """
 
 from __future__ import annotations
@@ -38,8 +40,8 @@ SYSTEM_PROMPT = (
     "where value is a clickable element of the page (a product id, an option, description, features, < prev, "
     "next >, back to search, buy now). Buy now ends the episode."
 )
-PAGE_SIZE = 10
 SEP = " [SEP] "
+EXPERT_PAGES = 5  # result pages the expert walks before it searches the goal product's title instead
 _TAG = re.compile(r"<action>(.*?)</action>", re.IGNORECASE | re.DOTALL)
 _ACTION = re.compile(r"(search|click)\s*\[(.*)\]", re.IGNORECASE | re.DOTALL)
 
@@ -59,12 +61,14 @@ class WebShopEnv(Env):
     name = "webshop_lite"
     max_turns = 15
 
-    def __init__(self, split: str = "train", seed: int = 0, max_steps: int = 15):
+    def __init__(self, split: str = "train", seed: int = 0, max_steps: int = 15, page_size: int = 10):
         if split not in ("train", "test"):
             raise ValueError(f"split must be 'train' or 'test', got {split!r}")
         if max_steps < 1:
             raise ValueError(f"max_steps must be >= 1, got {max_steps}")
-        self.split, self.seed, self.max_turns = split, seed, max_steps
+        if page_size < 2:  # the expert's title search needs its product within the first two results
+            raise ValueError(f"page_size must be >= 2, got {page_size}")
+        self.split, self.seed, self.max_turns, self.page_size = split, seed, max_steps, page_size
         self.goal: Goal = make_goal(split, seed)
         self.reset()
 
@@ -145,11 +149,11 @@ class WebShopEnv(Env):
     # ------------------------------------------------------------------------------------------------ pages
 
     def _page_items(self) -> list[Product]:
-        start = self.page_no * PAGE_SIZE
-        return [catalogue()[i] for i in self.results[start : start + PAGE_SIZE]]
+        start = self.page_no * self.page_size
+        return [catalogue()[i] for i in self.results[start : start + self.page_size]]
 
     def _has_next(self) -> bool:
-        return (self.page_no + 1) * PAGE_SIZE < len(self.results)
+        return (self.page_no + 1) * self.page_size < len(self.results)
 
     def render(self) -> str:
         """The current page as text."""
@@ -198,9 +202,9 @@ class WebShopEnv(Env):
     # ------------------------------------------------------------------------------------------------ expert
 
     def expert_action(self) -> str:
-        """The scripted expert's next action: search the instruction, walk the result pages to the first product
-        that satisfies the goal, pick the goal's options, buy. If the instruction search finds no such product it
-        searches the goal product's title instead (which always ranks it on page 1)."""
+        """The scripted expert's next action: search the instruction, walk up to 5 result pages to the first
+        product that satisfies the goal, pick the goal's options, buy. If those pages hold no such product it
+        searches the goal product's title instead (which ranks it first or second). At most 11 steps."""
         goal = self.goal
         if self.page == "search":
             if goal.query not in self.queries:
@@ -210,7 +214,8 @@ class WebShopEnv(Env):
             for p in self._page_items():
                 if satisfies(goal, p):
                     return f"click[{p.asin.lower()}]"
-            return "click[next >]" if self._has_next() else "click[back to search]"
+            more = self._has_next() and self.page_no + 1 < EXPERT_PAGES
+            return "click[next >]" if more else "click[back to search]"
         if self.page != "item":
             return "click[< prev]"
         if not satisfies(goal, self.item):
@@ -245,3 +250,14 @@ def evaluate_policy(
         "success_rate": sum(successes) / n,
         "mean_steps": sum(steps) / n,
     }
+
+
+def expert_demo(split: str, seed: int, **env_kwargs) -> list[Message]:
+    """The expert's whole episode as a chat (system, user, then assistant action / user observation turns), e.g.
+    for a warm start by imitation."""
+    env = WebShopEnv(split=split, seed=seed, **env_kwargs)
+    messages = env.reset()
+    while not env.done:
+        action = env.expert_action()
+        messages += [{"role": "assistant", "content": action}, *env.step(action).observations]
+    return messages

@@ -90,6 +90,9 @@ class TrainConfig:
     """Environment name (envs.make): math, tool_use, webshop_lite, alfworld_lite, or a registered one."""
     env_data: str | None = None
     """Optional data file for the env (e.g. GSM8K-style JSONL for math)."""
+    env_kwargs: dict[str, str] = field(default_factory=dict)
+    """Extra env constructor arguments, e.g. `--env-kwargs page_size 3 max_turns 6` (values parsed as JSON when
+    they are JSON, else kept as strings)."""
     steps: int = 50
     """Optimizer steps (rollout → update → sync cycles)."""
     seed: int = 0
@@ -126,6 +129,18 @@ class TrainConfig:
         if local % self.algorithm.mini_batches:
             raise ValueError(f"per-rank batch ({local}) must be divisible by algorithm.mini_batches "
                              f"({self.algorithm.mini_batches})")
+
+    def env_args(self) -> dict:
+        import json
+
+        def parse(v: str):
+            try:
+                return json.loads(v)
+            except (json.JSONDecodeError, TypeError):
+                return v
+
+        out = {k: parse(v) for k, v in self.env_kwargs.items()}
+        return out | ({"data_path": self.env_data} if self.env_data else {})
 
     @property
     def run_dir(self) -> str:

@@ -37,7 +37,7 @@ def load_model(path: str, info: DistInfo, trainable: bool = True):
     from transformers import AutoModelForCausalLM
 
     # fp32 master weights everywhere; on GPU the FSDP mixed-precision policy computes in bf16.
-    model = AutoModelForCausalLM.from_pretrained(path, torch_dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     model.config.use_cache = False
     if not trainable:
         model.requires_grad_(False)

@@ -39,19 +39,23 @@ class TinyConfig:
     seed: int = 0
     """Seed for data, tokenizer and init."""
     vocab_size: int = 1024
-    hidden_size: int = 192
+    hidden_size: int = 256
     layers: int = 4
     heads: int = 4
     kv_heads: int = 2
-    intermediate_size: int = 576
+    intermediate_size: int = 768
     max_len: int = 512
-    n_math: int = 24000
+    n_math: int = 90000
     """text_math SFT examples."""
     n_tool: int = 3000
     """tool_use demonstrations (0 = none)."""
-    steps: int = 1200
+    steps: int = 3000
     batch_size: int = 32
-    lr: float = 3e-3
+    lr: float = 2e-3
+    bf16: bool = True
+    """bf16 autocast for the build (AMX on recent x86 makes it ~2x faster than fp32 here)."""
+    threads: int = 2
+    """torch intra-op threads for the build."""
     out: str | None = None
     """Output directory (default: nanosky/assets/tiny)."""
     force: bool = False
@@ -91,10 +95,26 @@ def _tool_examples(n: int, seed: int) -> list[tuple[list[dict], list[dict]]]:
     return out
 
 
+def _length_bucketed_batches(data: list, batch_size: int, rng: random.Random) -> list[list[int]]:
+    """One epoch of batches of similar length (math turns are ~70 tokens, tool conversations ~200): sorting within
+    shuffled chunks of 50 batches cuts padding without ordering the epoch by length."""
+    order = list(range(len(data)))
+    rng.shuffle(order)
+    chunk = batch_size * 50
+    batches = []
+    for c in range(0, len(order), chunk):
+        part = sorted(order[c : c + chunk], key=lambda i: len(data[i][0]))
+        batches += [part[i : i + batch_size] for i in range(0, len(part), batch_size)]
+    rng.shuffle(batches)
+    return batches
+
+
 def build(cfg: TinyConfig) -> Path:
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     t0 = time.time()
+    # One intra-op thread: on a shared 2-core box OpenMP spin-waiting makes 2 threads much slower than 1.
+    torch.set_num_threads(cfg.threads)
     out = Path(cfg.out) if cfg.out else ASSET_DIR
     rng = random.Random(cfg.seed)
     torch.manual_seed(cfg.seed)
@@ -131,14 +151,11 @@ def build(cfg: TinyConfig) -> Path:
         opt, lambda s: min(1.0, (s + 1) / warm) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, s / cfg.steps))))
     )
     model.train()
-    order = list(range(len(data)))
-    pos = len(order)
+    batches: list[list[int]] = []
     for step in range(cfg.steps):
-        if pos + cfg.batch_size > len(order):
-            rng.shuffle(order)
-            pos = 0
-        batch = [data[i] for i in order[pos : pos + cfg.batch_size]]
-        pos += cfg.batch_size
+        if not batches:
+            batches = _length_bucketed_batches(data, cfg.batch_size, rng)
+        batch = [data[i] for i in batches.pop()]
         L = max(len(ids) for ids, _ in batch)
         ids = torch.full((len(batch), L), tok.pad_token_id)
         labels = torch.full((len(batch), L), -100)
@@ -147,13 +164,14 @@ def build(cfg: TinyConfig) -> Path:
             ids[i, : len(x)] = torch.tensor(x)
             att[i, : len(x)] = 1
             labels[i, : len(x)] = torch.where(torch.tensor(m) == 1, torch.tensor(x), -100)
-        loss = model(input_ids=ids, attention_mask=att, labels=labels).loss
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.bf16):
+            loss = model(input_ids=ids, attention_mask=att, labels=labels).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         sched.step()
         opt.zero_grad(set_to_none=True)
-        if step % 100 == 0 or step == cfg.steps - 1:
+        if step % 50 == 0 or step == cfg.steps - 1:
             print(f"tiny sft step {step:5d} loss {loss.item():.4f} ({time.time() - t0:.0f}s)", flush=True)
 
     out.mkdir(parents=True, exist_ok=True)

@@ -18,6 +18,7 @@ import envs
 from nanosky import dist
 from nanosky.batch import Batch, balanced_split, compute_advantages, gather_trajectories, to_batch
 from nanosky.config import TrainConfig
+from nanosky.critic import critic_update, forward_values, load_critic
 from nanosky.engine import Engine, StaleWeightsError
 from nanosky.evaluate import evaluate, probe, probe_sequence
 from nanosky.logger import RunLogger
@@ -36,7 +37,7 @@ def collect(cfg: TrainConfig, engine, tok, step: int, version: int) -> tuple[lis
     """Generate this step's global batch. With dynamic sampling (DAPO), groups whose rewards are all equal carry no
     signal and are dropped; more rounds are generated until the batch is full or `max_gen_rounds` is reached."""
     info, P, n = dist.get_info(), cfg.rollout.prompts_per_step, cfg.rollout.group_size
-    env_kw = {"data_path": cfg.env_data} if cfg.env_data else {}
+    env_kw = cfg.env_args()
     kept: list[Trajectory] = []
     dropped: list[Trajectory] = []
     rounds = 0
@@ -68,7 +69,15 @@ def collect(cfg: TrainConfig, engine, tok, step: int, version: int) -> tuple[lis
     return batch, {"train/dropped_groups": len(dropped) / n, "train/gen_rounds": rounds}
 
 
-def prepare(cfg: TrainConfig, trajs: list[Trajectory], policy, ref, tok) -> Batch:
+def _to_global(local: torch.Tensor, local_idx: list[int], like: torch.Tensor) -> torch.Tensor:
+    """Place this rank's rows at their global positions; the sum over ranks is the global tensor."""
+    out = torch.zeros_like(like)
+    out[local_idx, : local.shape[1]] = local
+    torch.distributed.all_reduce(out)
+    return out
+
+
+def prepare(cfg: TrainConfig, trajs: list[Trajectory], policy, ref, critic, tok) -> Batch:
     """This rank's token-balanced share, with old/ref logprobs and advantages over the global batch."""
     info = dist.get_info()
     parts = balanced_split([len(t.ids) for t in trajs], info.world)
@@ -82,13 +91,13 @@ def prepare(cfg: TrainConfig, trajs: list[Trajectory], policy, ref, tok) -> Batc
     full = to_batch(trajs, tok.pad_token_id, info.device)  # global, for group statistics and whitening
     token_rewards = algos.scalar_to_token_rewards(full.rewards, full.loss_mask)
     if a.kl_in_reward and ref is not None:  # k1 KL (engine logprobs vs reference) subtracted from token rewards
-        kl = torch.zeros_like(full.loss_mask)
-        T = batch.loss_mask.shape[1]
-        kl[local_idx, :T] = algos.kl_penalty(batch.rollout_logprobs, batch.ref_logprobs, "k1") * batch.loss_mask
-        torch.distributed.all_reduce(kl)
-        token_rewards = token_rewards - a.kl_coef * kl
+        kl = algos.kl_penalty(batch.rollout_logprobs, batch.ref_logprobs, "k1") * batch.loss_mask
+        token_rewards = token_rewards - a.kl_coef * _to_global(kl, local_idx, full.loss_mask)
     rows = {"token_rewards": token_rewards, "response_mask": full.loss_mask, "group_index": full.group_index,
             "local_index": torch.tensor(local_idx, device=info.device)}
+    if critic is not None:
+        batch.values = forward_values(critic, batch, mbs)
+        rows["values"] = _to_global(batch.values, local_idx, full.loss_mask)
     compute_advantages(batch, a, rows)
     T = batch.loss_mask.shape[1]
     batch.advantages, batch.returns = batch.advantages[:, :T], batch.returns[:, :T]
@@ -122,6 +131,8 @@ def train(cfg: TrainConfig) -> dict:
     tok = AutoTokenizer.from_pretrained(model_path)
     policy = load_model(model_path, info)
     ref = load_model(model_path, info, trainable=False) if cfg.algorithm.needs_ref else None
+    critic = load_critic(model_path, info) if cfg.algorithm.needs_critic else None
+    critic_opt = torch.optim.AdamW(critic.parameters(), lr=cfg.algorithm.critic_lr) if critic else None
     opt = torch.optim.AdamW(policy.parameters(), lr=cfg.optim.lr, betas=cfg.optim.betas,
                             weight_decay=cfg.optim.weight_decay)
     warm = cfg.optim.warmup_steps
@@ -130,7 +141,7 @@ def train(cfg: TrainConfig) -> dict:
     run_dir = cfg.run_dir
     log = RunLogger(run_dir, info.is_main, cfg.steps, cfg.log.tqdm)
     log.write_json("config.json", dataclasses.asdict(cfg))
-    env_kw = {"data_path": cfg.env_data} if cfg.env_data else {}
+    env_kw = cfg.env_args()
     probe_ids = probe_sequence(tok, cfg.env, env_kw)
     norm_const = cfg.algorithm.norm_const or cfg.rollout.max_new_tokens * (cfg.rollout.max_turns or 1)
     version = 0
@@ -153,10 +164,15 @@ def train(cfg: TrainConfig) -> dict:
         trajs, gen_m = collect(cfg, engine, tok, step, version)
         engine.sleep()
         t1 = time.perf_counter()
-        batch = prepare(cfg, trajs, policy, ref, tok)
+        batch = prepare(cfg, trajs, policy, ref, critic, tok)
         t2 = time.perf_counter()
-        upd = policy_update(policy, opt, sched, batch, cfg.algorithm, cfg.optim.micro_batch_size,
-                            cfg.optim.grad_clip, norm_const)
+        upd = {}
+        if critic is not None:
+            upd = critic_update(critic, critic_opt, batch, cfg.algorithm, cfg.optim.micro_batch_size,
+                                cfg.optim.grad_clip, norm_const)
+        if step > cfg.algorithm.critic_warmup_steps or critic is None:  # PPO: let the critic settle first
+            upd |= policy_update(policy, opt, sched, batch, cfg.algorithm, cfg.optim.micro_batch_size,
+                                 cfg.optim.grad_clip, norm_const)
         t3 = time.perf_counter()
         engine.wake()
         version += 1

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import copy
+import pickle
 import random
 
 import pytest
 
 import envs
 from envs.alfworld.world import LAMP, OPENABLE, TASK_TYPES, kind, make_layout, task_split
-from envs.alfworld_lite import NOTHING, AlfWorldEnv, evaluate_policy, extract_action, normalize
+from envs.alfworld_lite import NOTHING, AlfWorldEnv, evaluate_policy, expert_demo, extract_action, normalize
 
 SEEDS = range(100)
 
@@ -197,3 +198,15 @@ def test_random_valid_policy_is_far_below_the_expert():
     rand = evaluate_policy(lambda env: rng.choice(env.available_actions()), "test", SEEDS)
     assert expert["success_rate"] == 1.0 and expert["mean_reward"] == 1.0 and expert["episodes"] == 100
     assert rand["success_rate"] <= 0.1 and rand["mean_reward"] <= 0.1
+
+
+def test_expert_demo_and_pickling():
+    demo = expert_demo("test", 0)
+    assert [m["role"] for m in demo[:4]] == ["system", "user", "assistant", "user"]
+    assert demo[-1]["role"] == "assistant" and all(m["content"] for m in demo)
+    env = AlfWorldEnv(split="test", seed=0)
+    env.step(demo[2]["content"])
+    clone = pickle.loads(pickle.dumps(env))  # env pools may ship envs to worker processes
+    assert (
+        clone.available_actions() == env.available_actions() and clone.expert_action() == env.expert_action()
+    )

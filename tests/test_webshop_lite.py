@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import pickle
 import random
 
 import pytest
@@ -10,7 +11,7 @@ import pytest
 import envs
 from envs.webshop.catalog import Goal, Product, catalogue, goal_split, make_goal, satisfies
 from envs.webshop.engine import score_purchase, search
-from envs.webshop_lite import SEP, WebShopEnv, evaluate_policy, extract_action
+from envs.webshop_lite import SEP, WebShopEnv, evaluate_policy, expert_demo, extract_action
 
 SEEDS = range(100)
 
@@ -239,3 +240,22 @@ def test_random_valid_policy_is_far_below_the_expert():
     assert expert["success_rate"] == 1.0 and expert["mean_reward"] == 1.0 and expert["episodes"] == 100
     assert rand["success_rate"] <= 0.1
     assert rand["mean_reward"] < 0.5
+
+
+def test_short_pages_expert_demo_and_pickling():
+    for seed in range(30):
+        env = WebShopEnv(split="test", seed=seed, page_size=3)
+        while not env.done:
+            r = env.step(env.expert_action())
+            assert len(env.clickables()) <= 3 + 3 or env.page != "results"
+        assert r.info["success"], seed
+    demo = expert_demo("train", 0)
+    assert [m["role"] for m in demo[:4]] == ["system", "user", "assistant", "user"]
+    assert demo[2]["content"].startswith("search[") and demo[-1] == {
+        "role": "assistant",
+        "content": "click[buy now]",
+    }
+    env = WebShopEnv(split="train", seed=0)
+    env.step(demo[2]["content"])
+    clone = pickle.loads(pickle.dumps(env))  # env pools may ship envs to worker processes
+    assert clone.render() == env.render() and clone.expert_action() == env.expert_action()

@@ -43,7 +43,9 @@ class SandboxResult:
     stderr: str
     returncode: int | None  # negative: killed by that signal (as in subprocess)
     timed_out: bool
-    killed_reason: str | None  # "timeout" | "output_limit" | "cpu_limit" | "file_size_limit" | "process_limit"
+    killed_reason: (
+        str | None
+    )  # "timeout" | "output_limit" | "cpu_limit" | "file_size_limit" | "process_limit"
     # | "killed" | None
     isolation: str  # "namespaces" (user+mount+net+pid) or "none" (rlimits only)
     wall_s: float = 0.0
@@ -65,6 +67,7 @@ def run_sandboxed(
     writable_dirs: Sequence[str] = (),
     env: dict[str, str] | None = None,
     tmpfs_mb: int = 256,
+    isolate: bool = True,
 ) -> SandboxResult:
     """Run `argv` (PATH lookup as in execvp) sandboxed; never raises for anything the program does.
 
@@ -72,9 +75,14 @@ def run_sandboxed(
     cpu_s defaults to timeout_s. `max_procs` counts threads too (RLIMIT_NPROC). `env` is added to a minimal
     environment (PATH, HOME, LANG); the caller's own environment is not passed on, so secrets stay out.
     extra_ro_paths: host paths under /tmp & co. that must stay visible (everything else already is, read-only).
+    isolate=False skips the namespaces (rlimits, timeout and output cap only), for trusted code.
     """
     if not argv:
         raise ValueError("argv must not be empty")
+    # Check the caller's paths here: a bad one must not look like "namespaces unavailable" in sandbox_init.
+    for d in [*writable_dirs, *([cwd] if cwd else [])]:
+        if not os.path.isdir(d):
+            raise ValueError(f"not a directory: {d!r}")
     scratch = tempfile.mkdtemp(prefix="nanosky-sbx-")
     try:
         cfg = {
@@ -82,7 +90,8 @@ def run_sandboxed(
             "cwd": os.path.abspath(cwd) if cwd else scratch,
             "scratch": scratch,
             "writable_dirs": [os.path.abspath(d) for d in writable_dirs],
-            "ro_paths": [os.path.abspath(p) for p in extra_ro_paths] + ([os.path.abspath(cwd)] if cwd else []),
+            "ro_paths": [os.path.abspath(p) for p in extra_ro_paths]
+            + ([os.path.abspath(cwd)] if cwd else []),
             "cpu_s": max(1, int(cpu_s if cpu_s is not None else timeout_s + 0.999)),
             "mem_mb": mem_mb,
             "max_procs": max_procs,
@@ -92,11 +101,10 @@ def run_sandboxed(
             "env": {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": scratch, "LANG": "C.UTF-8"},
         }
         cfg["env"].update(env or {})
-        isolate = sys.platform == "linux" and _isolation_error is None
+        isolate = isolate and sys.platform == "linux" and _isolation_error is None
         result, error = _launch(cfg, isolate, stdin, timeout_s, max_output_bytes)
         if error is not None:  # namespaces refused: remember, warn once, run again with rlimits only
             _disable_isolation(error)
-            cfg["env"].setdefault("TMPDIR", scratch)  # at least keep well-behaved temp files in scratch
             result, error = _launch(cfg, False, stdin, timeout_s, max_output_bytes)
         return result
     finally:
@@ -108,7 +116,9 @@ def _disable_isolation(error: str) -> None:
     with _lock:
         if _isolation_error is None:
             _isolation_error = error
-            log.warning("sandbox: namespaces unavailable (%s); running with rlimits only, no isolation", error)
+            log.warning(
+                "sandbox: namespaces unavailable (%s); running with rlimits only, no isolation", error
+            )
 
 
 def _launch(
@@ -116,8 +126,11 @@ def _launch(
 ) -> tuple[SandboxResult, str | None]:
     """One attempt. Returns (result, isolation_error); the error is set only if namespaces were refused."""
     start = time.monotonic()
+    # Without a private /tmp, at least well-behaved temp files (tempfile, pytest's tmp_path) go to scratch.
+    env = cfg["env"] if isolate else {"TMPDIR": cfg["scratch"], **cfg["env"]}
+    cfg = {**cfg, "env": env, "isolate": isolate}
     status_r, status_w = os.pipe()
-    cmd = [sys.executable, "-I", "-S", _INIT_SCRIPT, json.dumps({**cfg, "isolate": isolate}), str(status_w)]
+    cmd = [sys.executable, "-I", "-S", _INIT_SCRIPT, json.dumps(cfg), str(status_w)]
     try:
         proc = subprocess.Popen(
             cmd,
@@ -126,7 +139,7 @@ def _launch(
             stderr=subprocess.PIPE,
             pass_fds=(status_w,),
             start_new_session=True,  # its own process group: one killpg reaches the whole tree
-            env=cfg["env"],
+            env=env,
         )
     finally:
         os.close(status_w)
@@ -142,9 +155,8 @@ def _launch(
             signal.SIGXFSZ: "file_size_limit",
             signal.SIGKILL: "killed",  # CPU hard limit or the kernel's OOM killer
         }.get(-proc.returncode)
+    # Only an explicit report counts as "no namespaces here": a run killed early (timeout) reports nothing.
     error = report.get("error") if isolate else None
-    if error is None and "isolation" not in report and isolate:
-        error = "sandbox init did not report"
     result = SandboxResult(
         stdout=_decode(outs[0], truncated[0], max_output_bytes),
         stderr=_decode(outs[1], truncated[1], max_output_bytes),

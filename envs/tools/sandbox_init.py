@@ -25,7 +25,14 @@ import time
 
 CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x20000, 0x10000000, 0x20000000, 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 1, 2, 4, 8, 32
-MS_NOATIME, MS_NODIRATIME, MS_BIND, MS_REC, MS_PRIVATE, MS_RELATIME = 1024, 2048, 4096, 16384, 1 << 18, 1 << 21
+MS_NOATIME, MS_NODIRATIME, MS_BIND, MS_REC, MS_PRIVATE, MS_RELATIME = (
+    1024,
+    2048,
+    4096,
+    16384,
+    1 << 18,
+    1 << 21,
+)
 PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
 # statvfs flag -> the mount flag that keeps it. A remount must repeat the flags a user namespace inherited
 # locked (nosuid, nodev, noexec, atime) or the kernel refuses it.
@@ -90,12 +97,12 @@ def _setup_mounts(cfg: dict) -> bool:
     Returns whether /proc now shows only our pid namespace."""
     _mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing we mount propagates back to the host
     # Hold every dir we must see again by fd: the tmpfs mounts below may hide it (e.g. a repo under /tmp).
-    hidden = lambda p: any(_under(p, d) for d in TMPFS_DIRS)  # noqa: E731 - paths the tmpfs will cover
+    covered = lambda p: any(_under(p, d) for d in TMPFS_DIRS)  # noqa: E731 - paths the tmpfs will hide
     writable = list(cfg["writable_dirs"])
-    if not hidden(cfg["scratch"]):  # under /tmp the scratch dir is simply re-created in the private tmpfs
+    if not covered(cfg["scratch"]):  # under /tmp the scratch dir is simply re-created in the private tmpfs
         writable.append(cfg["scratch"])
     # Read-only binds first, so a writable dir inside one of them is mounted on top, not hidden.
-    ro = [p for p in cfg["ro_paths"] if hidden(p) and not any(_under(p, w) for w in writable)]
+    ro = [p for p in cfg["ro_paths"] if covered(p) and not any(_under(p, w) for w in writable)]
     binds = [(os.open(p, os.O_PATH), p, False) for p in ro if os.path.exists(p)]
     binds += [(os.open(p, os.O_PATH | os.O_DIRECTORY), p, True) for p in writable]
     for mp in _mountpoints():
@@ -104,13 +111,13 @@ def _setup_mounts(cfg: dict) -> bool:
         except OSError as e:
             # Mounts under an over-mounted path are unreachable (and hidden anyway); /proc and /sys have
             # sub-mounts that refuse remounts and stay protected by the kernel's own checks.
-            hidden = e.errno in (13, 2)  # EACCES, ENOENT
-            if not (hidden or _under(mp, "/proc") or _under(mp, "/sys")):
+            unreachable = e.errno in (13, 2)  # EACCES, ENOENT
+            if not (unreachable or _under(mp, "/proc") or _under(mp, "/sys")):
                 raise
     for d in TMPFS_DIRS:
         if os.path.isdir(d) and not os.path.islink(d):
             _mount("tmpfs", d, "tmpfs", MS_NOSUID | MS_NODEV, f"size={cfg['tmpfs_mb']}m,mode=1777")
-    for fd, path, writable in binds:
+    for fd, path, rw in binds:
         if not os.path.exists(path):  # its parent is now a fresh tmpfs: recreate the mount point
             if os.path.isdir(f"/proc/self/fd/{fd}"):
                 os.makedirs(path, exist_ok=True)
@@ -118,7 +125,7 @@ def _setup_mounts(cfg: dict) -> bool:
                 os.makedirs(os.path.dirname(path), exist_ok=True)
                 open(path, "a").close()
         _mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
-        _remount(path, readonly=not writable)
+        _remount(path, readonly=not rw)
         os.close(fd)
     os.makedirs(cfg["scratch"], exist_ok=True)  # under /tmp the scratch dir lives in the private tmpfs
     try:  # a /proc that shows only our namespace; refused where the host masks parts of /proc (containers)

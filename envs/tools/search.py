@@ -3,6 +3,8 @@
     from envs.tools import get_tool
     get_tool("search")(query="mayor Feth Norbaeth")   # "1. Moburg: Moburg is a city in Bilovia. 2. ..."
 
+Ranking is BM25 over the page texts; a query that is exactly a page title returns that page first.
+
 `BM25` is a small standalone index (Okapi BM25, k1=1.2, b=0.75) over any list of strings.
 """
 
@@ -14,7 +16,8 @@ import re
 from collections import Counter
 
 from envs.tools.base import Tool
-from envs.tools.wiki_data import pages
+from envs.tools.wiki import find_page
+from envs.tools.wiki_data import Page, pages
 
 _STOPWORDS = frozenset(
     "a an and are as at be by did does for from has have in is it its of on or the to was what when where "
@@ -57,10 +60,19 @@ def _wiki_index() -> tuple[list, BM25]:
     return docs, BM25([p.text for p in docs])
 
 
+def _ranked(query: str, k: int) -> list[Page]:
+    """BM25 over page texts, except that a query naming a page exactly gets that page first (as a wiki's
+    search box would). Boosting titles inside BM25 instead would rank person X above "the city whose mayor
+    is X" for the question "Which city has the mayor X?"."""
+    docs, index = _wiki_index()
+    exact = find_page(query)
+    hits = [docs[i] for i, _ in index.search(query, k + 1) if docs[i] is not exact]
+    return ([exact] if exact else []) + hits[: k - (exact is not None)]
+
+
 def search_wiki(query: str, k: int = 3) -> list[str]:
     """Titles of the top-k pages for `query`."""
-    docs, index = _wiki_index()
-    return [docs[i].title for i, _ in index.search(query, k)]
+    return [p.title for p in _ranked(query, k)]
 
 
 class SearchTool(Tool):
@@ -76,8 +88,7 @@ class SearchTool(Tool):
         self.k = k
 
     def __call__(self, query: str) -> str:
-        docs, index = _wiki_index()
-        hits = index.search(query[:500], self.k)
+        hits = _ranked(query[:500], self.k)
         if not hits:
             return f"No results for {query[:80]!r}."
-        return " ".join(f"{rank}. {docs[i].title}: {docs[i].summary}" for rank, (i, _) in enumerate(hits, 1))
+        return " ".join(f"{rank}. {p.title}: {p.summary}" for rank, p in enumerate(hits, 1))

@@ -23,7 +23,20 @@ _ONSETS = ("b", "br", "d", "dr", "f", "g", "gr", "h", "k", "kr", "l", "m", "n", 
 _VOWELS = ("a", "e", "i", "o", "u", "ae", "io", "ou")
 _CODAS = ("", "", "n", "r", "l", "s", "m", "th", "v", "nd", "rk")
 _COUNTRY_ENDS = ("ia", "ovia", "land", "mark", "ora", "istan", "aria", "enia")
-_CITY_ENDS = ("moor", "holm", "ford", "haven", "burg", "dale", "port", "wick", "gate", "field", "mouth", "stead")
+_CITY_ENDS = (
+    "moor",
+    "holm",
+    "ford",
+    "haven",
+    "burg",
+    "dale",
+    "port",
+    "wick",
+    "gate",
+    "field",
+    "mouth",
+    "stead",
+)
 _INV_HEADS = ("Sky", "Cloud", "Iron", "Glass", "Star", "Sun", "Frost", "Ember", "Tide", "Stone", "Wind",
               "Moon", "Copper", "Silver", "Echo", "Storm")  # fmt: skip
 _INV_TAILS = ("loom", "wheel", "lamp", "engine", "scope", "press", "pump", "clock", "kiln", "mill", "lens",
@@ -71,16 +84,20 @@ def pages() -> dict[str, Page]:
         for _ in range(N_COUNTRIES)
     ]
     cities = [
-        _unique(rng, lambda r: (_word(r, 1) + r.choice(_CITY_ENDS)).capitalize(), taken) for _ in range(N_CITIES)
+        _unique(rng, lambda r: (_word(r, 1) + r.choice(_CITY_ENDS)).capitalize(), taken)
+        for _ in range(N_CITIES)
     ]
     people = [
         _unique(rng, lambda r: f"{_word(r, 1).capitalize()} {_word(r, 2).capitalize()}", taken)
         for _ in range(N_PEOPLE)
     ]
     inventions = [
-        _unique(rng, lambda r: r.choice(_INV_HEADS) + r.choice(_INV_TAILS), taken) for _ in range(N_INVENTIONS)
+        _unique(rng, lambda r: r.choice(_INV_HEADS) + r.choice(_INV_TAILS), taken)
+        for _ in range(N_INVENTIONS)
     ]
-    purposes = rng.sample([f"{v} {o}" for v in _VERBS for o in _OBJECTS], N_INVENTIONS)  # unique per invention
+    purposes = rng.sample(
+        [f"{v} {o}" for v in _VERBS for o in _OBJECTS], N_INVENTIONS
+    )  # unique per invention
 
     country_of = {city: countries[i % N_COUNTRIES] for i, city in enumerate(cities)}  # 4 cities per country
     capital = {c: cities[i] for i, c in enumerate(countries)}  # the first city of each country

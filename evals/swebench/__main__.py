@@ -1,0 +1,3 @@
+from evals.swebench import main
+
+main()

@@ -1,0 +1,114 @@
+"""Tasks: what an agent works on. The runner drives every task through the same life cycle:
+
+    await task.initialize_runtime()          # e.g. build the env, start a sandbox
+    messages = task.get_instruction()        # opening chat messages
+    loop: text = <backend generates>; res = await task.step(text)   # until res.done or a limit
+    await task.complete_runtime()            # tear down (always called, also after errors)
+    verdict = await task.evaluate_result(trajectory)   # {"reward": float, "success": bool, ...}
+
+`EnvTask` adapts any `envs.Env` (steps run in a thread so a slow tool never stalls other agents); `PooledEnvTask`
+runs the env in an `EnvPool` worker instead, with the pool's timeouts and crash isolation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from abc import ABC, abstractmethod
+from typing import Any
+
+import envs
+from envs.base import Env, StepResult
+from nanosky.envpool import EnvFailure
+
+
+class EnvError(RuntimeError):
+    """A task's runtime failed (env hung, crashed, raised); costs this trajectory only."""
+
+
+class Task(ABC):
+    """Subclass and implement `get_instruction` and `evaluate_result`; multi-turn tasks also implement `step`."""
+
+    task_id: str = ""
+    tools: list[dict] = []  # OpenAI function schemas shown to the model (the chat template lists them)
+    max_turns: int = 1
+
+    async def initialize_runtime(self) -> None:  # noqa: B027 - optional hook
+        """Set up whatever the task needs (env, sandbox, files). Default: nothing."""
+
+    @abstractmethod
+    def get_instruction(self) -> list[dict]: ...
+
+    async def step(self, action: str) -> StepResult:
+        """React to one assistant turn. Default: a single-turn task, judged by `evaluate_result`."""
+        return StepResult(observations=[], reward=0.0, done=True)
+
+    async def complete_runtime(self) -> None:  # noqa: B027 - optional hook
+        """Tear the runtime down; called even when the task failed. Default: nothing."""
+
+    @abstractmethod
+    async def evaluate_result(self, result: Any) -> dict:
+        """`result` is the finished `AgentTrajectory`. Returns at least {"reward": float, "success": bool}."""
+
+
+class EnvTask(Task):
+    """Any `envs.Env` as a task: reward = sum of step rewards, success = the last step's `info["success"]`."""
+
+    def __init__(self, env: Env, task_id: str = ""):
+        self.env, self.task_id = env, task_id
+        self.tools = [t.schema for t in (getattr(env, "tools", None) or [])]
+        self.max_turns = int(getattr(env, "max_turns", 1))
+        self._messages: list[dict] | None = None
+        self._rewards: list[float] = []
+        self._info: dict = {}
+
+    @classmethod
+    def make(cls, name: str, split: str = "train", seed: int = 0, **kwargs) -> EnvTask:
+        return cls(envs.make(name, split=split, seed=seed, **kwargs), task_id=f"{name}/{split}/{seed}")
+
+    async def initialize_runtime(self) -> None:
+        self._messages = await asyncio.to_thread(self.env.reset)
+
+    def get_instruction(self) -> list[dict]:
+        return list(self._messages or [])
+
+    async def step(self, action: str) -> StepResult:
+        res = await asyncio.to_thread(self.env.step, action)
+        self._rewards.append(float(res.reward))
+        self._info = dict(res.info)
+        return res
+
+    async def evaluate_result(self, result: Any) -> dict:
+        return {"reward": float(sum(self._rewards)), "success": bool(self._info.get("success", False))}
+
+
+class PooledEnvTask(EnvTask):
+    """An env that lives in an `EnvPool` worker; a hung or crashed env raises `EnvError` for this task only."""
+
+    def __init__(self, pool, name: str, split: str = "train", seed: int = 0, **kwargs):
+        self.pool, self.spec = pool, (name, split, seed, kwargs)
+        self.task_id, self.handle = f"{name}/{split}/{seed}", None
+        self.tools, self.max_turns = [], 1
+        self._messages, self._rewards, self._info = None, [], {}
+
+    async def initialize_runtime(self) -> None:
+        name, split, seed, kwargs = self.spec
+        self.handle = await asyncio.to_thread(self.pool.make, name, split, seed, **kwargs)
+        self.tools, self.max_turns = self.pool.tools(self.handle), self.pool.max_turns(self.handle)
+        [msgs] = await asyncio.to_thread(self.pool.reset, [self.handle])
+        self._messages = _ok(msgs)
+
+    async def step(self, action: str) -> StepResult:
+        res = _ok(await asyncio.wrap_future(self.pool.step_async(self.handle, action)))
+        self._rewards.append(float(res.reward))
+        self._info = dict(res.info)
+        return res
+
+    async def complete_runtime(self) -> None:
+        if self.handle is not None:
+            self.pool.close(self.handle)
+
+
+def _ok(x):
+    if isinstance(x, EnvFailure):
+        raise EnvError(x.reason)
+    return x

@@ -1,0 +1,54 @@
+"""One policy_update on a fixed synthetic batch; rank 0 saves the parameter change. Used by tests/test_update.py to
+check that the gradient does not depend on micro-batch size or world size.
+
+    torchrun --nproc_per_node 2 tests/scripts/update_step.py OUT.pt MICRO_BS MODE POLICY_LOSS
+"""
+
+import random
+import sys
+
+import torch
+
+import algos
+from nanosky import dist
+from nanosky.batch import balanced_split, compute_advantages, to_batch
+from nanosky.policy import iter_full_params, load_model
+from nanosky.rollout import Trajectory
+from nanosky.tiny import ensure_tiny_model
+from nanosky.update import policy_update
+
+
+def main(out: str, micro_bs: int, mode: str, loss: str) -> None:
+    info = dist.init_distributed()
+    torch.use_deterministic_algorithms(True)
+    path = str(ensure_tiny_model())
+    model = load_model(path, info)
+    before = {k: v.clone() for k, v in iter_full_params(model)}
+    rng = random.Random(0)
+    trajs = []
+    for i in range(16):  # 4 groups of 4, varied lengths
+        p, r = rng.randint(5, 12), rng.randint(1, 9)
+        ids = [rng.randint(3, 500) for _ in range(p + r)]
+        trajs.append(Trajectory(ids=ids, loss_mask=[0] * p + [1] * r, logprobs=[0.0] * p + [-1.0] * r,
+                                prompt_len=p, reward=float(rng.random() < 0.5), group=i // 4))
+    cfg = algos.preset("grpo", loss_agg_mode=mode, policy_loss=loss)
+    local = balanced_split([len(t.ids) for t in trajs], info.world)[info.rank]
+    batch = to_batch([trajs[i] for i in local], 0, info.device)
+    full = to_batch(trajs, 0, info.device)
+    rows = {"token_rewards": algos.scalar_to_token_rewards(full.rewards, full.loss_mask),
+            "response_mask": full.loss_mask, "group_index": full.group_index, "local_index": torch.tensor(local)}
+    compute_advantages(batch, cfg, rows)
+    T = batch.loss_mask.shape[1]
+    batch.advantages = batch.advantages[:, :T]
+    opt = torch.optim.SGD(model.parameters(), lr=1.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
+    policy_update(model, opt, sched, batch, cfg, micro_bs, grad_clip=0.0, norm_const=16)
+    delta = {k: (v - before[k]) for k, v in iter_full_params(model)}
+    if info.is_main:
+        torch.save(delta, out)
+    dist.barrier()
+    dist.shutdown()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4])

@@ -1,0 +1,33 @@
+import torch
+
+from nanosky.batch import balanced_split, to_batch
+from nanosky.rollout import Trajectory
+
+
+def test_balanced_split_equal_counts_and_even_tokens():
+    lengths = [100, 10, 90, 20, 80, 30, 70, 40]
+    parts = balanced_split(lengths, 2)
+    assert sorted(i for p in parts for i in p) == list(range(8))
+    assert [len(p) for p in parts] == [4, 4]
+    loads = [sum(lengths[i] for i in p) for p in parts]
+    assert abs(loads[0] - loads[1]) <= 20
+
+
+def test_balanced_split_beats_contiguous_split_on_sorted_lengths():
+    lengths = list(range(100, 0, -1))
+    parts = balanced_split(lengths, 4)
+    loads = [sum(lengths[i] for i in p) for p in parts]
+    contiguous = [sum(lengths[i : i + 25]) for i in range(0, 100, 25)]
+    assert max(loads) - min(loads) < (max(contiguous) - min(contiguous)) / 10
+
+
+def test_to_batch_aligns_masks_with_next_token():
+    t = Trajectory(ids=[5, 6, 7, 8], loss_mask=[0, 0, 1, 1], logprobs=[0, 0, -0.5, -0.25], prompt_len=2, reward=1.0)
+    u = Trajectory(ids=[5, 6, 9], loss_mask=[0, 0, 1], logprobs=[0, 0, -1.0], prompt_len=2, reward=0.0, group=1)
+    b = to_batch([t, u], pad_id=0, device="cpu")
+    assert b.input_ids.tolist() == [[5, 6, 7, 8], [5, 6, 9, 0]]
+    assert b.attention_mask.tolist() == [[1, 1, 1, 1], [1, 1, 1, 0]]
+    # position t predicts ids[t+1]: mask/logprobs shift left by one
+    assert b.loss_mask.tolist() == [[0, 1, 1], [0, 1, 0]]
+    assert torch.allclose(b.rollout_logprobs, torch.tensor([[0, -0.5, -0.25], [0, -1.0, 0]]))
+    assert b.rewards.tolist() == [1.0, 0.0] and b.group_index.tolist() == [0, 1]

@@ -1,0 +1,142 @@
+"""evals.math: answer extraction, equivalence, data loading with bad rows, pass@k, and the CLI end to end through
+a scripted OpenAI-compatible server (the --ckpt path with real vLLM is covered by the slow test in test_swebench)."""
+
+import json
+
+import pytest
+
+from evals import common
+from evals import math as emath
+from evals.scripted import ScriptedServer
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("steps... <answer>1,200</answer>", "1,200"),
+        ("so \\boxed{\\frac{3}{4}} is it", "\\frac{3}{4}"),
+        ("\\boxed{a} then \\boxed{\\sqrt{x^{2}}}", "\\sqrt{x^{2}}"),  # the last box, nested braces kept
+        ("\\boxed 5", "5"),
+        ("\\fbox{7}", "7"),
+        ("Natalia sold 48/2 = 24 clips.\n#### 72", "72"),
+        ("The answer is 17.", "17"),
+        ("first 3, then 5.5", "5.5"),
+        ("no digits here", None),
+        ("\\boxed{unclosed", None),
+    ],
+)
+def test_extract_answer(text, expected):
+    assert emath.extract_answer(text) == expected
+
+
+@pytest.mark.parametrize(
+    "pred, gold",
+    [("0.5", "1/2"), ("\\frac{1}{2}", "0.5"), ("\\dfrac12", "1/2"), ("-\\frac{3}{2}", "-1.5"),
+     ("\\frac{-3}{2}", "-1.5"), ("1,000", "1000"), ("$30", "30"), ("30 dollars", "30"), ("50\\%", "50"),
+     ("x = 6", "6"), ("(7,3)", "(7, 3)"), ("\\sqrt{2}", "\\sqrt2"), ("Yes.", "yes"), ("007", "7")],
+)  # fmt: skip
+def test_equivalent(pred, gold):
+    assert emath.is_equiv(pred, gold)
+
+
+@pytest.mark.parametrize(
+    "pred, gold",
+    [
+        ("0.33", "1/3"),
+        ("2", "3"),
+        ("1,2", "12"),
+        ("(7,3)", "(3,7)"),
+        ("(7,3)", "[7,3]"),
+        (None, "1"),
+        ("", "0"),
+    ],
+)
+def test_not_equivalent(pred, gold):
+    assert not emath.is_equiv(pred, gold)
+
+
+def test_gold_answer_formats():
+    assert emath.gold_answer({"question": "q", "answer": "48 / 2 = 24\n#### 1,024"}) == "1,024"
+    assert emath.gold_answer({"problem": "p", "solution": "so $\\boxed{\\frac{5}{6}}$."}) == "\\frac{5}{6}"
+    with pytest.raises(ValueError):
+        emath.gold_answer({"problem": "p", "solution": "no box"})
+
+
+def test_shipped_sets_load():
+    for name, n in (("text_math", 200), ("gsm8k", 20), ("math", 30)):
+        rows, bad = emath.load_rows(name)
+        assert len(rows) == n and not bad
+        assert all(r["question"] and r["answer"] for r in rows)
+    rows, _ = emath.load_rows("math")
+    # every shipped MATH answer is equivalent to its own solution's box (what an oracle would write)
+    assert all(emath.is_equiv(emath.extract_answer(f"\\boxed{{{r['answer']}}}"), r["answer"]) for r in rows)
+
+
+def test_bad_rows_are_reported_and_skipped(tmp_path):
+    f = tmp_path / "mixed.jsonl"
+    f.write_text(
+        '{"question": "1+1?", "answer": "#### 2"}\n'
+        "not json\n"
+        '{"question": "no answer"}\n'
+        '{"problem": "p", "solution": "unboxed"}\n'
+        "[1, 2]\n"
+        '{"problem": "2+2?", "solution": "\\\\boxed{4}"}\n'
+    )
+    rows, bad = emath.load_rows(str(f))
+    assert [r["answer"] for r in rows] == ["2", "4"]
+    assert sorted(b["line"] for b in bad) == [2, 3, 4, 5]
+
+
+def test_pass_at_k():
+    assert common.pass_at_k(2, 1, 1) == pytest.approx(0.5)
+    assert common.pass_at_k(2, 1, 2) == 1.0
+    assert common.pass_at_k(4, 0, 4) == 0.0
+    assert common.pass_at_k(5, 2, 2) == pytest.approx(1 - 3 / 10)  # 1 - C(3,2)/C(5,2)
+    m = common.pass_metrics({"a": [True, False, False, False], "b": [False] * 4})
+    assert m["mean@4"] == pytest.approx(0.125) and m["pass@1"] == pytest.approx(0.125)
+    assert m["pass@4"] == pytest.approx(0.5) and set(m) == {"mean@4", "pass@1", "pass@2", "pass@4"}
+
+
+def test_env_rewards_equivalent_answer():
+    env = emath.MathQAEnv("What is 1/2 + 1/4?", "\\frac{3}{4}")
+    assert env.reset()[1]["content"] == "What is 1/2 + 1/4?"
+    assert env.step("<answer>0.75</answer>").reward == 1.0
+    res = env.step("I think it is 1")
+    assert res.reward == 0.0 and res.done and res.info["pred"] == "1"
+
+
+def test_config_rejects_greedy_multi_sample():
+    with pytest.raises(ValueError, match="temperature"):
+        emath.MathEvalConfig(n_samples=4, temperature=0.0)
+
+
+def test_cli_against_scripted_server(tmp_path):
+    """An oracle that is right on every other question: accuracy, pass@k, outputs and bad rows end to end."""
+    data = tmp_path / "gsm.jsonl"
+    qs = [(f"What is {i} + {i}?", 2 * i) for i in range(6)]
+    data.write_text(
+        "".join(json.dumps({"question": q, "answer": f"...\n#### {a}"}) + "\n" for q, a in qs) + "{}\n"
+    )
+    answers = dict(qs)
+
+    def reply(messages):
+        q = messages[-1]["content"]
+        a = answers[q] if (answers[q] // 2) % 2 == 0 else answers[q] + 1
+        return f"{q[8:-1]} = {a}\n<answer>{a}</answer>"
+
+    out = tmp_path / "out"
+    with ScriptedServer(reply) as url:
+        report = emath.main(["--base-url", url, "--data", str(data), "--out", str(out), "--n-samples", "2",
+                             "--temperature", "1.0"])  # fmt: skip
+    assert report["accuracy"] == pytest.approx(0.5) and report["pass@2"] == pytest.approx(0.5)
+    assert report["n_examples"] == 6 and report["n_episodes"] == 12 and report["n_skipped"] == 1
+    assert report["completion_tokens"] > 0 and report["mean_steps"] == 1.0
+    lines = [json.loads(x) for x in (out / "examples.jsonl").read_text().splitlines()]
+    episodes = [x for x in lines if not x.get("skipped")]
+    assert len(episodes) == 12 and len(lines) == 13
+    assert all(
+        e["messages"][-1]["role"] == "assistant" and e["correct"] == (e["pred"] == e["answer"])
+        for e in episodes
+    )
+    saved = json.loads((out / "report.json").read_text())
+    assert saved["accuracy"] == report["accuracy"] and saved["config"]["n_samples"] == 2

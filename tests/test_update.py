@@ -1,0 +1,38 @@
+"""The global-batch loss normalisation: the gradient is the same for any micro-batch size and world size."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPT = os.path.join(ROOT, "tests", "scripts", "update_step.py")
+
+
+def _run(tmp_path, world: int, micro_bs: int, mode: str, loss: str = "ppo") -> dict:
+    out = tmp_path / f"d_{world}_{micro_bs}_{mode}_{loss}.pt"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(world),
+           SCRIPT, str(out), str(micro_bs), mode, loss]
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return torch.load(out)
+
+
+def _close(a: dict, b: dict) -> float:
+    worst = 0.0
+    for k in a:
+        scale = a[k].abs().max().item() + 1e-12
+        worst = max(worst, (a[k] - b[k]).abs().max().item() / scale)
+    return worst
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean"])
+def test_grad_invariant_to_micro_batch_and_world_size(tmp_path, mode):
+    ref = _run(tmp_path, 1, 16, mode)
+    assert max(v.abs().max().item() for v in ref.values()) > 0  # the update did something
+    for mbs in (8, 4):
+        assert _close(ref, _run(tmp_path, 1, mbs, mode)) < 1e-4, f"micro_bs={mbs}"
+    assert _close(ref, _run(tmp_path, 2, 4, mode)) < 1e-4, "world=2"
