@@ -1,8 +1,8 @@
 """nanosky entry point: parse → train → close.
 
-    torchrun --nproc_per_node 8 run.py --algo grpo --env math        # one GPU per rank (nccl)
-    torchrun --nproc_per_node 2 run.py --preset demo                  # CPU (gloo), the bundled tiny model
-    python run.py --help                                              # every flag
+torchrun --nproc_per_node 8 run.py --algo grpo --env math        # one GPU per rank (nccl)
+torchrun --nproc_per_node 2 run.py --preset demo                  # CPU (gloo), the bundled tiny model
+python run.py --help                                              # every flag
 """
 
 from nanosky import dist
@@ -10,8 +10,9 @@ from nanosky.config import parse_args
 from nanosky.trainer import train
 
 if __name__ == "__main__":
-    info = dist.init_distributed()
+    cfg = parse_args(console=dist.launch_rank() == 0)  # bad flags fail here, before anything is built
+    dist.init_distributed(timeout_s=cfg.dist.timeout_s)
     try:
-        train(parse_args(console=info.is_main))
+        train(cfg)
     finally:
         dist.shutdown()

@@ -23,9 +23,23 @@ def main() -> None:
     ap.add_argument("--model", default="tiny")
     args = ap.parse_args()
     run_dir = tempfile.mkdtemp(prefix="nanosky-bench-")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(args.nproc),
-           "run.py", "--preset", "bench", "--steps", str(args.steps), "--model.path", args.model,
-           "--log.run-dir", run_dir]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        str(args.nproc),
+        "run.py",
+        "--preset",
+        "bench",
+        "--steps",
+        str(args.steps),
+        "--model.path",
+        args.model,
+        "--log.run-dir",
+        run_dir,
+    ]
     r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     if r.returncode != 0:
         sys.exit(r.stderr[-4000:])
@@ -38,8 +52,16 @@ def main() -> None:
         vals = [e.value for e in acc.Scalars(tag)][1:]  # drop the warm-up step
         return statistics.median(vals)
 
-    print(f"shape: {args.nproc} ranks, 32 prompts x 8 samples x 32 new tokens, steps {args.steps} (first dropped)")
-    for tag in ("timing/generate_s", "timing/logprob_s", "timing/train_s", "timing/sync_s", "perf/tokens_per_s"):
+    print(
+        f"shape: {args.nproc} ranks, 32 prompts x 8 samples x 32 new tokens, steps {args.steps} (first dropped)"
+    )
+    for tag in (
+        "timing/generate_s",
+        "timing/logprob_s",
+        "timing/train_s",
+        "timing/sync_s",
+        "perf/tokens_per_s",
+    ):
         print(f"{tag:22s} {med(tag):8.3f}")
     print(f"step_s={med('timing/step_s'):.3f}")
 

@@ -180,10 +180,10 @@ class AgentQAEnv(Env):
         self.max_calls_per_turn = max_calls_per_turn
         self.tools = [get_tool(n) for n in tools]
         self.system_prompt = TOOL_PROMPT + (CONFIDENCE_PROMPT if ask_confidence else "")
-        self.turn = 0
+        self.turn = self.n_calls = self.n_invalid = 0
 
     def reset(self) -> list[Message]:
-        self.turn = 0
+        self.turn = self.n_calls = self.n_invalid = 0
         return [
             {"role": "system", "content": self.system_prompt},
             {"role": "user", "content": self.row["question"]},
@@ -193,7 +193,7 @@ class AgentQAEnv(Env):
         try:
             return self._step(action if isinstance(action, str) else "")
         except Exception as e:  # noqa: BLE001 - step never raises
-            return StepResult([], 0.0, True, {"success": False, "error": repr(e)[:300], "tool_calls": 0})
+            return StepResult([], 0.0, True, self._info(False, error=repr(e)[:300]))
 
     def _step(self, action: str) -> StepResult:
         self.turn += 1
@@ -203,17 +203,19 @@ class AgentQAEnv(Env):
         ):  # tool calls win over an answer in the same turn (it was a guess)
             table = {t.name: t for t in self.tools}
             results = [run_tool_call(c, table, self.tool_timeout_s) for c in calls[: self.max_calls_per_turn]]
-            info = {"success": False, "tool_calls": len(results), "invalid_calls": sum(not r.ok for r in results),
-                    "calls": [r.record() for r in results]}  # fmt: skip
-            return StepResult([] if last else [r.to_message() for r in results], 0.0, last, info)
+            self.n_calls += len(results)
+            self.n_invalid += sum(not r.ok for r in results)
+            obs = [] if last else [r.to_message() for r in results]
+            return StepResult(obs, 0.0, last, self._info(False, calls=[r.record() for r in results]))
         pred, conf = extract_final(action)
         if pred is not None:
             ok = grade(pred, self.row["answer"], self.row["answer_type"], self.row["question"])
-            return StepResult(
-                [], float(ok), True, {"success": ok, "pred": pred, "confidence": conf, "tool_calls": 0}
-            )
-        return StepResult([] if last else [{"role": "user", "content": NUDGE}], 0.0, last,
-                          {"success": False, "tool_calls": 0})  # fmt: skip
+            return StepResult([], float(ok), True, self._info(ok, pred=pred, confidence=conf))
+        return StepResult([] if last else [{"role": "user", "content": NUDGE}], 0.0, last, self._info(False))
+
+    def _info(self, success: bool, **extra: Any) -> dict[str, Any]:
+        # tool_calls / invalid_calls are cumulative over the episode, as the agent loop expects.
+        return {"success": success, "tool_calls": self.n_calls, "invalid_calls": self.n_invalid, **extra}
 
 
 # ---------------------------------------------------------------------------------------------- eval

@@ -160,11 +160,12 @@ def api_episode(client: OpenAIChat, env: Env, cfg: EvalConfig, seed: int | None 
         except Exception as e:  # noqa: BLE001
             t.stop_reason, t.info["error"] = "env_error", repr(e)[:300]
             break
+        # Bookkeeping as in nanosky.rollout: info keys overwrite, per-turn "calls" add up, counts are cumulative.
         t.turn_rewards.append(float(res.reward))
-        t.info.update(res.info)
-        t.info["usage"] = usage  # an env info key must not shadow the usage
-        t.tool_calls += int(res.info.get("tool_calls", 0))
-        t.invalid_tool_calls += int(res.info.get("invalid_calls", 0))
+        t.info.update({k: v for k, v in res.info.items() if k not in ("calls", "usage")})
+        t.info.setdefault("calls", []).extend(res.info.get("calls", []))
+        t.tool_calls = int(res.info.get("tool_calls", t.tool_calls))
+        t.invalid_tool_calls = int(res.info.get("invalid_calls", t.invalid_tool_calls))
         if res.done:
             t.stop_reason = "done"
         elif turn >= max_turns:

@@ -93,8 +93,12 @@ def compute_advantages(batch: Batch, cfg: algos.AlgoConfig, global_rows: dict[st
     """
     fn = algos.get_adv_estimator(cfg.adv_estimator)
     adv, ret = fn(
-        global_rows["token_rewards"], global_rows["response_mask"], global_rows["group_index"],
-        values=global_rows.get("values"), gamma=cfg.gamma, lam=cfg.lam,
+        global_rows["token_rewards"],
+        global_rows["response_mask"],
+        global_rows["group_index"],
+        values=global_rows.get("values"),
+        gamma=cfg.gamma,
+        lam=cfg.lam,
     )
     idx = global_rows["local_index"]
     batch.advantages, batch.returns = adv[idx], ret[idx]

@@ -16,7 +16,9 @@ from typing import Any
 Message = dict[str, Any]
 
 
-def render(tok, messages: list[Message], tools: list[dict] | None = None, add_generation_prompt: bool = False) -> str:
+def render(
+    tok, messages: list[Message], tools: list[dict] | None = None, add_generation_prompt: bool = False
+) -> str:
     return tok.apply_chat_template(
         messages, tools=tools or None, tokenize=False, add_generation_prompt=add_generation_prompt
     )
@@ -31,7 +33,9 @@ def prompt_ids(tok, messages: list[Message], tools: list[dict] | None = None) ->
     return encode(tok, render(tok, messages, tools, add_generation_prompt=True))
 
 
-def observation_ids(tok, history: list[Message], new: list[Message], tools: list[dict] | None = None) -> list[int]:
+def observation_ids(
+    tok, history: list[Message], new: list[Message], tools: list[dict] | None = None
+) -> list[int]:
     """Ids to append after an assistant turn (which ended in the eos token) so that the sequence continues with
     `new` messages and a fresh assistant generation prompt."""
     eos = tok.eos_token
@@ -44,7 +48,9 @@ def observation_ids(tok, history: list[Message], new: list[Message], tools: list
     return encode(tok, "\n" + render(tok, new, None, add_generation_prompt=True))
 
 
-def encode_conversation(tok, messages: list[Message], tools: list[dict] | None = None) -> tuple[list[int], list[int]]:
+def encode_conversation(
+    tok, messages: list[Message], tools: list[dict] | None = None
+) -> tuple[list[int], list[int]]:
     """Whole conversation → (ids, loss_mask); mask is 1 on assistant content and its closing eos token."""
     ids: list[int] = []
     mask: list[int] = []

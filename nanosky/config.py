@@ -47,6 +47,18 @@ class OptimConfig:
 
 
 @dataclass(kw_only=True)
+class EnvPoolConfig:
+    workers: int = 2
+    """Env worker processes per rank (multiprocess, spawn); 0 = step envs in the trainer process."""
+    step_timeout_s: float = 60.0
+    """A reset/step taking longer costs that trajectory (reward 0, counted in envs/failed); the worker is replaced."""
+
+    def __post_init__(self):
+        if self.workers < 0 or self.step_timeout_s <= 0:
+            raise ValueError("envpool.workers must be >= 0 and envpool.step_timeout_s > 0")
+
+
+@dataclass(kw_only=True)
 class EvalConfig:
     every: int = 10
     """Evaluate on the held-out split every k steps (and at step 0 and at the end); 0 = only start and end."""
@@ -83,6 +95,15 @@ class ProbeConfig:
 
 
 @dataclass(kw_only=True)
+class DistConfig:
+    timeout_s: float = 600.0
+    """Collective timeout: a rank stuck this long in a collective fails the job instead of hanging it."""
+    fail_rank: int = -1
+    """Testing only: this rank raises at `fail_step` (checks that the whole job stops promptly)."""
+    fail_step: int = 0
+
+
+@dataclass(kw_only=True)
 class TrainConfig:
     algo: AlgoName = "grpo"
     """Algorithm preset: fills `--algorithm.*` (every piece stays overridable)."""
@@ -99,11 +120,13 @@ class TrainConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     engine: EngineConfig = field(default_factory=EngineConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    envpool: EnvPoolConfig = field(default_factory=EnvPoolConfig)
     algorithm: AlgoConfig = field(default_factory=lambda: algos.preset("grpo"))
     optim: OptimConfig = field(default_factory=OptimConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     log: LogConfig = field(default_factory=LogConfig)
     probe: ProbeConfig = field(default_factory=ProbeConfig)
+    dist: DistConfig = field(default_factory=DistConfig)
 
     def __post_init__(self):
         import envs
@@ -113,22 +136,33 @@ class TrainConfig:
         if self.env not in envs.env_names():
             raise ValueError(f"env: unknown env {self.env!r}; valid: {', '.join(envs.env_names())}")
         if self.algorithm.adv_estimator in ("grpo", "dr_grpo", "rloo") and self.rollout.group_size < 2:
-            raise ValueError(f"rollout.group_size must be >= 2 for the group estimator "
-                             f"{self.algorithm.adv_estimator!r}, got {self.rollout.group_size}")
+            raise ValueError(
+                f"rollout.group_size must be >= 2 for the group estimator "
+                f"{self.algorithm.adv_estimator!r}, got {self.rollout.group_size}"
+            )
         if self.rollout.max_total_tokens > self.engine.max_model_len:
-            raise ValueError(f"rollout.max_total_tokens ({self.rollout.max_total_tokens}) exceeds "
-                             f"engine.max_model_len ({self.engine.max_model_len})")
-        if self.algorithm.overlong_cache_len >= self.rollout.max_new_tokens and self.algorithm.overlong_cache_len:
+            raise ValueError(
+                f"rollout.max_total_tokens ({self.rollout.max_total_tokens}) exceeds "
+                f"engine.max_model_len ({self.engine.max_model_len})"
+            )
+        if (
+            self.algorithm.overlong_cache_len >= self.rollout.max_new_tokens
+            and self.algorithm.overlong_cache_len
+        ):
             raise ValueError("algorithm.overlong_cache_len must be < rollout.max_new_tokens")
 
     def validate_for_world(self, world: int) -> None:
         if self.rollout.prompts_per_step % world:
-            raise ValueError(f"rollout.prompts_per_step ({self.rollout.prompts_per_step}) must be divisible by the "
-                             f"world size ({world})")
+            raise ValueError(
+                f"rollout.prompts_per_step ({self.rollout.prompts_per_step}) must be divisible by the "
+                f"world size ({world})"
+            )
         local = self.rollout.prompts_per_step * self.rollout.group_size // world
         if local % self.algorithm.mini_batches:
-            raise ValueError(f"per-rank batch ({local}) must be divisible by algorithm.mini_batches "
-                             f"({self.algorithm.mini_batches})")
+            raise ValueError(
+                f"per-rank batch ({local}) must be divisible by algorithm.mini_batches "
+                f"({self.algorithm.mini_batches})"
+            )
 
     def env_args(self) -> dict:
         import json
@@ -151,7 +185,9 @@ class TrainConfig:
 def demo() -> TrainConfig:
     """`make demo`: GRPO on text_math with the bundled tiny model, 2 CPU ranks, ≤ 15 minutes."""
     return TrainConfig(
-        algo="grpo", env="math", steps=40,
+        algo="grpo",
+        env="math",
+        steps=40,
         rollout=RolloutConfig(group_size=8, prompts_per_step=32, max_new_tokens=48, max_total_tokens=160),
         optim=OptimConfig(lr=5e-4, micro_batch_size=32),
         eval=EvalConfig(every=10, limit=200, n_samples=2),
@@ -181,7 +217,34 @@ def bench() -> TrainConfig:
     )
 
 
-PRESETS = {"default": TrainConfig, "demo": demo, "smoke": smoke, "bench": bench}
+def tool_use() -> TrainConfig:
+    """GRPO on the tool_use env (calculator / search / wiki / python_exec), multi-turn, the bundled model."""
+    return TrainConfig(
+        algo="grpo", env="tool_use", steps=30,
+        rollout=RolloutConfig(group_size=8, prompts_per_step=16, max_new_tokens=64, max_total_tokens=480),
+        envpool=EnvPoolConfig(workers=2, step_timeout_s=60.0),
+        optim=OptimConfig(lr=5e-4, micro_batch_size=16),
+        eval=EvalConfig(every=10, limit=100, n_samples=1),
+        log=LogConfig(run_dir="runs/tool_use", ckpt_every=0),
+    )
+
+
+def agent_env(env: str) -> TrainConfig:
+    """GRPO on a multi-step text env (webshop_lite / alfworld_lite) with compact observations for a 512 context."""
+    kwargs = {"page_size": "3"} if env == "webshop_lite" else {}
+    return TrainConfig(
+        algo="grpo", env=env, env_kwargs=kwargs, steps=10,
+        rollout=RolloutConfig(group_size=4, prompts_per_step=8, max_new_tokens=24, max_total_tokens=512),
+        optim=OptimConfig(lr=5e-4, micro_batch_size=8),
+        eval=EvalConfig(every=0, limit=20, n_samples=1),
+        log=LogConfig(run_dir=f"runs/{env}", ckpt_every=0),
+    )
+
+
+PRESETS = {
+    "default": TrainConfig, "demo": demo, "smoke": smoke, "bench": bench, "tool_use": tool_use,
+    "webshop_lite": lambda: agent_env("webshop_lite"), "alfworld_lite": lambda: agent_env("alfworld_lite"),
+}
 
 
 def parse_args(argv: list[str] | None = None, console: bool = True) -> TrainConfig:
@@ -200,6 +263,11 @@ def parse_args(argv: list[str] | None = None, console: bool = True) -> TrainConf
         if known.algo not in algos.PRESETS:
             raise SystemExit(f"--algo: unknown {known.algo!r}; valid: {', '.join(sorted(algos.PRESETS))}")
         base = dataclasses.replace(base, algo=known.algo, algorithm=algos.preset(known.algo))
-    return tyro.cli(TrainConfig, default=base, args=rest, console_outputs=console,
-                    description="nanosky: agentic RL with torchrun + colocated vLLM + FSDP2. "
-                                "--preset {" + ",".join(sorted(PRESETS)) + "} picks a base config.")
+    return tyro.cli(
+        TrainConfig,
+        default=base,
+        args=rest,
+        console_outputs=console,
+        description="nanosky: agentic RL with torchrun + colocated vLLM + FSDP2. "
+        "--preset {" + ",".join(sorted(PRESETS)) + "} picks a base config.",
+    )

@@ -49,8 +49,9 @@ def forward_values(critic: Critic, batch: Batch, micro_bs: int) -> torch.Tensor:
     return out
 
 
-def critic_update(critic, opt, batch: Batch, cfg: algos.AlgoConfig, micro_bs: int, grad_clip: float,
-                  norm_const: int) -> dict[str, float]:
+def critic_update(
+    critic, opt, batch: Batch, cfg: algos.AlgoConfig, micro_bs: int, grad_clip: float, norm_const: int
+) -> dict[str, float]:
     """Clipped value regression onto the GAE returns, with the same global normalisation as the policy loss."""
     info = dist.get_info()
     mode = cfg.loss_agg_mode
@@ -65,8 +66,15 @@ def critic_update(critic, opt, batch: Batch, cfg: algos.AlgoConfig, micro_bs: in
                 ids, att, T = _trim(m)
                 mask = m.loss_mask[:, :T]
                 v = critic(ids, att)  # [b, T]
-                loss, met = algos.value_loss(v, m.values[:, :T], m.returns[:, :T], mask, clip=cfg.value_clip,
-                                             mode=mode, norm_const=norm_const)
+                loss, met = algos.value_loss(
+                    v,
+                    m.values[:, :T],
+                    m.returns[:, :T],
+                    mask,
+                    clip=cfg.value_clip,
+                    mode=mode,
+                    norm_const=norm_const,
+                )
                 (cfg.vf_coef * loss * algos.agg_scale(mode, mask, g_tokens, g_seqs) * info.world).backward()
                 losses.append(float(loss.detach()))
                 clip_fracs.append(met["value_clip_frac"])
@@ -75,5 +83,9 @@ def critic_update(critic, opt, batch: Batch, cfg: algos.AlgoConfig, micro_bs: in
             opt.zero_grad(set_to_none=True)
     s = dist.all_reduce_sum([sum(losses), sum(clip_fracs), float(len(losses))])
     ev = algos.explained_variance(batch.values, batch.returns, batch.loss_mask)
-    return {"value_loss": s[0] / s[2], "value_clip_frac": s[1] / s[2], "critic_grad_norm": sum(norms) / len(norms),
-            "explained_var": ev}
+    return {
+        "value_loss": s[0] / s[2],
+        "value_clip_frac": s[1] / s[2],
+        "critic_grad_norm": sum(norms) / len(norms),
+        "explained_var": ev,
+    }

@@ -68,10 +68,19 @@ def init_distributed(timeout_s: float = 600.0) -> DistInfo:
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     if not dist.is_initialized():
         dist.init_process_group(
-            backend, rank=rank, world_size=world, timeout=datetime.timedelta(seconds=timeout_s), device_id=device if backend == "nccl" else None
+            backend,
+            rank=rank,
+            world_size=world,
+            timeout=datetime.timedelta(seconds=timeout_s),
+            device_id=device if backend == "nccl" else None,
         )
     _INFO = DistInfo(rank, world, local_rank, device, backend)
     return _INFO
+
+
+def launch_rank() -> int:
+    """This process's rank as set by the launcher (0 for plain `python`), readable before the group exists."""
+    return int(os.environ.get("RANK", 0))
 
 
 def get_info() -> DistInfo:

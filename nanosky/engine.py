@@ -39,7 +39,9 @@ class EngineConfig:
 
     def __post_init__(self):
         if not 0.0 < self.gpu_memory_utilization <= 1.0:
-            raise ValueError(f"engine.gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
+            raise ValueError(
+                f"engine.gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}"
+            )
         if self.kv_cache_gib <= 0:
             raise ValueError(f"engine.kv_cache_gib must be > 0, got {self.kv_cache_gib}")
         if self.max_model_len < 16:
@@ -94,9 +96,16 @@ class Engine:
         self.dtype = dtype
 
     # ---- generation ----------------------------------------------------------------------------------------
-    def generate(self, prompts: list[list[int]], spec: SamplingSpec, version: int | None = None) -> list[list[GenOutput]]:
+    def generate(
+        self,
+        prompts: list[list[int]],
+        spec: SamplingSpec,
+        version: int | None = None,
+        seeds: list[int] | None = None,
+    ) -> list[list[GenOutput]]:
         """prompts: token-id lists. Returns, per prompt, `spec.n` samples. `version` is the trainer's weight version:
-        serving other weights than the trainer believes is an error, never a warning."""
+        serving other weights than the trainer believes is an error, never a warning. `seeds` gives each request
+        its own sampling seed (what makes a resumed run draw the same tokens)."""
         from vllm import SamplingParams
 
         if version is not None and version != self.version:
@@ -116,6 +125,10 @@ class Engine:
             skip_special_tokens=False,
         )
         reqs = [{"prompt_token_ids": list(p)} for p in prompts]
+        if seeds is not None:
+            params = [params.clone() for _ in prompts]
+            for p, sd in zip(params, seeds):
+                p.seed = sd
         results = self.llm.generate(reqs, params, use_tqdm=False)
         out = []
         for r in results:
@@ -133,7 +146,9 @@ class Engine:
 
         params = SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=1.0)
         r = self.llm.generate([{"prompt_token_ids": list(ids)}], params, use_tqdm=False)[0]
-        return torch.tensor([d[t].logprob for d, t in zip(r.prompt_logprobs[1:], ids[1:])], dtype=torch.float64)
+        return torch.tensor(
+            [d[t].logprob for d, t in zip(r.prompt_logprobs[1:], ids[1:])], dtype=torch.float64
+        )
 
     # ---- weights -------------------------------------------------------------------------------------------
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> None:

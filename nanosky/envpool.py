@@ -403,6 +403,12 @@ class InProcessPool:
         self._envs[handle] = envs.make(name, split=split, seed=seed, **kwargs)
         return handle
 
+    def add(self, env) -> int:
+        """Adopt an already-built env object (e.g. an eval's custom Env)."""
+        handle = next(self._ids)
+        self._envs[handle] = env
+        return handle
+
     def _do(self, handle: int, fn) -> Any:
         if handle in self._lost or handle not in self._envs:
             return EnvFailure(self._lost.get(handle, f"unknown or closed env handle {handle}"), handle)

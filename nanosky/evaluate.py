@@ -2,33 +2,38 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import torch
 
 import envs
 from nanosky import dist
 from nanosky.chat import encode_conversation
 from nanosky.policy import token_logprobs
-from nanosky.rollout import RolloutConfig, run_episodes
 
 
-def evaluate(engine, tok, env_name: str, env_kwargs: dict, rollout: RolloutConfig, limit: int, n_samples: int,
-             temperature: float, version: int) -> tuple[dict[str, float], list]:
-    """Mean@n success on the first `limit` test episodes, split across ranks. Returns (metrics, local trajs)."""
+def evaluate(rollout_fn, limit: int, n_samples: int) -> tuple[dict[str, float], list]:
+    """Mean@n success on the first `limit` test episodes, split across ranks. `rollout_fn(seeds)` rolls out the
+    test episodes with those seeds. Returns (metrics, this rank's trajectories)."""
     info = dist.get_info()
     idx = list(range(info.rank, limit, info.world))
-    es = [envs.make(env_name, split="test", seed=i, **env_kwargs) for i in idx for _ in range(n_samples)]
-    cfg = dataclasses.replace(rollout, temperature=temperature)
-    trajs = run_episodes(engine, tok, es, cfg, seeds=[i for i in idx for _ in range(n_samples)], version=version)
-    s = dist.all_reduce_sum([
-        float(sum(t.success for t in trajs)), float(len(trajs)), float(sum(t.reward for t in trajs)),
-        float(sum(t.n_policy_tokens for t in trajs)), float(sum(t.tool_calls for t in trajs)),
-        float(sum(t.turns for t in trajs)),
-    ])
+    trajs = rollout_fn([i for i in idx for _ in range(n_samples)])
+    s = dist.all_reduce_sum(
+        [
+            float(sum(t.success for t in trajs)),
+            float(len(trajs)),
+            float(sum(t.reward for t in trajs)),
+            float(sum(t.n_policy_tokens for t in trajs)),
+            float(sum(t.tool_calls for t in trajs)),
+            float(sum(t.turns for t in trajs)),
+        ]
+    )
     n = max(s[1], 1.0)
-    return {"eval/accuracy": s[0] / n, "eval/reward_mean": s[2] / n, "eval/response_len": s[3] / n,
-            "eval/tool_calls_per_traj": s[4] / n, "eval/turns_mean": s[5] / n}, trajs
+    return {
+        "eval/accuracy": s[0] / n,
+        "eval/reward_mean": s[2] / n,
+        "eval/response_len": s[3] / n,
+        "eval/tool_calls_per_traj": s[4] / n,
+        "eval/turns_mean": s[5] / n,
+    }, trajs
 
 
 def probe_sequence(tok, env_name: str, env_kwargs: dict) -> list[int]:

@@ -46,7 +46,9 @@ def load_model(path: str, info: DistInfo, trainable: bool = True):
 
 def shard_model(model, info: DistInfo):
     mesh = torch.distributed.device_mesh.init_device_mesh(info.device.type, (info.world,))
-    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if info.is_cuda else None
+    mp = (
+        MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if info.is_cuda else None
+    )
     kw = {"mesh": mesh} | ({"mp_policy": mp} if mp else {})
     for layer in model.model.layers:
         fully_shard(layer, **kw)
@@ -55,8 +57,12 @@ def shard_model(model, info: DistInfo):
 
 
 def token_logprobs(
-    model, input_ids: torch.Tensor, attention_mask: torch.Tensor, with_entropy: bool = False,
-    entropy_grad: bool = False, temperature: float = 1.0,
+    model,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    with_entropy: bool = False,
+    entropy_grad: bool = False,
+    temperature: float = 1.0,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """log p(ids[:, t] | ids[:, <t]) for t = 1..L-1, aligned with `loss_mask[:, 1:]`.
 

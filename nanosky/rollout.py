@@ -76,78 +76,140 @@ class Trajectory:
         return d
 
 
-def _tool_schemas(env: Env) -> list[dict] | None:
-    return [t.schema for t in env.tools] or None if getattr(env, "tools", None) else None
-
-
 def run_episodes(
-    engine, tok, envs: list[Env], cfg: RolloutConfig, groups: list[int] | None = None, seeds: list[int] | None = None,
-    version: int | None = None, temperature: float | None = None,
+    engine,
+    tok,
+    envs: list[Env] | None,
+    cfg: RolloutConfig,
+    groups: list[int] | None = None,
+    seeds: list[int] | None = None,
+    version: int | None = None,
+    temperature: float | None = None,
+    pool=None,
+    handles: list[int] | None = None,
+    sample_seed: int | None = None,
 ) -> list[Trajectory]:
-    """Roll out every env to the end, batching all active episodes into one engine call per turn."""
-    eos = tok.eos_token_id
-    trajs, histories = [], []
-    for i, env in enumerate(envs):
-        msgs = env.reset()
-        ids = prompt_ids(tok, msgs, _tool_schemas(env))
-        trajs.append(Trajectory(ids=ids, loss_mask=[0] * len(ids), logprobs=[0.0] * len(ids), prompt_len=len(ids),
-                                group=groups[i] if groups else i, env_seed=seeds[i] if seeds else 0, messages=list(msgs)))
+    """Roll out every episode to the end. Episodes are either env objects (`envs`, stepped in-process) or `handles`
+    of envs living in `pool` (a per-rank EnvPool of worker processes). With `sample_seed`, every request gets a
+    seed derived from (sample_seed, episode, turn), so the same call samples the same tokens (exact resume).
+
+    With a worker pool, live episodes are split into two waves: while one wave's env steps run in the workers, the
+    engine generates the other wave's next turn."""
+    if pool is None:
+        from nanosky.envpool import InProcessPool
+
+        pool = InProcessPool()
+        handles = [pool.add(e) for e in envs]
+    n = len(handles)
+    starts = pool.reset(handles)
+    trajs: list[Trajectory] = []
+    histories: list[list[dict]] = []
+    for i, h in enumerate(handles):
+        msgs = starts[i] if isinstance(starts[i], list) else []
+        ids = prompt_ids(tok, msgs, pool.tools(h) or None) if msgs else []
+        t = Trajectory(
+            ids=ids,
+            loss_mask=[0] * len(ids),
+            logprobs=[0.0] * len(ids),
+            prompt_len=len(ids),
+            group=groups[i] if groups else i,
+            env_seed=seeds[i] if seeds else 0,
+            messages=list(msgs),
+        )
+        if not msgs:
+            t.stop_reason, t.info["error"] = "env_error", getattr(starts[i], "reason", "reset failed")
+        elif len(ids) >= cfg.max_total_tokens:
+            t.stop_reason = "max_tokens"
+        trajs.append(t)
         histories.append(list(msgs))
-    active = [i for i, t in enumerate(trajs) if len(t.ids) < cfg.max_total_tokens]
-    for i in set(range(len(trajs))) - set(active):
-        trajs[i].stop_reason = "max_tokens"
-    turn = 0
-    while active:
-        turn += 1
-        # One engine call per turn for every live episode; each may only use what is left of its token budget.
-        budgets = [min(cfg.max_new_tokens, cfg.max_total_tokens - len(trajs[i].ids)) for i in active]
-        outs = []
-        for budget in sorted(set(budgets)):
-            idx = [i for i, b in zip(active, budgets) if b == budget]
-            spec = SamplingSpec(n=1, max_tokens=budget, temperature=temperature or cfg.temperature, top_p=cfg.top_p)
-            outs += list(zip(idx, engine.generate([trajs[i].ids for i in idx], spec, version=version)))
-        still = []
-        for i, samples in sorted(outs):
-            t, env, g = trajs[i], envs[i], samples[0]
-            t.ids += g.token_ids
-            t.loss_mask += [1] * len(g.token_ids)
-            t.logprobs += g.logprobs
-            text = tok.decode([x for x in g.token_ids if x != eos], skip_special_tokens=False)
-            t.messages.append({"role": "assistant", "content": text})
-            histories[i].append({"role": "assistant", "content": text})
-            t.turns = turn
-            try:
-                res = env.step(text)
-            except Exception as e:  # envs promise never to raise; if one does, it costs this trajectory only
-                t.stop_reason, t.reward, t.info["error"] = "env_error", 0.0, repr(e)
-                continue
-            t.turn_rewards.append(float(res.reward))
-            t.info.update(res.info)
-            t.tool_calls += int(res.info.get("tool_calls", 0))
-            t.invalid_tool_calls += int(res.info.get("invalid_calls", 0))
-            max_turns = cfg.max_turns or getattr(env, "max_turns", 1)
-            if res.done:
-                t.stop_reason = "done"
-            elif turn >= max_turns:
-                t.stop_reason = "max_turns"
-            elif g.finish_reason == "length" and g.token_ids[-1:] != [eos]:
-                t.stop_reason = "max_tokens"
-            else:
-                obs = observation_ids(tok, histories[i], res.observations, _tool_schemas(env))
-                if len(t.ids) + len(obs) >= cfg.max_total_tokens:
-                    t.stop_reason = "max_tokens"
-                else:
-                    t.ids += obs
-                    t.loss_mask += [0] * len(obs)
-                    t.logprobs += [0.0] * len(obs)
-                    t.messages += res.observations
-                    histories[i] += res.observations
-                    still.append(i)
-            if t.stop_reason:
-                t.reward = float(sum(t.turn_rewards))
-                t.success = bool(t.info.get("success", False))
-        active = still
+    live = [i for i in range(n) if not trajs[i].stop_reason]
+    n_waves = 2 if getattr(pool, "step_timeout_s", None) is not None and len(live) > 1 else 1
+    waves = [live[w::n_waves] for w in range(n_waves)]
+    pending: list[list[tuple[int, object, object]]] = [[] for _ in waves]
+    while any(waves) or any(pending):
+        for w in range(n_waves):
+            if pending[w]:
+                waves[w] = [
+                    i
+                    for i, fut, g in pending[w]
+                    if _absorb(tok, pool, handles[i], trajs[i], histories[i], g, fut.result(), cfg)
+                ]
+                pending[w] = []
+            if waves[w]:
+                req_seeds = (
+                    None
+                    if sample_seed is None
+                    else [
+                        (sample_seed + 1_000_003 * i + 7919 * trajs[i].turns) % (2**31 - 1) for i in waves[w]
+                    ]
+                )
+                gens = _generate(engine, [trajs[i] for i in waves[w]], cfg, temperature, version, req_seeds)
+                pending[w] = []
+                for i, g in zip(waves[w], gens):
+                    text = _append_turn(tok, trajs[i], histories[i], g)
+                    pending[w].append((i, pool.step_async(handles[i], text), g))
+                waves[w] = []
+    for t in trajs:
+        t.reward = float(sum(t.turn_rewards))
+        t.success = bool(t.info.get("success", False))
     return trajs
+
+
+def _generate(engine, trajs: list[Trajectory], cfg: RolloutConfig, temperature, version, seeds=None):
+    """One engine call per distinct token budget (each episode may only use what is left of its budget)."""
+    budgets = [min(cfg.max_new_tokens, cfg.max_total_tokens - len(t.ids)) for t in trajs]
+    out: list = [None] * len(trajs)
+    for b in sorted(set(budgets)):
+        idx = [k for k, x in enumerate(budgets) if x == b]
+        spec = SamplingSpec(n=1, max_tokens=b, temperature=temperature or cfg.temperature, top_p=cfg.top_p)
+        req_seeds = [seeds[k] for k in idx] if seeds else None
+        for k, samples in zip(
+            idx, engine.generate([trajs[k].ids for k in idx], spec, version=version, seeds=req_seeds)
+        ):
+            out[k] = samples[0]
+    return out
+
+
+def _append_turn(tok, t: Trajectory, history: list[dict], g) -> str:
+    t.ids += g.token_ids
+    t.loss_mask += [1] * len(g.token_ids)
+    t.logprobs += g.logprobs
+    t.turns += 1
+    text = tok.decode([x for x in g.token_ids if x != tok.eos_token_id], skip_special_tokens=False)
+    t.messages.append({"role": "assistant", "content": text})
+    history.append({"role": "assistant", "content": text})
+    return text
+
+
+def _absorb(tok, pool, handle: int, t: Trajectory, history: list[dict], g, res, cfg: RolloutConfig) -> bool:
+    """Record an env step's result; append the observation turn if the episode goes on. Returns True if it does."""
+    if not hasattr(res, "reward"):  # EnvFailure: a hung, crashed or raising env costs this trajectory only
+        t.stop_reason, t.turn_rewards, t.info["error"] = "env_error", [0.0], res.reason
+        t.info["success"] = False
+        return False
+    t.turn_rewards.append(float(res.reward))
+    t.info.update({k: v for k, v in res.info.items() if k != "calls"})
+    t.info.setdefault("calls", []).extend(res.info.get("calls", []))
+    t.tool_calls = int(res.info.get("tool_calls", t.tool_calls))
+    t.invalid_tool_calls = int(res.info.get("invalid_calls", t.invalid_tool_calls))
+    if res.done:
+        t.stop_reason = "done"
+    elif t.turns >= (cfg.max_turns or pool.max_turns(handle)):
+        t.stop_reason = "max_turns"
+    elif g.finish_reason == "length" and g.token_ids[-1:] != [tok.eos_token_id]:
+        t.stop_reason = "max_tokens"
+    else:
+        obs = observation_ids(tok, history, res.observations, pool.tools(handle) or None)
+        if len(t.ids) + len(obs) >= cfg.max_total_tokens:
+            t.stop_reason = "max_tokens"
+        else:
+            t.ids += obs
+            t.loss_mask += [0] * len(obs)
+            t.logprobs += [0.0] * len(obs)
+            t.messages += res.observations
+            history += res.observations
+            return True
+    return False
 
 
 def timed(fn, *args, **kwargs) -> tuple[Any, float]:

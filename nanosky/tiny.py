@@ -54,7 +54,7 @@ class TinyConfig:
     lr: float = 2e-3
     bf16: bool = True
     """bf16 autocast for the build (AMX on recent x86 makes it ~2x faster than fp32 here)."""
-    threads: int = 2
+    threads: int = 1
     """torch intra-op threads for the build."""
     out: str | None = None
     """Output directory (default: nanosky/assets/tiny)."""
@@ -122,7 +122,9 @@ def build(cfg: TinyConfig) -> Path:
     rng.shuffle(convs)
 
     # Tokenizer: BPE over the rendered conversations (plain text of every message is enough to learn merges).
-    corpus = [m["content"] for c, _ in convs for m in c] + [json.dumps(s) for _, ss in convs if ss for s in ss]
+    corpus = [m["content"] for c, _ in convs for m in c] + [
+        json.dumps(s) for _, ss in convs if ss for s in ss
+    ]
     tok = build_tokenizer(corpus, cfg.vocab_size)
     data = [encode_conversation(tok, c, s) for c, s in convs]
     data = [(ids, mask) for ids, mask in data if len(ids) <= cfg.max_len]
@@ -148,7 +150,10 @@ def build(cfg: TinyConfig) -> Path:
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.98), weight_decay=0.01)
     warm = max(1, cfg.steps // 20)
     sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / warm) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, s / cfg.steps))))
+        opt,
+        lambda s: (
+            min(1.0, (s + 1) / warm) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, s / cfg.steps))))
+        ),
     )
     model.train()
     batches: list[list[int]] = []
@@ -180,8 +185,14 @@ def build(cfg: TinyConfig) -> Path:
     model.to(torch.bfloat16).save_pretrained(out, safe_serialization=True)
     tok.save_pretrained(out)
     (out / "nanosky_tiny.json").write_text(
-        json.dumps({"config": asdict(cfg) | {"out": None, "force": False}, "params": n_params,
-                    "build_s": round(time.time() - t0, 1)}, indent=1)
+        json.dumps(
+            {
+                "config": asdict(cfg) | {"out": None, "force": False},
+                "params": n_params,
+                "build_s": round(time.time() - t0, 1),
+            },
+            indent=1,
+        )
     )
     return out
 

@@ -38,7 +38,7 @@ CHAT_TEMPLATE = (
     "{%- for t in tools -%}{%- set f = t['function'] if 'function' in t else t -%}"
     "{{- nl + '- ' + f['name'] + '(' + ((f['parameters']['properties'] | list) | join(', ')) + '): ' + f['description'] -}}"
     "{%- endfor -%}"
-    "{{- nl + 'Call: <tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call>' -}}"
+    '{{- nl + \'Call: <tool_call>{"name": ..., "arguments": {...}}</tool_call>\' -}}'
     "{%- endif -%}"
     "{{- '<|im_end|>' + nl -}}"
     "{%- endif -%}"

@@ -10,16 +10,17 @@ import hashlib
 import os
 import statistics
 import time
+from dataclasses import dataclass
 
 import torch
 
 import algos
-import envs
 from nanosky import dist
 from nanosky.batch import Batch, balanced_split, compute_advantages, gather_trajectories, to_batch
 from nanosky.config import TrainConfig
 from nanosky.critic import critic_update, forward_values, load_critic
 from nanosky.engine import Engine, StaleWeightsError
+from nanosky.envpool import make_pool
 from nanosky.evaluate import evaluate, probe, probe_sequence
 from nanosky.logger import RunLogger
 from nanosky.policy import iter_full_params, load_model, resolve_model_path, save_hf
@@ -33,11 +34,43 @@ def _env_seed(seed: int, step: int, rnd: int, j: int) -> int:
     return int.from_bytes(h, "little")
 
 
-def collect(cfg: TrainConfig, engine, tok, step: int, version: int) -> tuple[list[Trajectory], dict[str, float]]:
+def rollout_envs(
+    pool,
+    engine,
+    tok,
+    cfg: TrainConfig,
+    split: str,
+    seeds: list[int],
+    version: int,
+    groups: list[int] | None = None,
+    temperature: float | None = None,
+    sample_seed: int | None = None,
+) -> list[Trajectory]:
+    """Build the episodes in this rank's env pool, roll them out, release them."""
+    handles = [pool.make(cfg.env, split=split, seed=s, **cfg.env_args()) for s in seeds]
+    try:
+        return run_episodes(
+            engine,
+            tok,
+            None,
+            cfg.rollout,
+            groups=groups,
+            seeds=seeds,
+            version=version,
+            temperature=temperature,
+            pool=pool,
+            handles=handles,
+            sample_seed=sample_seed,
+        )
+    finally:
+        for h in handles:
+            pool.close(h)
+
+
+def collect(cfg: TrainConfig, engine, tok, pool, step: int, version: int) -> tuple[list[Trajectory], dict]:
     """Generate this step's global batch. With dynamic sampling (DAPO), groups whose rewards are all equal carry no
     signal and are dropped; more rounds are generated until the batch is full or `max_gen_rounds` is reached."""
     info, P, n = dist.get_info(), cfg.rollout.prompts_per_step, cfg.rollout.group_size
-    env_kw = cfg.env_args()
     kept: list[Trajectory] = []
     dropped: list[Trajectory] = []
     rounds = 0
@@ -46,12 +79,24 @@ def collect(cfg: TrainConfig, engine, tok, step: int, version: int) -> tuple[lis
         js = list(range(info.rank, P, info.world))
         seeds = [_env_seed(cfg.seed, step, rnd, j) for j in js for _ in range(n)]
         groups = [rnd * P + j for j in js for _ in range(n)]
-        es = [envs.make(cfg.env, split="train", seed=s, **env_kw) for s in seeds]
-        local = run_episodes(engine, tok, es, cfg.rollout, groups=groups, seeds=seeds, version=version)
+        local = rollout_envs(
+            pool,
+            engine,
+            tok,
+            cfg,
+            "train",
+            seeds,
+            version,
+            groups=groups,
+            sample_seed=_env_seed(cfg.seed, step, rnd, -1 - info.rank) % (2**31 - 1),
+        )
         new = gather_trajectories(local)
         if cfg.algorithm.overlong_cache_len:  # DAPO soft overlong punishment, on the policy's own tokens
-            pen = algos.overlong_penalty(torch.tensor([t.n_policy_tokens for t in new]), cfg.rollout.max_new_tokens,
-                                         cfg.algorithm.overlong_cache_len)
+            pen = algos.overlong_penalty(
+                torch.tensor([t.n_policy_tokens for t in new]),
+                cfg.rollout.max_new_tokens,
+                cfg.algorithm.overlong_cache_len,
+            )
             for t, p in zip(new, pen.tolist()):
                 t.reward += p
         if not cfg.algorithm.dynamic_sampling:
@@ -90,11 +135,17 @@ def prepare(cfg: TrainConfig, trajs: list[Trajectory], policy, ref, critic, tok)
         batch.ref_logprobs = forward_logprobs(ref, batch, mbs)
     full = to_batch(trajs, tok.pad_token_id, info.device)  # global, for group statistics and whitening
     token_rewards = algos.scalar_to_token_rewards(full.rewards, full.loss_mask)
-    if a.kl_in_reward and ref is not None:  # k1 KL (engine logprobs vs reference) subtracted from token rewards
+    if (
+        a.kl_in_reward and ref is not None
+    ):  # k1 KL (engine logprobs vs reference) subtracted from token rewards
         kl = algos.kl_penalty(batch.rollout_logprobs, batch.ref_logprobs, "k1") * batch.loss_mask
         token_rewards = token_rewards - a.kl_coef * _to_global(kl, local_idx, full.loss_mask)
-    rows = {"token_rewards": token_rewards, "response_mask": full.loss_mask, "group_index": full.group_index,
-            "local_index": torch.tensor(local_idx, device=info.device)}
+    rows = {
+        "token_rewards": token_rewards,
+        "response_mask": full.loss_mask,
+        "group_index": full.group_index,
+        "local_index": torch.tensor(local_idx, device=info.device),
+    }
     if critic is not None:
         batch.values = forward_values(critic, batch, mbs)
         rows["values"] = _to_global(batch.values, local_idx, full.loss_mask)
@@ -112,102 +163,217 @@ def sync_weights(cfg: TrainConfig, policy, engine, version: int, probe_ids: list
     m = probe(policy, engine, probe_ids, dist.get_info().device)
     tol = cfg.probe.max_mean_diff or (1e-3 if engine.dtype == "float32" else 0.05)
     if m["rollout/logprob_diff_mean"] > tol:
-        raise StaleWeightsError(f"engine is serving stale weights: mean |Δlogp| {m['rollout/logprob_diff_mean']:.4g} "
-                                f"> {tol} after sync to version {version}")
+        raise StaleWeightsError(
+            f"engine is serving stale weights: mean |Δlogp| {m['rollout/logprob_diff_mean']:.4g} "
+            f"> {tol} after sync to version {version}"
+        )
     return m
 
 
-def train(cfg: TrainConfig) -> dict:
-    # ---- build -------------------------------------------------------------------------------------------------
+@dataclass
+class Run:
+    """Everything `train` builds, on every rank."""
+
+    cfg: TrainConfig
+    info: dist.DistInfo
+    tok: object
+    policy: object
+    opt: torch.optim.Optimizer
+    sched: object
+    engine: Engine
+    pool: object
+    log: RunLogger
+    probe_ids: list[int]
+    norm_const: int
+    ref: object = None
+    critic: object = None
+    critic_opt: torch.optim.Optimizer | None = None
+    version: int = 0
+
+
+def build(cfg: TrainConfig) -> Run:
     info = dist.init_distributed()
     cfg.validate_for_world(info.world)
     dist.seed_everything(cfg.seed + info.rank)
     from transformers import AutoTokenizer
 
     if info.is_main:  # build the bundled model once, before other ranks look for it
-        model_path = resolve_model_path(cfg.model.path)
+        resolve_model_path(cfg.model.path)
     dist.barrier()
-    model_path = resolve_model_path(cfg.model.path)
-    tok = AutoTokenizer.from_pretrained(model_path)
-    policy = load_model(model_path, info)
-    ref = load_model(model_path, info, trainable=False) if cfg.algorithm.needs_ref else None
-    critic = load_critic(model_path, info) if cfg.algorithm.needs_critic else None
-    critic_opt = torch.optim.AdamW(critic.parameters(), lr=cfg.algorithm.critic_lr) if critic else None
-    opt = torch.optim.AdamW(policy.parameters(), lr=cfg.optim.lr, betas=cfg.optim.betas,
-                            weight_decay=cfg.optim.weight_decay)
+    path = resolve_model_path(cfg.model.path)
+    tok = AutoTokenizer.from_pretrained(path)
+    policy = load_model(path, info)
+    opt = torch.optim.AdamW(
+        policy.parameters(), lr=cfg.optim.lr, betas=cfg.optim.betas, weight_decay=cfg.optim.weight_decay
+    )
     warm = cfg.optim.warmup_steps
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warm) if warm else 1.0)
-    engine = Engine(cfg.engine, model_path, info)
-    run_dir = cfg.run_dir
-    log = RunLogger(run_dir, info.is_main, cfg.steps, cfg.log.tqdm)
-    log.write_json("config.json", dataclasses.asdict(cfg))
-    env_kw = cfg.env_args()
-    probe_ids = probe_sequence(tok, cfg.env, env_kw)
-    norm_const = cfg.algorithm.norm_const or cfg.rollout.max_new_tokens * (cfg.rollout.max_turns or 1)
-    version = 0
-    log.scalars(0, sync_weights(cfg, policy, engine, version, probe_ids))  # the engine starts on the same weights
+    run = Run(
+        cfg=cfg,
+        info=info,
+        tok=tok,
+        policy=policy,
+        opt=opt,
+        sched=sched,
+        engine=Engine(cfg.engine, path, info),
+        pool=make_pool(cfg.envpool.workers, cfg.envpool.step_timeout_s),
+        log=RunLogger(cfg.run_dir, info.is_main, cfg.steps, cfg.log.tqdm),
+        probe_ids=probe_sequence(tok, cfg.env, cfg.env_args()),
+        norm_const=cfg.algorithm.norm_const or cfg.rollout.max_new_tokens * (cfg.rollout.max_turns or 1),
+    )
+    if cfg.algorithm.needs_ref:
+        run.ref = load_model(path, info, trainable=False)
+    if cfg.algorithm.needs_critic:
+        run.critic = load_critic(path, info)
+        run.critic_opt = torch.optim.AdamW(run.critic.parameters(), lr=cfg.algorithm.critic_lr)
+    run.log.write_json("config.json", dataclasses.asdict(cfg))
+    run.log.scalars(
+        0, sync_weights(cfg, policy, run.engine, 0, run.probe_ids)
+    )  # engine starts on these weights
+    return run
 
-    def run_eval(step: int) -> float:
-        m, trajs = evaluate(engine, tok, cfg.env, env_kw, cfg.rollout, cfg.eval.limit, cfg.eval.n_samples,
-                            cfg.eval.temperature, version)
-        log.scalars(step, m)
-        log.rollouts(step, trajs, tok, 2, tag="eval")
-        log.print(f"step {step}: eval accuracy {m['eval/accuracy']:.3f}")
-        return m["eval/accuracy"]
 
-    acc0 = acc = run_eval(0)
+def run_eval(run: Run, step: int) -> float:
+    cfg = run.cfg
+    # Same sampling seeds at every eval (common random numbers): accuracy changes come from the weights.
+    seed = cfg.seed * 7 + 1 + 100_003 * run.info.rank
+    m, trajs = evaluate(
+        lambda seeds: rollout_envs(
+            run.pool,
+            run.engine,
+            run.tok,
+            cfg,
+            "test",
+            seeds,
+            run.version,
+            temperature=cfg.eval.temperature,
+            sample_seed=seed,
+        ),
+        cfg.eval.limit,
+        cfg.eval.n_samples,
+    )
+    run.log.scalars(step, m)
+    run.log.rollouts(step, trajs, run.tok, 2, tag="eval")
+    run.log.print(f"step {step}: eval accuracy {m['eval/accuracy']:.3f}")
+    return m["eval/accuracy"]
+
+
+def update(run: Run, batch: Batch, step: int) -> dict[str, float]:
+    cfg, a = run.cfg, run.cfg.algorithm
+    out: dict[str, float] = {}
+    if run.critic is not None:
+        out = critic_update(
+            run.critic,
+            run.critic_opt,
+            batch,
+            a,
+            cfg.optim.micro_batch_size,
+            cfg.optim.grad_clip,
+            run.norm_const,
+        )
+    if (
+        run.critic is None or step > a.critic_warmup_steps
+    ):  # PPO: let the critic settle before moving the policy
+        out |= policy_update(
+            run.policy,
+            run.opt,
+            run.sched,
+            batch,
+            a,
+            cfg.optim.micro_batch_size,
+            cfg.optim.grad_clip,
+            run.norm_const,
+        )
+    return out
+
+
+def step_metrics(
+    run: Run, trajs: list[Trajectory], batch: Batch, times: dict[str, float]
+) -> dict[str, float]:
+    n = len(trajs)
+    n_tok = sum(t.n_policy_tokens for t in trajs)
+    calls = sum(t.tool_calls for t in trajs)
+    adv = batch.advantages[batch.loss_mask > 0]
+    return {
+        "train/reward_mean": sum(t.reward for t in trajs) / n,
+        "train/success_rate": sum(t.success for t in trajs) / n,
+        "train/response_len": n_tok / n,
+        "train/adv_mean": float(adv.mean()) if adv.numel() else 0.0,
+        "train/adv_std": float(adv.std()) if adv.numel() > 1 else 0.0,
+        "rollout/turns_mean": sum(t.turns for t in trajs) / n,
+        "envs/failed": dist.all_reduce_sum([float(run.pool.stats["failed"])])[0],
+        "tools/calls_per_traj": calls / n,
+        "tools/invalid_rate": sum(t.invalid_tool_calls for t in trajs) / max(1, calls),
+        "perf/tokens_per_s": n_tok / times["step"],
+        "version": run.version,
+    } | {f"timing/{k}_s": v for k, v in times.items()}
+
+
+def train(cfg: TrainConfig) -> dict:
+    run = build(cfg)
+    acc0 = acc = run_eval(run, 0)
     step_times: list[float] = []
-    # ---- train -------------------------------------------------------------------------------------------------
     for step in range(1, cfg.steps + 1):
-        t0 = time.perf_counter()
-        engine.wake()
-        trajs, gen_m = collect(cfg, engine, tok, step, version)
-        engine.sleep()
-        t1 = time.perf_counter()
-        batch = prepare(cfg, trajs, policy, ref, critic, tok)
-        t2 = time.perf_counter()
-        upd = {}
-        if critic is not None:
-            upd = critic_update(critic, critic_opt, batch, cfg.algorithm, cfg.optim.micro_batch_size,
-                                cfg.optim.grad_clip, norm_const)
-        if step > cfg.algorithm.critic_warmup_steps or critic is None:  # PPO: let the critic settle first
-            upd |= policy_update(policy, opt, sched, batch, cfg.algorithm, cfg.optim.micro_batch_size,
-                                 cfg.optim.grad_clip, norm_const)
-        t3 = time.perf_counter()
-        engine.wake()
-        version += 1
-        sync_m = sync_weights(cfg, policy, engine, version, probe_ids)
-        t4 = time.perf_counter()
-        step_times.append(t4 - t0)
-        n_tok = sum(t.n_policy_tokens for t in trajs)
-        rewards = torch.tensor([t.reward for t in trajs])
-        metrics = {
-            "train/reward_mean": float(rewards.mean()), "train/success_rate": sum(t.success for t in trajs) / len(trajs),
-            "train/response_len": n_tok / len(trajs), "train/adv_mean": float(batch.advantages[batch.loss_mask > 0].mean()),
-            "train/adv_std": float(batch.advantages[batch.loss_mask > 0].std()) if batch.loss_mask.sum() > 1 else 0.0,
-            "rollout/turns_mean": sum(t.turns for t in trajs) / len(trajs),
-            "tools/calls_per_traj": sum(t.tool_calls for t in trajs) / len(trajs),
-            "tools/invalid_rate": sum(t.invalid_tool_calls for t in trajs) / max(1, sum(t.tool_calls for t in trajs)),
-            "timing/generate_s": t1 - t0, "timing/logprob_s": t2 - t1, "timing/train_s": t3 - t2, "timing/sync_s": t4 - t3,
-            "timing/step_s": t4 - t0, "perf/tokens_per_s": n_tok / (t4 - t0), "version": version,
-        } | gen_m | sync_m | {"train/" + k: v for k, v in upd.items()}
-        log.scalars(step, metrics)
-        log.rollouts(step, trajs, tok, cfg.log.samples_per_step)
-        log.progress({"reward": metrics["train/reward_mean"], "acc": acc, "s/step": t4 - t0})
+        if step == cfg.dist.fail_step and run.info.rank == cfg.dist.fail_rank:
+            raise RuntimeError(f"injected failure on rank {run.info.rank} at step {step} (--dist.fail-rank)")
+        t = [time.perf_counter()]
+        run.engine.wake()
+        trajs, gen_m = collect(
+            cfg, run.engine, run.tok, run.pool, step, run.version
+        )  # rollout + global gather
+        run.engine.sleep()
+        t.append(time.perf_counter())
+        batch = prepare(cfg, trajs, run.policy, run.ref, run.critic, run.tok)  # balance, logprobs, advantages
+        t.append(time.perf_counter())
+        upd = update(run, batch, step)  # critic + policy optimizer steps
+        t.append(time.perf_counter())
+        run.engine.wake()
+        run.version += 1
+        sync_m = sync_weights(
+            cfg, run.policy, run.engine, run.version, run.probe_ids
+        )  # weights → vLLM + probe
+        t.append(time.perf_counter())
+        times = dict(zip(("generate", "logprob", "train", "sync"), [b - a for a, b in zip(t, t[1:])]))
+        times["step"] = t[-1] - t[0]
+        step_times.append(times["step"])
+        run.log.scalars(
+            step,
+            step_metrics(run, trajs, batch, times)
+            | gen_m
+            | sync_m
+            | {"train/" + k: v for k, v in upd.items()},
+        )
+        run.log.rollouts(step, trajs, run.tok, cfg.log.samples_per_step)
+        run.log.progress(
+            {"reward": sum(x.reward for x in trajs) / len(trajs), "acc": acc, "s/step": times["step"]}
+        )
         if cfg.eval.every and step % cfg.eval.every == 0 and step != cfg.steps:
-            acc = run_eval(step)
+            acc = run_eval(run, step)
         if cfg.log.ckpt_every and step % cfg.log.ckpt_every == 0 and step != cfg.steps:
-            save_hf(policy, tok, os.path.join(run_dir, "checkpoints", f"step_{step:06d}"), info)
-    # ---- close -------------------------------------------------------------------------------------------------
-    acc = run_eval(cfg.steps) if cfg.steps else acc0
-    save_hf(policy, tok, os.path.join(run_dir, "checkpoints", f"step_{cfg.steps:06d}"), info)
+            save_hf(
+                run.policy, run.tok, os.path.join(cfg.run_dir, "checkpoints", f"step_{step:06d}"), run.info
+            )
+    return close(run, acc0, run_eval(run, cfg.steps) if cfg.steps else acc0, step_times)
+
+
+def close(run: Run, acc0: float, acc: float, step_times: list[float]) -> dict:
+    cfg = run.cfg
+    final = os.path.join(cfg.run_dir, "checkpoints", f"step_{cfg.steps:06d}")
+    save_hf(run.policy, run.tok, final, run.info)
     summary = {
-        "config": dataclasses.asdict(cfg), "steps": cfg.steps, "world_size": info.world,
-        "eval_accuracy_initial": acc0, "eval_accuracy_final": acc,
+        "config": dataclasses.asdict(cfg),
+        "steps": cfg.steps,
+        "world_size": run.info.world,
+        "eval_accuracy_initial": acc0,
+        "eval_accuracy_final": acc,
         "median_step_s": statistics.median(step_times) if step_times else None,
-        "final_checkpoint": os.path.join(run_dir, "checkpoints", f"step_{cfg.steps:06d}"),
+        "final_checkpoint": final,
     }
-    log.write_json("summary.json", summary)
-    log.print(f"eval accuracy {acc0:.3f} -> {acc:.3f}; median step {summary['median_step_s']}s; run dir {run_dir}")
-    log.close()
+    run.log.write_json("summary.json", summary)
+    run.log.print(
+        f"eval accuracy {acc0:.3f} -> {acc:.3f}; median step {summary['median_step_s']}s; "
+        f"run dir {cfg.run_dir}"
+    )
+    run.log.close()
+    run.pool.shutdown()
     return summary

@@ -47,8 +47,9 @@ def grad_norm_and_clip(model, max_norm: float) -> float:
     return float(norm)
 
 
-def policy_update(model, opt, sched, batch: Batch, cfg: algos.AlgoConfig, micro_bs: int, grad_clip: float,
-                  norm_const: int) -> dict[str, float]:
+def policy_update(
+    model, opt, sched, batch: Batch, cfg: algos.AlgoConfig, micro_bs: int, grad_clip: float, norm_const: int
+) -> dict[str, float]:
     """`ppo_epochs` × `mini_batches` optimizer steps over this rank's share of the batch. Returns mean metrics."""
     info = dist.get_info()
     loss_fn = algos.get_policy_loss(cfg.policy_loss)
@@ -62,20 +63,29 @@ def policy_update(model, opt, sched, batch: Batch, cfg: algos.AlgoConfig, micro_
         for ms in mini:
             mb = batch.slice(ms)
             # Global normalisers for this mini-batch: every rank's tokens and sequences.
-            g_tokens, g_seqs = dist.all_reduce_sum([float(mb.loss_mask.sum()), float((mb.loss_mask.sum(-1) > 0).sum())])
+            g_tokens, g_seqs = dist.all_reduce_sum(
+                [float(mb.loss_mask.sum()), float((mb.loss_mask.sum(-1) > 0).sum())]
+            )
             for s in micro_slices(len(mb), micro_bs):
                 m = mb.slice(s)
                 ids, att, T = _trim(m)
                 mask = m.loss_mask[:, :T]  # [b, T]
-                lp, ent = token_logprobs(model, ids, att, with_entropy=True, entropy_grad=cfg.entropy_coef > 0)
+                lp, ent = token_logprobs(
+                    model, ids, att, with_entropy=True, entropy_grad=cfg.entropy_coef > 0
+                )
                 # On-policy single pass: the behaviour policy is the current one, so old = current (r = 1 exactly).
                 old = m.old_logprobs[:, :T] if m.old_logprobs is not None else lp.detach()
                 rollout_lp = m.rollout_logprobs[:, :T]
                 weights = None
                 if cfg.rollout_correction_level != "none":
-                    weights, rc = algos.rollout_correction(old, rollout_lp, mask, cfg.rollout_correction_level,
-                                                           cfg.rollout_correction_mode,
-                                                           cfg.rollout_correction_threshold)
+                    weights, rc = algos.rollout_correction(
+                        old,
+                        rollout_lp,
+                        mask,
+                        cfg.rollout_correction_level,
+                        cfg.rollout_correction_mode,
+                        cfg.rollout_correction_threshold,
+                    )
                     for k, v in rc.items():
                         sums["rc/" + k] += float(v)
                 loss, metrics = loss_fn(lp, old, m.advantages[:, :T], mask, pcfg, weights=weights)

@@ -22,8 +22,12 @@ def test_balanced_split_beats_contiguous_split_on_sorted_lengths():
 
 
 def test_to_batch_aligns_masks_with_next_token():
-    t = Trajectory(ids=[5, 6, 7, 8], loss_mask=[0, 0, 1, 1], logprobs=[0, 0, -0.5, -0.25], prompt_len=2, reward=1.0)
-    u = Trajectory(ids=[5, 6, 9], loss_mask=[0, 0, 1], logprobs=[0, 0, -1.0], prompt_len=2, reward=0.0, group=1)
+    t = Trajectory(
+        ids=[5, 6, 7, 8], loss_mask=[0, 0, 1, 1], logprobs=[0, 0, -0.5, -0.25], prompt_len=2, reward=1.0
+    )
+    u = Trajectory(
+        ids=[5, 6, 9], loss_mask=[0, 0, 1], logprobs=[0, 0, -1.0], prompt_len=2, reward=0.0, group=1
+    )
     b = to_batch([t, u], pad_id=0, device="cpu")
     assert b.input_ids.tolist() == [[5, 6, 7, 8], [5, 6, 9, 0]]
     assert b.attention_mask.tolist() == [[1, 1, 1, 1], [1, 1, 1, 0]]

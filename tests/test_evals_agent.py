@@ -161,3 +161,32 @@ def test_cli_tool_turns_confidence_and_images(tmp_path):
     q1 = next(e for e in eps if e["id"] == "q1")
     assert [m["role"] for m in q1["messages"]] == ["system", "user", "assistant", "tool", "assistant"]
     assert q1["messages"][3]["content"] == "42" and q1["correct"] and q1["confidence"] == 0.8
+
+
+def test_judge_hook_rescues_free_form_misses(tmp_path):
+    """With a judge server, an exactMatch answer that misses the normalised match is asked about; the judge's
+    yes counts (marked `judged`), and multiple-choice rows are never sent to the judge."""
+    rows = [
+        {"id": "a", "question": "Who wrote it?", "answer": "Feth Norbaeth", "answer_type": "exactMatch"},
+        {
+            "id": "b",
+            "question": "Pick one.\nAnswer Choices: A. x B. y",
+            "answer": "A",
+            "answer_type": "multipleChoice",
+        },
+    ]
+    data = tmp_path / "hle.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    model = ScriptedServer(
+        lambda m: "<answer>F. Norbaeth</answer>" if "wrote" in m[-1]["content"] else "<answer>B</answer>"
+    )
+    judge = ScriptedServer(lambda m: "yes" if "Correct answer: Feth Norbaeth" in m[0]["content"] else "no")
+    with model as url, judge as judge_url:
+        report = agent.main(["--base-url", url, "--judge-base-url", judge_url, "--data", str(data),
+                             "--out", str(tmp_path / "out")])  # fmt: skip
+    assert report["accuracy"] == 0.5 and len(judge.requests) == 1
+    eps = {
+        json.loads(x)["id"]: json.loads(x)
+        for x in (tmp_path / "out" / "examples.jsonl").read_text().splitlines()
+    }
+    assert eps["a"]["judged"] and eps["a"]["correct"] and not eps["b"]["correct"]

@@ -190,8 +190,9 @@ def test_bad_rows_tarballs_and_instances_without_repo(instances, tmp_path, monke
     assert len(lines) == 2 + len(report["bad_rows"])
 
 
-def test_env_tools_stay_in_the_repo(instances):
+def test_env_tools_stay_in_the_repo(instances, request):
     env = SWEEnv(instances["nanosky-mini__textkit-4"], max_turns=5, obs_chars=400)
+    request.addfinalizer(env.finish)  # the work tree goes even if an assert fails
     msgs = env.reset()
     assert "truncate" in msgs[1]["content"] and [t.name for t in env.tools] == [
         "shell",

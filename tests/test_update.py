@@ -13,8 +13,19 @@ SCRIPT = os.path.join(ROOT, "tests", "scripts", "update_step.py")
 
 def _run(tmp_path, world: int, micro_bs: int, mode: str, loss: str = "ppo") -> dict:
     out = tmp_path / f"d_{world}_{micro_bs}_{mode}_{loss}.pt"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(world),
-           SCRIPT, str(out), str(micro_bs), mode, loss]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        str(world),
+        SCRIPT,
+        str(out),
+        str(micro_bs),
+        mode,
+        loss,
+    ]
     r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     return torch.load(out)

@@ -146,11 +146,18 @@ class SWEEnv(Env):
         self.workdir: str | None = None
         self.patch: str | None = None
         self.error: str | None = None
-        self.turn, self.submitted = 0, False
+        self.turn, self.submitted, self.n_calls, self.n_invalid = 0, False, 0, 0
 
     def reset(self) -> list[Message]:
         self._cleanup()
-        self.patch, self.error, self.turn, self.submitted = None, None, 0, False
+        self.patch, self.error, self.turn, self.submitted, self.n_calls, self.n_invalid = (
+            None,
+            None,
+            0,
+            False,
+            0,
+            0,
+        )
         self.workdir = tempfile.mkdtemp(prefix="nanosky-swe-")
         try:
             repo = harness.resolve_repo(self.instance["local_repo"], self.instance["base_commit"])
@@ -165,11 +172,11 @@ class SWEEnv(Env):
             return self._step(action if isinstance(action, str) else "")
         except Exception as e:  # noqa: BLE001 - step never raises
             self.finish()
-            return StepResult([], 0.0, True, self._info(0, 0, error=repr(e)[:300]))
+            return StepResult([], 0.0, True, self._info([], error=repr(e)[:300]))
 
     def _step(self, action: str) -> StepResult:
         if self.error or self.patch is not None:
-            return StepResult([], 0.0, True, self._info(0, 0, error=self.error or "episode is over"))
+            return StepResult([], 0.0, True, self._info([], error=self.error or "episode is over"))
         self.turn += 1
         calls = parse_tool_calls(action)[: self.max_calls_per_turn]
         table = {t.name: t for t in self.tools}
@@ -179,16 +186,18 @@ class SWEEnv(Env):
                 self.submitted = True
                 break
             results.append(run_tool_call(call, table, self.cmd_timeout_s))
+        self.n_calls += len(results) + self.submitted
+        self.n_invalid += sum(not r.ok for r in results)
         if self.submitted or self.turn >= self.max_turns:
             self.finish()
-            return StepResult([], 0.0, True, self._info(len(calls), sum(not r.ok for r in results)))
+            return StepResult([], 0.0, True, self._info(results))
         obs = [r.to_message() for r in results] or [{"role": "user", "content": NUDGE}]
-        return StepResult(obs, 0.0, False, self._info(len(calls), sum(not r.ok for r in results)))
+        return StepResult(obs, 0.0, False, self._info(results))
 
-    def _info(self, n_calls: int, n_invalid: int, **extra: Any) -> dict:
-        # Per-step counts: the agent loop sums them over the episode.
-        return {"success": False, "tool_calls": n_calls, "invalid_calls": n_invalid, "submitted": self.submitted,
-                "turn": self.turn, **extra}  # fmt: skip
+    def _info(self, results: list, **extra: Any) -> dict:
+        # tool_calls / invalid_calls are cumulative over the episode (as the agent loop expects); calls: this turn's.
+        return {"success": False, "tool_calls": self.n_calls, "invalid_calls": self.n_invalid,
+                "calls": [r.record() for r in results], "submitted": self.submitted, "turn": self.turn, **extra}  # fmt: skip
 
     def finish(self) -> str:
         """The episode's patch (computed once), then the work tree is removed. Safe to call any time."""

@@ -29,14 +29,26 @@ def main(out: str, micro_bs: int, mode: str, loss: str) -> None:
     for i in range(16):  # 4 groups of 4, varied lengths
         p, r = rng.randint(5, 12), rng.randint(1, 9)
         ids = [rng.randint(3, 500) for _ in range(p + r)]
-        trajs.append(Trajectory(ids=ids, loss_mask=[0] * p + [1] * r, logprobs=[0.0] * p + [-1.0] * r,
-                                prompt_len=p, reward=float(rng.random() < 0.5), group=i // 4))
+        trajs.append(
+            Trajectory(
+                ids=ids,
+                loss_mask=[0] * p + [1] * r,
+                logprobs=[0.0] * p + [-1.0] * r,
+                prompt_len=p,
+                reward=float(rng.random() < 0.5),
+                group=i // 4,
+            )
+        )
     cfg = algos.preset("grpo", loss_agg_mode=mode, policy_loss=loss)
     local = balanced_split([len(t.ids) for t in trajs], info.world)[info.rank]
     batch = to_batch([trajs[i] for i in local], 0, info.device)
     full = to_batch(trajs, 0, info.device)
-    rows = {"token_rewards": algos.scalar_to_token_rewards(full.rewards, full.loss_mask),
-            "response_mask": full.loss_mask, "group_index": full.group_index, "local_index": torch.tensor(local)}
+    rows = {
+        "token_rewards": algos.scalar_to_token_rewards(full.rewards, full.loss_mask),
+        "response_mask": full.loss_mask,
+        "group_index": full.group_index,
+        "local_index": torch.tensor(local),
+    }
     compute_advantages(batch, cfg, rows)
     T = batch.loss_mask.shape[1]
     batch.advantages = batch.advantages[:, :T]
