@@ -7,7 +7,7 @@ NPROC   ?= 2
 export VLLM_ENABLE_V1_MULTIPROCESSING := 0
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install demo test test-fast bench compare lint format clean
+.PHONY: install demo test test-fast bench bench-trl compare lint format clean
 
 # Re-install only when the project metadata changed (or the venv is missing).
 $(STAMP): pyproject.toml
@@ -33,6 +33,10 @@ test-fast: install
 
 bench: install
 	$(BIN)/python bench/step_time.py
+
+bench-trl: install
+	$(BIN)/pip install -q trl==1.16.0
+	$(BIN)/torchrun --standalone --nproc_per_node $(NPROC) bench/trl_grpo.py --steps 6
 
 compare: install
 	$(BIN)/python bench/compare_algos.py

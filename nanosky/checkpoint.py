@@ -147,6 +147,10 @@ def _sharded_state(pairs: dict[str, tuple]) -> dict:
             sd[f"{name}/model"] = get_model_state_dict(m, options=_SAVE_OPTS)
         else:
             sd[f"{name}/model"], sd[f"{name}/optim"] = get_state_dict(m, opt, options=_SAVE_OPTS)
+        # ignore_frozen_params misses tied aliases of frozen parameters (lm_head.weight = embed_tokens.weight).
+        for n, p in m.named_parameters(remove_duplicate=False):
+            if not p.requires_grad:
+                sd[f"{name}/model"].pop(n, None)
     return sd
 
 
@@ -179,7 +183,9 @@ def save_checkpoint(
     rank, world = dist.get_rank(), dist.get_world_size()
     final = os.path.join(root, step_dir_name(step))
     # One temporary name for all ranks: DCP writes every rank's shards into the same directory.
-    tmp = _broadcast(os.path.join(root, f".tmp-{step_dir_name(step)}-{uuid.uuid4().hex[:8]}") if rank == 0 else None)
+    tmp = _broadcast(
+        os.path.join(root, f".tmp-{step_dir_name(step)}-{uuid.uuid4().hex[:8]}") if rank == 0 else None
+    )
     if rank == 0:
         os.makedirs(tmp)
     dist.barrier()
@@ -189,7 +195,9 @@ def save_checkpoint(
     _torch_save_synced(rng_state(), os.path.join(tmp, f"rank_{rank}.pt"))
     if rank == 0:
         sched = scheduler.state_dict() if scheduler is not None else None
-        _torch_save_synced({"state": state, "scheduler": sched, "world_size": world}, os.path.join(tmp, "train_state.pt"))
+        _torch_save_synced(
+            {"state": state, "scheduler": sched, "world_size": world}, os.path.join(tmp, "train_state.pt")
+        )
     if export is not None:
         export(os.path.join(tmp, "export"))
     dist.barrier()  # every rank's files are written before rank 0 commits
@@ -213,7 +221,9 @@ def save_checkpoint(
 
 def _commit(root: str, tmp: str, final: str) -> None:
     trash = None
-    if os.path.exists(final):  # re-saving a step (e.g. after resuming from an older PATH): move the old one aside
+    # Re-saving a step (e.g. after resuming from an older PATH): move the old one aside. If `latest` names it and we
+    # crash right here, resolve_checkpoint fails loudly instead of loading something else.
+    if os.path.exists(final):
         trash = os.path.join(root, f".trash-{os.path.basename(final)}-{uuid.uuid4().hex[:8]}")
         os.rename(final, trash)
     os.rename(tmp, final)
@@ -263,15 +273,19 @@ def resolve_checkpoint(root: str, resume: str) -> str:
             raise FileNotFoundError(f"--resume latest requested but no complete checkpoint under {root}")
         path = os.path.join(root, name)
         if not is_complete(path):
-            raise FileNotFoundError(f"--resume latest: {root}/{LATEST} points to {name}, which is missing or "
-                                    f"incomplete (no {COMPLETE} marker)")
+            raise FileNotFoundError(
+                f"--resume latest: {root}/{LATEST} points to {name}, which is missing or "
+                f"incomplete (no {COMPLETE} marker)"
+            )
         return path
     if not os.path.isdir(resume):
         raise FileNotFoundError(f"--resume {resume}: no such checkpoint directory")
     if not is_complete(resume):
         if os.path.isfile(os.path.join(resume, LATEST)):
-            raise FileNotFoundError(f"--resume {resume}: that is a checkpoint root; pass --resume latest with it as "
-                                    f"the root, or one of its step_* directories")
+            raise FileNotFoundError(
+                f"--resume {resume}: that is a checkpoint root; pass --resume latest with it as "
+                f"the root, or one of its step_* directories"
+            )
         raise FileNotFoundError(f"--resume {resume}: not a complete checkpoint (no {COMPLETE} marker)")
     return resume
 
@@ -282,7 +296,12 @@ def read_state(path: str) -> dict:
 
 
 def load_checkpoint(
-    path: str, *, model, optimizer, scheduler=None, extra_models: dict | None = None,
+    path: str,
+    *,
+    model,
+    optimizer,
+    scheduler=None,
+    extra_models: dict | None = None,
     extra_optimizers: dict | None = None,
 ) -> dict:
     """Restore model/optimizer (resharded to the current world), scheduler and this rank's RNG states from a
@@ -294,8 +313,10 @@ def load_checkpoint(
     rng_file = os.path.join(path, f"rank_{rank}.pt")
     if meta["world_size"] != world or not os.path.isfile(rng_file):
         # The sharded state would reshard fine, but per-rank RNG streams cannot be mapped onto another world size.
-        raise ValueError(f"checkpoint {path} was saved with world size {meta['world_size']}, this run has {world}: "
-                         f"per-rank RNG states cannot be restored exactly")
+        raise ValueError(
+            f"checkpoint {path} was saved with world size {meta['world_size']}, this run has {world}: "
+            f"per-rank RNG states cannot be restored exactly"
+        )
 
     pairs = _pairs(model, optimizer, extra_models, extra_optimizers)
     sd = _sharded_state(pairs)
@@ -304,8 +325,13 @@ def load_checkpoint(
         if opt is None:
             set_model_state_dict(m, sd[f"{name}/model"], options=_LOAD_OPTS)
         else:
-            set_state_dict(m, opt, model_state_dict=sd[f"{name}/model"], optim_state_dict=sd[f"{name}/optim"],
-                           options=_LOAD_OPTS)
+            set_state_dict(
+                m,
+                opt,
+                model_state_dict=sd[f"{name}/model"],
+                optim_state_dict=sd[f"{name}/optim"],
+                options=_LOAD_OPTS,
+            )
     if scheduler is not None:
         if meta["scheduler"] is None:
             raise ValueError(f"checkpoint {path} has no scheduler state but a scheduler was passed")

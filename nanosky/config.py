@@ -9,7 +9,7 @@ the world size run in `TrainConfig.validate_for_world`.
 
 from __future__ import annotations
 
-import dataclasses
+import copy
 import sys
 from dataclasses import dataclass, field
 from typing import Literal
@@ -17,6 +17,7 @@ from typing import Literal
 import algos
 from algos import AlgoConfig
 from nanosky.engine import EngineConfig
+from nanosky.lora import LoraConfig
 from nanosky.policy import ModelConfig
 from nanosky.rollout import RolloutConfig
 
@@ -79,7 +80,10 @@ class LogConfig:
     run_dir: str = "runs/{env}-{algo}-s{seed}"
     """Run directory (TensorBoard events, rollouts.jsonl, checkpoints, summary.json); {env}/{algo}/{seed} expand."""
     ckpt_every: int = 0
-    """Save an HF checkpoint every k steps (0 = only at the end)."""
+    """Save a training checkpoint (sharded model/optimizer/RNG state + an HF export in `export/`) every k steps;
+    0 = only at the end."""
+    keep_ckpts: int = 3
+    """Keep the last K checkpoints."""
     samples_per_step: int = 4
     """Rollouts written to rollouts.jsonl and TensorBoard text each step."""
     tqdm: bool = True
@@ -127,6 +131,10 @@ class TrainConfig:
     log: LogConfig = field(default_factory=LogConfig)
     probe: ProbeConfig = field(default_factory=ProbeConfig)
     dist: DistConfig = field(default_factory=DistConfig)
+    lora: LoraConfig = field(default_factory=LoraConfig)
+    resume: str | None = None
+    """Resume from `latest` (the last complete checkpoint of this run dir) or a checkpoint PATH; a requested resume
+    with no checkpoint fails."""
 
     def __post_init__(self):
         import envs
@@ -217,10 +225,23 @@ def bench() -> TrainConfig:
     )
 
 
+def compare() -> TrainConfig:
+    """`make compare`: the same short budget for every --algo preset (bench/compare_algos.py)."""
+    return TrainConfig(
+        steps=15,
+        rollout=RolloutConfig(group_size=8, prompts_per_step=16, max_new_tokens=48, max_total_tokens=160),
+        optim=OptimConfig(lr=5e-4, micro_batch_size=32),
+        eval=EvalConfig(every=0, limit=200, n_samples=1),
+        log=LogConfig(ckpt_every=0, tqdm=False),
+    )
+
+
 def tool_use() -> TrainConfig:
     """GRPO on the tool_use env (calculator / search / wiki / python_exec), multi-turn, the bundled model."""
     return TrainConfig(
-        algo="grpo", env="tool_use", steps=30,
+        algo="grpo",
+        env="tool_use",
+        steps=30,
         rollout=RolloutConfig(group_size=8, prompts_per_step=16, max_new_tokens=64, max_total_tokens=480),
         envpool=EnvPoolConfig(workers=2, step_timeout_s=60.0),
         optim=OptimConfig(lr=5e-4, micro_batch_size=16),
@@ -233,7 +254,10 @@ def agent_env(env: str) -> TrainConfig:
     """GRPO on a multi-step text env (webshop_lite / alfworld_lite) with compact observations for a 512 context."""
     kwargs = {"page_size": "3"} if env == "webshop_lite" else {}
     return TrainConfig(
-        algo="grpo", env=env, env_kwargs=kwargs, steps=10,
+        algo="grpo",
+        env=env,
+        env_kwargs=kwargs,
+        steps=10,
         rollout=RolloutConfig(group_size=4, prompts_per_step=8, max_new_tokens=24, max_total_tokens=512),
         optim=OptimConfig(lr=5e-4, micro_batch_size=8),
         eval=EvalConfig(every=0, limit=20, n_samples=1),
@@ -242,8 +266,14 @@ def agent_env(env: str) -> TrainConfig:
 
 
 PRESETS = {
-    "default": TrainConfig, "demo": demo, "smoke": smoke, "bench": bench, "tool_use": tool_use,
-    "webshop_lite": lambda: agent_env("webshop_lite"), "alfworld_lite": lambda: agent_env("alfworld_lite"),
+    "default": TrainConfig,
+    "demo": demo,
+    "smoke": smoke,
+    "bench": bench,
+    "compare": compare,
+    "tool_use": tool_use,
+    "webshop_lite": lambda: agent_env("webshop_lite"),
+    "alfworld_lite": lambda: agent_env("alfworld_lite"),
 }
 
 
@@ -262,7 +292,9 @@ def parse_args(argv: list[str] | None = None, console: bool = True) -> TrainConf
     if known.algo is not None:
         if known.algo not in algos.PRESETS:
             raise SystemExit(f"--algo: unknown {known.algo!r}; valid: {', '.join(sorted(algos.PRESETS))}")
-        base = dataclasses.replace(base, algo=known.algo, algorithm=algos.preset(known.algo))
+        # Set fields directly: cross-field checks must see the final flags (tyro re-validates the parsed config).
+        base = copy.copy(base)
+        base.algo, base.algorithm = known.algo, algos.preset(known.algo)
     return tyro.cli(
         TrainConfig,
         default=base,

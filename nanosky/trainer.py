@@ -17,13 +17,28 @@ import torch
 import algos
 from nanosky import dist
 from nanosky.batch import Batch, balanced_split, compute_advantages, gather_trajectories, to_batch
+from nanosky.checkpoint import (
+    check_compatible,
+    load_checkpoint,
+    read_state,
+    resolve_checkpoint,
+    save_checkpoint,
+)
 from nanosky.config import TrainConfig
 from nanosky.critic import critic_update, forward_values, load_critic
 from nanosky.engine import Engine, StaleWeightsError
 from nanosky.envpool import make_pool
 from nanosky.evaluate import evaluate, probe, probe_sequence
 from nanosky.logger import RunLogger
-from nanosky.policy import iter_full_params, load_model, resolve_model_path, save_hf
+from nanosky.lora import (
+    check_platform,
+    iter_merged_params,
+    load_lora_model,
+    save_adapter,
+    save_merged,
+    trainable_parameters,
+)
+from nanosky.policy import load_model, resolve_model_path, save_hf
 from nanosky.rollout import Trajectory, run_episodes
 from nanosky.update import forward_logprobs, policy_update
 
@@ -157,7 +172,7 @@ def prepare(cfg: TrainConfig, trajs: list[Trajectory], policy, ref, critic, tok)
 
 def sync_weights(cfg: TrainConfig, policy, engine, version: int, probe_ids: list[int]) -> dict[str, float]:
     if not cfg.probe.skip_sync:
-        engine.load_weights(iter_full_params(policy), version)
+        engine.load_weights(iter_merged_params(policy), version)  # LoRA merged in; plain models as they are
     else:
         engine.version = version  # testing only: pretend; the probe below must catch it
     m = probe(policy, engine, probe_ids, dist.get_info().device)
@@ -189,6 +204,8 @@ class Run:
     critic: object = None
     critic_opt: torch.optim.Optimizer | None = None
     version: int = 0
+    step: int = 0  # last completed step (non-zero after a resume)
+    acc0: float | None = None  # held-out accuracy before training
 
 
 def build(cfg: TrainConfig) -> Run:
@@ -202,9 +219,13 @@ def build(cfg: TrainConfig) -> Run:
     dist.barrier()
     path = resolve_model_path(cfg.model.path)
     tok = AutoTokenizer.from_pretrained(path)
-    policy = load_model(path, info)
+    check_platform(cfg.lora, info.device.type)  # e.g. QLoRA on CPU fails here, not at step 1
+    policy = load_lora_model(path, cfg.lora, info) if cfg.lora.enabled else load_model(path, info)
     opt = torch.optim.AdamW(
-        policy.parameters(), lr=cfg.optim.lr, betas=cfg.optim.betas, weight_decay=cfg.optim.weight_decay
+        trainable_parameters(policy),
+        lr=cfg.optim.lr,
+        betas=cfg.optim.betas,
+        weight_decay=cfg.optim.weight_decay,
     )
     warm = cfg.optim.warmup_steps
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warm) if warm else 1.0)
@@ -221,16 +242,84 @@ def build(cfg: TrainConfig) -> Run:
         probe_ids=probe_sequence(tok, cfg.env, cfg.env_args()),
         norm_const=cfg.algorithm.norm_const or cfg.rollout.max_new_tokens * (cfg.rollout.max_turns or 1),
     )
-    if cfg.algorithm.needs_ref:
+    if cfg.algorithm.needs_ref:  # frozen copy of the starting policy (the base model when training LoRA)
         run.ref = load_model(path, info, trainable=False)
     if cfg.algorithm.needs_critic:
         run.critic = load_critic(path, info)
         run.critic_opt = torch.optim.AdamW(run.critic.parameters(), lr=cfg.algorithm.critic_lr)
     run.log.write_json("config.json", dataclasses.asdict(cfg))
-    run.log.scalars(
-        0, sync_weights(cfg, policy, run.engine, 0, run.probe_ids)
-    )  # engine starts on these weights
+    if cfg.resume:
+        resume(run)
+    # The engine loaded the checkpoint from disk; push the trainer's weights anyway so the probe checks a real sync.
+    run.log.scalars(run.step, sync_weights(cfg, policy, run.engine, run.version, run.probe_ids))
     return run
+
+
+RESUME_FIELDS = [
+    "model.path",
+    "world_size",
+    "lora.rank",
+    "lora.alpha",
+    "lora.target_modules",
+    "algo",
+    "env",
+    "seed",
+    "rollout.prompts_per_step",
+    "rollout.group_size",
+]
+
+
+def resume(run: Run) -> None:
+    """Restore model, optimizer, schedule, step, weight version and every RNG state; refuse incompatible configs."""
+    cfg, info = run.cfg, run.info
+    path = resolve_checkpoint(os.path.join(cfg.run_dir, "checkpoints"), cfg.resume)
+    saved = read_state(path)
+    check_compatible(
+        saved["config"] | {"world_size": saved["world_size"]},
+        dataclasses.asdict(cfg) | {"world_size": info.world},
+        RESUME_FIELDS,
+    )
+    state = load_checkpoint(path, model=run.policy, optimizer=run.opt, scheduler=run.sched, **_extras(run))
+    run.step, run.version, run.acc0 = state["step"], state["version"], state["acc0"]
+    run.log.print(f"resumed from {path} at step {run.step}")
+
+
+def _extras(run: Run) -> dict:
+    if run.critic is None:
+        return {}
+    return {"extra_models": {"critic": run.critic}, "extra_optimizers": {"critic": run.critic_opt}}
+
+
+def checkpoint(run: Run, step: int) -> str:
+    """Atomic training checkpoint + HF export in step_N/export (what the evals take via --ckpt)."""
+    cfg, info = run.cfg, run.info
+
+    def export(d: str) -> None:
+        if cfg.lora.enabled:
+            save_adapter(run.policy, os.path.join(d, "adapter"))
+            save_merged(run.policy, run.tok, d)
+        else:
+            save_hf(run.policy, run.tok, d, info)
+
+    state = {
+        "step": step,
+        "version": run.version,
+        "acc0": run.acc0,
+        "config": dataclasses.asdict(cfg),
+        "world_size": info.world,
+    }
+    path = save_checkpoint(
+        os.path.join(cfg.run_dir, "checkpoints"),
+        step,
+        model=run.policy,
+        optimizer=run.opt,
+        scheduler=run.sched,
+        state=state,
+        keep=cfg.log.keep_ckpts,
+        export=export,
+        **_extras(run),
+    )
+    return os.path.join(path, "export")
 
 
 def run_eval(run: Run, step: int) -> float:
@@ -311,9 +400,11 @@ def step_metrics(
 
 def train(cfg: TrainConfig) -> dict:
     run = build(cfg)
-    acc0 = acc = run_eval(run, 0)
+    if run.acc0 is None:
+        run.acc0 = run_eval(run, 0)
+    acc = run.acc0
     step_times: list[float] = []
-    for step in range(1, cfg.steps + 1):
+    for step in range(run.step + 1, cfg.steps + 1):
         if step == cfg.dist.fail_step and run.info.rank == cfg.dist.fail_rank:
             raise RuntimeError(f"injected failure on rank {run.info.rank} at step {step} (--dist.fail-rank)")
         t = [time.perf_counter()]
@@ -331,7 +422,8 @@ def train(cfg: TrainConfig) -> dict:
         run.version += 1
         sync_m = sync_weights(
             cfg, run.policy, run.engine, run.version, run.probe_ids
-        )  # weights → vLLM + probe
+        )  # weights → vLLM, probe
+        run.step = step
         t.append(time.perf_counter())
         times = dict(zip(("generate", "logprob", "train", "sync"), [b - a for a, b in zip(t, t[1:])]))
         times["step"] = t[-1] - t[0]
@@ -350,16 +442,13 @@ def train(cfg: TrainConfig) -> dict:
         if cfg.eval.every and step % cfg.eval.every == 0 and step != cfg.steps:
             acc = run_eval(run, step)
         if cfg.log.ckpt_every and step % cfg.log.ckpt_every == 0 and step != cfg.steps:
-            save_hf(
-                run.policy, run.tok, os.path.join(cfg.run_dir, "checkpoints", f"step_{step:06d}"), run.info
-            )
-    return close(run, acc0, run_eval(run, cfg.steps) if cfg.steps else acc0, step_times)
+            checkpoint(run, step)
+    return close(run, run.acc0, run_eval(run, cfg.steps) if cfg.steps else run.acc0, step_times)
 
 
 def close(run: Run, acc0: float, acc: float, step_times: list[float]) -> dict:
     cfg = run.cfg
-    final = os.path.join(cfg.run_dir, "checkpoints", f"step_{cfg.steps:06d}")
-    save_hf(run.policy, run.tok, final, run.info)
+    final = checkpoint(run, cfg.steps)
     summary = {
         "config": dataclasses.asdict(cfg),
         "steps": cfg.steps,

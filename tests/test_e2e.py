@@ -80,8 +80,9 @@ def test_two_rank_run_logs_and_syncs(smoke_run):
 
 @pytest.mark.slow
 def test_checkpoint_loads_in_transformers_and_vllm(smoke_run, tmp_path):
-    ckpt = os.path.join(smoke_run, "checkpoints", "step_000003")
-    assert os.path.exists(os.path.join(smoke_run, "checkpoints", "step_000002", "model.safetensors"))
+    ckpt = os.path.join(smoke_run, "checkpoints", "step_000003", "export")
+    assert os.path.exists(os.path.join(smoke_run, "checkpoints", "step_000002", "export", "model.safetensors"))
+    assert json.load(open(os.path.join(smoke_run, "summary.json")))["final_checkpoint"].endswith(ckpt[-30:])
     code = f"""
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer

@@ -28,9 +28,16 @@ def build(seed: int, info: dist.DistInfo, layers: int = 2):
     """A tiny random Qwen2 (hidden 32), FSDP2-sharded, with AdamW and a LambdaLR schedule."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    cfg = Qwen2Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-                      tie_word_embeddings=False)
+    cfg = Qwen2Config(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        tie_word_embeddings=False,
+    )
     torch.manual_seed(seed)
     model = shard_model(Qwen2ForCausalLM(cfg), info)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.01)
@@ -38,7 +45,7 @@ def build(seed: int, info: dist.DistInfo, layers: int = 2):
     return model, opt, sched
 
 
-def train_step(model, opt, sched) -> float:
+def train_step(model, opt, sched=None) -> float:
     """One step whose batch and loss scale come from torch, numpy and python RNGs: a resume that fails to restore
     any of them changes the result."""
     ids = torch.randint(0, 64, (4, 12))  # [B, L]
@@ -46,7 +53,8 @@ def train_step(model, opt, sched) -> float:
     loss = model(input_ids=ids, labels=ids).loss * scale
     loss.backward()
     opt.step()
-    sched.step()
+    if sched is not None:
+        sched.step()
     opt.zero_grad(set_to_none=True)
     return float(loss.detach())
 
@@ -78,8 +86,17 @@ def roundtrip(out: str, root: str) -> None:
     all_losses = dist.all_gather_objects((ref_losses, losses))
     if info.is_main:
         with open(out, "w") as f:
-            json.dump({"max_diff": max_diff, "losses": all_losses, "state": state, "save_s": save_s,
-                       "load_s": load_s, "lr": sched2.get_last_lr()}, f)
+            json.dump(
+                {
+                    "max_diff": max_diff,
+                    "losses": all_losses,
+                    "state": state,
+                    "save_s": save_s,
+                    "load_s": load_s,
+                    "lr": sched2.get_last_lr(),
+                },
+                f,
+            )
     dist.barrier()
     dist.shutdown()
 

@@ -1,0 +1,81 @@
+"""Side-by-side comparison of every --algo preset on text_math with the bundled model (issue 3).
+
+    python bench/compare_algos.py [--seeds 0 1] [--steps 15] [--algos grpo sapo ...]
+
+Same seeds, data and step budget for every preset, 2 CPU ranks each. Writes runs/compare/<algo>-s<seed>/ (one
+TensorBoard dir per run: `tensorboard --logdir runs/compare` shows all curves side by side), prints a Markdown table
+and, with --readme, replaces the block between the COMPARE markers in README.md.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ALGOS = ["grpo", "dr_grpo", "rloo", "reinforce_pp", "ppo", "dapo", "gspo", "sapo", "cispo"]
+
+
+def last_scalar(run_dir: str, tag: str) -> float | None:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(run_dir)
+    acc.Reload()
+    if tag not in acc.Tags()["scalars"]:
+        return None
+    return acc.Scalars(tag)[-1].value
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--algos", nargs="+", default=ALGOS)
+    ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
+    ap.add_argument("--steps", type=int, default=15)
+    ap.add_argument("--nproc", type=int, default=2)
+    ap.add_argument("--out", default="runs/compare")
+    ap.add_argument("--readme", action="store_true")
+    args = ap.parse_args()
+    rows = []
+    for algo in args.algos:
+        res = []
+        for seed in args.seeds:
+            run_dir = os.path.join(args.out, f"{algo}-s{seed}")
+            cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
+                   str(args.nproc), "run.py", "--preset", "compare", "--algo", algo, "--seed", str(seed),
+                   "--steps", str(args.steps), "--log.run-dir", run_dir]
+            r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+            if r.returncode != 0:
+                print(f"{algo} seed {seed} FAILED:\n{r.stderr[-2000:]}", file=sys.stderr)
+                continue
+            s = json.load(open(os.path.join(ROOT, run_dir, "summary.json")))
+            res.append((s, last_scalar(os.path.join(ROOT, run_dir), "train/kl"),
+                        last_scalar(os.path.join(ROOT, run_dir), "train/entropy")))
+            print(f"{algo} seed {seed}: {s['eval_accuracy_initial']:.3f} -> {s['eval_accuracy_final']:.3f}",
+                  flush=True)
+        if res:
+            mean = lambda xs: statistics.mean(xs) if xs else float("nan")  # noqa: E731
+            kls = [k for _, k, _ in res if k is not None]
+            rows.append((algo, mean([s["eval_accuracy_initial"] for s, _, _ in res]),
+                         mean([s["eval_accuracy_final"] for s, _, _ in res]), mean(kls) if kls else None,
+                         mean([e for _, _, e in res if e is not None]),
+                         mean([s["median_step_s"] for s, _, _ in res]), len(res)))
+    table = ["| algo | eval acc start | eval acc end | final KL | final entropy | median step s | seeds |",
+             "|---|---|---|---|---|---|---|"]
+    for algo, a0, a1, kl, ent, st, n in rows:
+        kl_s = f"{kl:.4f}" if kl is not None else "–"
+        table.append(f"| {algo} | {a0:.3f} | {a1:.3f} | {kl_s} | {ent:.3f} | {st:.2f} | {n} |")
+    text = "\n".join(table)
+    print(text)
+    if args.readme:
+        path = os.path.join(ROOT, "README.md")
+        readme = open(path).read()
+        a, b = "<!-- COMPARE:BEGIN -->", "<!-- COMPARE:END -->"
+        if a in readme and b in readme:
+            readme = readme[: readme.index(a) + len(a)] + "\n" + text + "\n" + readme[readme.index(b) :]
+            open(path, "w").write(readme)
+
+
+if __name__ == "__main__":
+    main()

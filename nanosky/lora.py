@@ -1,0 +1,252 @@
+"""LoRA / QLoRA for the policy through peft, FSDP2-sharded, with merged-weight streaming into vLLM.
+
+    python run.py --lora.rank 16 --lora.alpha 32          # LoRA on every attention + MLP projection
+    python run.py --lora.rank 16 --lora.qlora             # 4-bit base (CUDA + bitsandbytes only)
+
+Build order matters: load the HF model → `apply_lora` (peft injects adapters, freezes the base) → `shard_lora_model`
+(FSDP2 per decoder layer + root; frozen and trainable parameters share the per-layer groups). `load_lora_model` does
+all three. The inference engine never sees adapters: `iter_merged_params` streams the base model's HF names with
+W + scaling·B@A computed on the fly from gathered full tensors, so vLLM serves exactly the policy being trained.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.tensor import DTensor
+
+from nanosky.dist import DistInfo
+
+ALL_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+_ADAPTER = "default"  # peft's name for the single adapter we train
+_PEFT_PREFIX = "base_model.model."  # PeftModel state_dict keys = this + the base model's keys
+_LORA_KEY = re.compile(r"^(.*)\.(lora_A|lora_B)\.([^.]+)\.weight$")
+_BASE_KEY = re.compile(r"^(.*)\.base_layer\.(.+)$")
+
+
+@dataclass(kw_only=True)
+class LoraConfig:
+    rank: int = 0
+    """LoRA rank r (0 = full fine-tuning, no adapters)."""
+    alpha: float = 16
+    """LoRA alpha: the adapter update is scaled by alpha / rank."""
+    dropout: float = 0.0
+    """Dropout on the adapter input (only active in train mode)."""
+    target_modules: tuple[str, ...] = ALL_LINEAR
+    """Module names that get adapters."""
+    qlora: bool = False
+    """Quantise the frozen base to 4-bit NF4 (needs CUDA + bitsandbytes)."""
+
+    def __post_init__(self):
+        if self.rank < 0:
+            raise ValueError(f"lora.rank must be >= 0, got {self.rank}")
+        if self.alpha <= 0:
+            raise ValueError(f"lora.alpha must be > 0, got {self.alpha}")
+        if not 0 <= self.dropout < 1:
+            raise ValueError(f"lora.dropout must be in [0, 1), got {self.dropout}")
+        if not self.target_modules:
+            raise ValueError("lora.target_modules must name at least one module")
+        if self.qlora and self.rank == 0:
+            raise ValueError(
+                "lora.qlora needs lora.rank > 0 (a 4-bit base can only be trained through adapters)"
+            )
+
+    @property
+    def enabled(self) -> bool:
+        return self.rank > 0
+
+
+def check_platform(cfg: LoraConfig, device_type: str) -> None:
+    """Fail at start-up, not at the first forward, when QLoRA cannot run here."""
+    if not cfg.qlora:
+        return
+    if device_type != "cuda":
+        raise ValueError(f"lora.qlora needs CUDA + bitsandbytes; not available on {device_type}")
+    if importlib.util.find_spec("bitsandbytes") is None:
+        raise ValueError(
+            "lora.qlora needs the bitsandbytes package, which is not installed (pip install bitsandbytes)"
+        )
+
+
+# ---- build ---------------------------------------------------------------------------------------------------
+def apply_lora(model, cfg: LoraConfig):
+    """Wrap an unsharded HF causal LM with peft adapters; only adapter parameters stay trainable. rank 0 = no-op."""
+    if not cfg.enabled:
+        return model
+    import peft
+
+    if cfg.qlora:  # fp32 norms and input grads for the 4-bit base; checkpointing stays the trainer's choice
+        model = peft.prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
+    pcfg = peft.LoraConfig(
+        r=cfg.rank,
+        lora_alpha=cfg.alpha,
+        lora_dropout=cfg.dropout,
+        target_modules=list(cfg.target_modules),
+        bias="none",
+        task_type="CAUSAL_LM",
+    )
+    return peft.get_peft_model(model, pcfg, adapter_name=_ADAPTER)
+
+
+def base_model(model):
+    """The HF model inside a peft wrapper (adapters injected in its modules), or `model` itself."""
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
+def shard_lora_model(model, info: DistInfo):
+    """FSDP2 `fully_shard` per decoder layer + root, for a peft-wrapped model or a plain HF one."""
+    mesh = torch.distributed.device_mesh.init_device_mesh(info.device.type, (info.world,))
+    mp = (
+        MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if info.is_cuda else None
+    )
+    kw = {"mesh": mesh} | ({"mp_policy": mp} if mp else {})
+    for layer in base_model(model).model.layers:
+        fully_shard(layer, **kw)
+    fully_shard(model, **kw)
+    return model.to(info.device) if info.is_cuda else model
+
+
+def load_lora_model(path: str, cfg: LoraConfig, info: DistInfo):
+    """Load → apply_lora → shard: the LoRA counterpart of `nanosky.policy.load_model`."""
+    from transformers import AutoModelForCausalLM
+
+    check_platform(cfg, info.device.type)
+    kw: dict = {"dtype": torch.float32}
+    if cfg.qlora:
+        from transformers import BitsAndBytesConfig
+
+        # bf16 quant storage: FSDP2 shards the packed 4-bit weights as bf16 tensors like every other parameter.
+        kw = {
+            "dtype": torch.bfloat16,
+            "device_map": {"": info.device},
+            "quantization_config": BitsAndBytesConfig(
+                load_in_4bit=True,
+                bnb_4bit_quant_type="nf4",
+                bnb_4bit_compute_dtype=torch.bfloat16,
+                bnb_4bit_quant_storage=torch.bfloat16,
+            ),
+        }
+    model = AutoModelForCausalLM.from_pretrained(path, **kw)
+    model.config.use_cache = False
+    return shard_lora_model(apply_lora(model, cfg), info)
+
+
+def trainable_parameters(model) -> list[torch.nn.Parameter]:
+    """What the optimizer gets: the adapters under LoRA, everything otherwise."""
+    return [p for p in model.parameters() if p.requires_grad]
+
+
+# ---- merged weights --------------------------------------------------------------------------------------------
+def _full(t: torch.Tensor) -> torch.Tensor:
+    return (t.full_tensor() if isinstance(t, DTensor) else t).detach()
+
+
+def _dense_base_weight(layer, w: torch.Tensor) -> torch.Tensor:
+    """The base weight as a dense tensor: dequantised when the base is 4-bit (QLoRA)."""
+    weight = layer.get_base_layer().weight
+    if getattr(weight, "quant_state", None) is None:
+        return w
+    if isinstance(weight, DTensor):
+        raise NotImplementedError("streaming merged weights from a sharded 4-bit base is not supported")
+    import bitsandbytes as bnb
+
+    return bnb.functional.dequantize_4bit(weight.data, weight.quant_state)
+
+
+def iter_merged_params(model) -> Iterator[tuple[str, torch.Tensor]]:
+    """(base-model HF name, full tensor) with every adapter merged: W + scaling·B@A, in fp32, cast back to W's dtype.
+
+    For a plain model this is the model's own state. Names are exactly the base model's state_dict keys (as vLLM's
+    `load_weights` expects); adapter keys are consumed, never yielded. The training model is not modified. Collective:
+    each sharded tensor is all-gathered, so every rank must consume the iterator in the same order. The scaling is
+    read from the layer peft built (alpha / rank, or rsLoRA's), so the merge matches the forward by construction.
+    """
+    is_peft = hasattr(model, "peft_config")
+    modules = dict(base_model(model).named_modules())
+    pending: dict[
+        str, dict[str, torch.Tensor]
+    ] = {}  # LoRA module → {"weight", "lora_A", "lora_B"}, until complete
+    for key, t in model.state_dict().items():  # same order on every rank
+        t = _full(t)
+        name = key.removeprefix(_PEFT_PREFIX) if is_peft else key
+        if m := _LORA_KEY.match(name):
+            mod, part, adapter = m.groups()
+            if adapter != _ADAPTER:
+                raise ValueError(f"unexpected adapter {adapter!r} in {key}: only one adapter is supported")
+            pending.setdefault(mod, {})[part] = t
+        elif m := _BASE_KEY.match(name):
+            mod, leaf = m.groups()
+            if leaf == "weight":
+                pending.setdefault(mod, {})["weight"] = _dense_base_weight(modules[mod], t)
+            elif leaf == "bias":  # held back so that the names come out in the base model's order
+                pending.setdefault(mod, {})["bias"] = t
+            # else: bitsandbytes quant-state entries of a 4-bit weight, folded into the dequantised weight
+        elif ".lora_" in name:  # embedding adapters, DoRA magnitudes, ...: merging them here would be wrong
+            raise NotImplementedError(f"cannot merge adapter parameter {key}")
+        else:
+            yield name, t
+            continue
+        if {"weight", "lora_A", "lora_B"} <= pending.get(mod, {}).keys():
+            p = pending.pop(mod)
+            w, a, b = p["weight"], p["lora_A"], p["lora_B"]  # w [out, in], a [r, in], b [out, r]
+            scale = modules[mod].scaling[_ADAPTER]
+            yield f"{mod}.weight", (w.float() + scale * (b.float() @ a.float())).to(w.dtype)
+            if "bias" in p:
+                yield f"{mod}.bias", p["bias"]
+    if pending:
+        raise RuntimeError(f"incomplete LoRA modules in state_dict: {sorted(pending)}")
+
+
+# ---- export --------------------------------------------------------------------------------------------------
+def _is_main() -> bool:
+    return dist.get_rank() == 0
+
+
+def save_adapter(model, out_dir: str) -> None:
+    """peft format (adapter_config.json + adapter_model.safetensors), loadable by `PeftModel.from_pretrained` and by
+    vLLM's LoRA loader. Collective: the adapter shards are gathered; rank 0 writes."""
+    if not hasattr(model, "peft_config"):
+        raise ValueError(
+            "save_adapter needs a peft-wrapped model (lora.rank > 0); use save_hf for a plain one"
+        )
+    full = {k: _full(t).cpu() for k, t in model.state_dict().items() if ".lora_" in k}
+    if _is_main():
+        model.save_pretrained(out_dir, state_dict=full, safe_serialization=True)
+    dist.barrier()
+
+
+def save_merged(model, tok, out_dir: str) -> None:
+    """A plain HF model directory (safetensors + config + tokenizer) with the adapters merged, for `--ckpt` evals and
+    vLLM. Collective; rank 0 writes."""
+    from safetensors.torch import save_file
+
+    state = {n: t.cpu().contiguous() for n, t in iter_merged_params(model)}
+    if _is_main():
+        os.makedirs(out_dir, exist_ok=True)
+        hf = base_model(model)
+        config = copy.deepcopy(hf.config)
+        if hasattr(config, "quantization_config"):  # the merged weights are dense
+            del config.quantization_config
+        config.dtype = next(iter(state.values())).dtype
+        if config.tie_word_embeddings:
+            state.pop("lm_head.weight", None)
+        save_file(state, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
+        config.save_pretrained(out_dir)
+        if hf.generation_config is not None:
+            hf.generation_config.save_pretrained(out_dir)
+        tok.save_pretrained(out_dir)
+        if hasattr(model, "peft_config"):  # provenance, for humans
+            with open(os.path.join(out_dir, "nanosky_lora.json"), "w") as f:
+                json.dump(
+                    {"merged_from_adapter": model.peft_config[_ADAPTER].to_dict()}, f, default=str, indent=1
+                )
+    dist.barrier()
