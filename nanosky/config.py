@@ -132,6 +132,8 @@ class TrainConfig:
     probe: ProbeConfig = field(default_factory=ProbeConfig)
     dist: DistConfig = field(default_factory=DistConfig)
     lora: LoraConfig = field(default_factory=LoraConfig)
+    dry_run: bool = False
+    """One step with the longest possible sequences (no eos), no eval, then exit: exposes OOM at step 0."""
     resume: str | None = None
     """Resume from `latest` (the last complete checkpoint of this run dir) or a checkpoint PATH; a requested resume
     with no checkpoint fails."""
@@ -158,6 +160,11 @@ class TrainConfig:
             and self.algorithm.overlong_cache_len
         ):
             raise ValueError("algorithm.overlong_cache_len must be < rollout.max_new_tokens")
+
+    def apply_dry_run(self) -> None:
+        if self.dry_run:
+            self.steps, self.eval.every, self.eval.limit, self.log.ckpt_every = 1, 0, 1, 0
+            self.rollout.ignore_eos = True
 
     def validate_for_world(self, world: int) -> None:
         if self.rollout.prompts_per_step % world:

@@ -124,6 +124,17 @@ def all_reduce_max(value: float) -> float:
     return float(t.item())
 
 
+def memory_gib() -> float:
+    """Peak memory since the last call: device memory on GPU, process RSS high-water mark on CPU (GiB)."""
+    if get_info().is_cuda:
+        peak = torch.cuda.max_memory_allocated() / 2**30
+        torch.cuda.reset_peak_memory_stats()
+        return peak
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux; monotonic on CPU
+
+
 def shutdown() -> None:
     global _INFO
     import sys

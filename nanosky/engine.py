@@ -56,6 +56,7 @@ class SamplingSpec:
     top_p: float = 1.0
     seed: int | None = None
     stop: tuple[str, ...] = ()
+    ignore_eos: bool = False  # --dry-run: always generate max_tokens (the longest sequences a run can see)
 
 
 @dataclass
@@ -122,6 +123,7 @@ class Engine:
             seed=spec.seed,
             stop=list(spec.stop) or None,
             logprobs=0,  # logprob of the sampled token only
+            ignore_eos=spec.ignore_eos,
             skip_special_tokens=False,
         )
         reqs = [{"prompt_token_ids": list(p)} for p in prompts]

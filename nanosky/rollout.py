@@ -31,6 +31,8 @@ class RolloutConfig:
     """Assistant turns per episode; None = the env's own `max_turns`."""
     temperature: float = 1.0
     top_p: float = 1.0
+    ignore_eos: bool = False
+    """Never stop at the end-of-turn token (set by --dry-run to produce the longest sequences)."""
 
     def __post_init__(self):
         for f in ("group_size", "prompts_per_step", "max_new_tokens", "max_total_tokens"):
@@ -161,7 +163,13 @@ def _generate(engine, trajs: list[Trajectory], cfg: RolloutConfig, temperature, 
     out: list = [None] * len(trajs)
     for b in sorted(set(budgets)):
         idx = [k for k, x in enumerate(budgets) if x == b]
-        spec = SamplingSpec(n=1, max_tokens=b, temperature=temperature or cfg.temperature, top_p=cfg.top_p)
+        spec = SamplingSpec(
+            n=1,
+            max_tokens=b,
+            temperature=temperature or cfg.temperature,
+            top_p=cfg.top_p,
+            ignore_eos=cfg.ignore_eos,
+        )
         req_seeds = [seeds[k] for k in idx] if seeds else None
         for k, samples in zip(
             idx, engine.generate([trajs[k].ids for k in idx], spec, version=version, seeds=req_seeds)

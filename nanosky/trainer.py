@@ -10,6 +10,7 @@ import hashlib
 import os
 import statistics
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -248,6 +249,14 @@ def build(cfg: TrainConfig) -> Run:
         run.critic = load_critic(path, info)
         run.critic_opt = torch.optim.AdamW(run.critic.parameters(), lr=cfg.algorithm.critic_lr)
     run.log.write_json("config.json", dataclasses.asdict(cfg))
+    P, n, r = cfg.rollout.prompts_per_step, cfg.rollout.group_size, cfg.rollout
+    n_params = sum(p.numel() for p in policy.parameters()) / 1e6
+    run.log.print(  # the derived values, once
+        f"nanosky: {cfg.algo} on {cfg.env} | world {info.world} ({info.backend}, {info.device.type}) | model {path} "
+        f"({n_params:.1f}M params) | {P} prompts x {n} = {P * n} trajectories/step ({P * n // info.world}/rank) | "
+        f"micro-batch {cfg.optim.micro_batch_size} | tokens/turn {r.max_new_tokens}, total {r.max_total_tokens} | "
+        f"engine {run.engine.dtype} | env pool {cfg.envpool.workers} workers/rank | run dir {cfg.run_dir}"
+    )
     if cfg.resume:
         resume(run)
     # The engine loaded the checkpoint from disk; push the trainer's weights anyway so the probe checks a real sync.
@@ -398,51 +407,72 @@ def step_metrics(
     } | {f"timing/{k}_s": v for k, v in times.items()}
 
 
+class Phases:
+    """Per-phase wall time and peak memory, and a heartbeat line per rank (`run_dir/heartbeat.rank{r}`: where a hung
+    or killed job last was)."""
+
+    def __init__(self, run_dir: str, rank: int):
+        os.makedirs(run_dir, exist_ok=True)
+        self.beat = open(os.path.join(run_dir, f"heartbeat.rank{rank}"), "a", buffering=1)
+        self.rank, self.times, self.mem = rank, {}, {}
+
+    @contextmanager
+    def __call__(self, step: int, name: str):
+        self.beat.write(f"{time.strftime('%H:%M:%S')} rank {self.rank} step {step} {name}\n")
+        t0 = time.perf_counter()
+        yield
+        self.times[name] = time.perf_counter() - t0
+        self.mem[name] = dist.memory_gib()
+
+    def metrics(self) -> dict[str, float]:
+        return {f"timing/{k}_s": v for k, v in self.times.items()} | {
+            f"memory/{k}_gib": v for k, v in self.mem.items()
+        }
+
+
 def train(cfg: TrainConfig) -> dict:
+    cfg.apply_dry_run()
     run = build(cfg)
+    ph = Phases(cfg.run_dir, run.info.rank)
     if run.acc0 is None:
-        run.acc0 = run_eval(run, 0)
+        with ph(0, "eval"):
+            run.acc0 = run_eval(run, 0) if cfg.eval.every or not cfg.dry_run else 0.0
     acc = run.acc0
     step_times: list[float] = []
     for step in range(run.step + 1, cfg.steps + 1):
         if step == cfg.dist.fail_step and run.info.rank == cfg.dist.fail_rank:
             raise RuntimeError(f"injected failure on rank {run.info.rank} at step {step} (--dist.fail-rank)")
-        t = [time.perf_counter()]
-        run.engine.wake()
-        trajs, gen_m = collect(
-            cfg, run.engine, run.tok, run.pool, step, run.version
-        )  # rollout + global gather
-        run.engine.sleep()
-        t.append(time.perf_counter())
-        batch = prepare(cfg, trajs, run.policy, run.ref, run.critic, run.tok)  # balance, logprobs, advantages
-        t.append(time.perf_counter())
-        upd = update(run, batch, step)  # critic + policy optimizer steps
-        t.append(time.perf_counter())
-        run.engine.wake()
-        run.version += 1
-        sync_m = sync_weights(
-            cfg, run.policy, run.engine, run.version, run.probe_ids
-        )  # weights → vLLM, probe
+        t0 = time.perf_counter()
+        with ph(step, "generate"):  # rollouts on every rank, then the global gather (+ DAPO rounds)
+            run.engine.wake()
+            trajs, gen_m = collect(cfg, run.engine, run.tok, run.pool, step, run.version)
+            run.engine.sleep()
+        with ph(step, "logprob"):  # token-balanced share, old/ref logprobs, values, global advantages
+            batch = prepare(cfg, trajs, run.policy, run.ref, run.critic, run.tok)
+        with ph(step, "train"):  # critic + policy optimizer steps
+            upd = update(run, batch, step)
+        with ph(step, "sync"):  # full tensors → vLLM, version += 1, probe
+            run.engine.wake()
+            run.version += 1
+            sync_m = sync_weights(cfg, run.policy, run.engine, run.version, run.probe_ids)
         run.step = step
-        t.append(time.perf_counter())
-        times = dict(zip(("generate", "logprob", "train", "sync"), [b - a for a, b in zip(t, t[1:])]))
-        times["step"] = t[-1] - t[0]
-        step_times.append(times["step"])
-        run.log.scalars(
-            step,
-            step_metrics(run, trajs, batch, times)
-            | gen_m
-            | sync_m
-            | {"train/" + k: v for k, v in upd.items()},
-        )
+        step_times.append(time.perf_counter() - t0)
+        times = {"step": step_times[-1]} | {k: ph.times[k] for k in ("generate", "logprob", "train", "sync")}
+        upd_m = {"train/" + k: v for k, v in upd.items()}
+        run.log.scalars(step, step_metrics(run, trajs, batch, times) | ph.metrics() | gen_m | sync_m | upd_m)
         run.log.rollouts(step, trajs, run.tok, cfg.log.samples_per_step)
         run.log.progress(
             {"reward": sum(x.reward for x in trajs) / len(trajs), "acc": acc, "s/step": times["step"]}
         )
         if cfg.eval.every and step % cfg.eval.every == 0 and step != cfg.steps:
-            acc = run_eval(run, step)
+            with ph(step, "eval"):
+                acc = run_eval(run, step)
         if cfg.log.ckpt_every and step % cfg.log.ckpt_every == 0 and step != cfg.steps:
-            checkpoint(run, step)
+            with ph(step, "checkpoint"):
+                checkpoint(run, step)
+    if cfg.dry_run:
+        run.log.print(f"dry run ok: {ph.metrics()}")
+        return close(run, run.acc0, run.acc0, step_times)
     return close(run, run.acc0, run_eval(run, cfg.steps) if cfg.steps else run.acc0, step_times)
 
 

@@ -81,7 +81,9 @@ def test_two_rank_run_logs_and_syncs(smoke_run):
 @pytest.mark.slow
 def test_checkpoint_loads_in_transformers_and_vllm(smoke_run, tmp_path):
     ckpt = os.path.join(smoke_run, "checkpoints", "step_000003", "export")
-    assert os.path.exists(os.path.join(smoke_run, "checkpoints", "step_000002", "export", "model.safetensors"))
+    assert os.path.exists(
+        os.path.join(smoke_run, "checkpoints", "step_000002", "export", "model.safetensors")
+    )
     assert json.load(open(os.path.join(smoke_run, "summary.json")))["final_checkpoint"].endswith(ckpt[-30:])
     code = f"""
 import torch
@@ -178,8 +180,22 @@ def test_one_failing_rank_stops_the_whole_job_promptly(tmp_path):
     import time
 
     t0 = time.time()
-    r = torchrun(["--preset", "smoke", "--steps", "4", "--log.run-dir", str(tmp_path / "fail"),
-                  "--dist.fail-rank", "1", "--dist.fail-step", "2", "--dist.timeout-s", "600"])
+    r = torchrun(
+        [
+            "--preset",
+            "smoke",
+            "--steps",
+            "4",
+            "--log.run-dir",
+            str(tmp_path / "fail"),
+            "--dist.fail-rank",
+            "1",
+            "--dist.fail-step",
+            "2",
+            "--dist.timeout-s",
+            "600",
+        ]
+    )
     wall = time.time() - t0
     assert r.returncode != 0
     assert "injected failure on rank 1 at step 2" in r.stderr

@@ -15,8 +15,26 @@ from test_e2e import ROOT, scalars
 @pytest.mark.parametrize("algo", ["ppo", "reinforce_pp", "dapo", "gspo", "sapo"])
 def test_preset_trains(algo, tmp_path):
     run_dir = str(tmp_path / algo)
-    cmd = [sys.executable, "run.py", "--preset", "smoke", "--algo", algo, "--steps", "2", "--log.run-dir", run_dir,
-           "--rollout.prompts-per-step", "4", "--eval.limit", "4", "--log.ckpt-every", "0", "--envpool.workers", "0"]
+    cmd = [
+        sys.executable,
+        "run.py",
+        "--preset",
+        "smoke",
+        "--algo",
+        algo,
+        "--steps",
+        "2",
+        "--log.run-dir",
+        run_dir,
+        "--rollout.prompts-per-step",
+        "4",
+        "--eval.limit",
+        "4",
+        "--log.ckpt-every",
+        "0",
+        "--envpool.workers",
+        "0",
+    ]
     if algo == "dapo":  # the smoke preset's 32-token responses need a shorter overlong band than DAPO's 32
         cmd += ["--algorithm.overlong-cache-len", "8"]
     r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
@@ -36,8 +54,24 @@ def test_lora_training_syncs_merged_weights(tmp_path):
     """LoRA through peft + FSDP2: the sync streams merged weights; the probe (which fails the run on a mismatch)
     must see the engine agree with the trainer after every update, and the adapter is saved in peft format."""
     run_dir = str(tmp_path / "lora")
-    cmd = [sys.executable, "run.py", "--preset", "smoke", "--steps", "2", "--log.run-dir", run_dir,
-           "--lora.rank", "8", "--optim.lr", "1e-2", "--eval.limit", "4", "--envpool.workers", "0"]
+    cmd = [
+        sys.executable,
+        "run.py",
+        "--preset",
+        "smoke",
+        "--steps",
+        "2",
+        "--log.run-dir",
+        run_dir,
+        "--lora.rank",
+        "8",
+        "--optim.lr",
+        "1e-2",
+        "--eval.limit",
+        "4",
+        "--envpool.workers",
+        "0",
+    ]
     r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-4000:]
     s = scalars(run_dir)
@@ -48,6 +82,44 @@ def test_lora_training_syncs_merged_weights(tmp_path):
 
 
 def test_qlora_on_cpu_fails_at_startup(tmp_path):
-    r = subprocess.run([sys.executable, "run.py", "--preset", "smoke", "--lora.rank", "8", "--lora.qlora",
-                        "--log.run-dir", str(tmp_path / "q")], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "run.py",
+            "--preset",
+            "smoke",
+            "--lora.rank",
+            "8",
+            "--lora.qlora",
+            "--log.run-dir",
+            str(tmp_path / "q"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode != 0 and "qlora" in r.stderr.lower() and "cpu" in r.stderr.lower(), r.stderr[-2000:]
+
+
+@pytest.mark.slow
+def test_dry_run_uses_the_longest_sequences(tmp_path):
+    run_dir = str(tmp_path / "dry")
+    cmd = [
+        sys.executable,
+        "run.py",
+        "--preset",
+        "smoke",
+        "--dry-run",
+        "--log.run-dir",
+        run_dir,
+        "--envpool.workers",
+        "0",
+    ]
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-4000:]
+    s = scalars(run_dir)
+    assert [st for st, _ in s["train/pg_loss"]] == [1]
+    assert s["train/response_len"][0][1] == 32  # every response ran to max_new_tokens
+    assert all(f"memory/{p}_gib" in s for p in ("generate", "logprob", "train", "sync"))
+    assert "dry run ok" in r.stdout + r.stderr

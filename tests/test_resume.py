@@ -23,8 +23,10 @@ def test_resume_is_exact(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     # the "crashed" run: keep only what existed after step 2 (its checkpoint), then resume it
     os.makedirs(resumed)
-    shutil.copytree(os.path.join(straight, "checkpoints", "step_000002"),
-                    os.path.join(resumed, "checkpoints", "step_000002"))
+    shutil.copytree(
+        os.path.join(straight, "checkpoints", "step_000002"),
+        os.path.join(resumed, "checkpoints", "step_000002"),
+    )
     with open(os.path.join(resumed, "checkpoints", "latest"), "w") as f:
         f.write("step_000002")
     r = torchrun([*ARGS, "--log.run-dir", resumed, "--resume", "latest"])
