@@ -21,8 +21,6 @@ from nanosky.dist import DistInfo
 class ModelConfig:
     path: str = "tiny"
     """HF model directory or hub id; "tiny" = the bundled tiny Qwen2 model (built on first use, no network)."""
-    gradient_checkpointing: bool = False
-    """Recompute activations in backward (saves memory on long sequences)."""
 
 
 def resolve_model_path(path: str) -> str:
@@ -44,12 +42,17 @@ def load_model(path: str, info: DistInfo, trainable: bool = True):
     return shard_model(model, info)
 
 
-def shard_model(model, info: DistInfo):
+def shard_model(model, info: DistInfo, reshard_after_forward: bool | None = None):
+    """FSDP2 per decoder layer + root. Resharding after forward (ZeRO-3) saves memory on big models; the default
+    keeps small models (< 1B params) gathered between forward and backward (ZeRO-2-like), which halves the
+    all-gathers per micro-batch."""
     mesh = torch.distributed.device_mesh.init_device_mesh(info.device.type, (info.world,))
     mp = (
         MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if info.is_cuda else None
     )
-    kw = {"mesh": mesh} | ({"mp_policy": mp} if mp else {})
+    if reshard_after_forward is None:
+        reshard_after_forward = sum(p.numel() for p in model.parameters()) > 1e9
+    kw = {"mesh": mesh, "reshard_after_forward": reshard_after_forward} | ({"mp_policy": mp} if mp else {})
     for layer in model.model.layers:
         fully_shard(layer, **kw)
     fully_shard(model, **kw)

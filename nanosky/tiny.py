@@ -45,15 +45,18 @@ class TinyConfig:
     kv_heads: int = 2
     intermediate_size: int = 768
     max_len: int = 512
-    n_math: int = 90000
+    n_math: int = 70000
     """text_math SFT examples."""
-    n_tool: int = 3000
+    n_tool: int = 2000
     """tool_use demonstrations (0 = none)."""
-    steps: int = 3000
+    steps: int = 2200
     batch_size: int = 32
-    lr: float = 2e-3
-    bf16: bool = True
-    """bf16 autocast for the build (AMX on recent x86 makes it ~2x faster than fp32 here)."""
+    lr: float = 1e-3
+    """Higher rates (2e-3, 3e-3) or bf16 autocast left the model ignoring its context (a bigram-like model that
+    cannot copy the question's numbers); 1e-3 in fp32 learns to copy (measured: 64 % exact digit copying after 400
+    steps vs 22 % with bf16 at 2e-3)."""
+    bf16: bool = False
+    """bf16 autocast for the build (faster on AMX CPUs, but see `lr`)."""
     threads: int = 1
     """torch intra-op threads for the build."""
     out: str | None = None

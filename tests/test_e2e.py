@@ -28,6 +28,13 @@ REQUIRED_TAGS = [
 ]
 
 
+def child_env() -> dict:
+    """This process's environment minus the launcher variables a 1-rank test process group left behind (a child
+    run must start its own group, not join ours)."""
+    drop = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}
+    return {k: v for k, v in os.environ.items() if k not in drop}
+
+
 def torchrun(args: list[str], nproc: int = 2, timeout: int = 600) -> subprocess.CompletedProcess:
     cmd = [
         sys.executable,
@@ -39,7 +46,7 @@ def torchrun(args: list[str], nproc: int = 2, timeout: int = 600) -> subprocess.
         "run.py",
         *args,
     ]
-    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=child_env())
 
 
 def scalars(run_dir: str) -> dict[str, list[tuple[int, float]]]:
@@ -96,7 +103,7 @@ out = llm.generate([{{"prompt_token_ids": list(ids["input_ids"] if hasattr(ids, 
                    SamplingParams(max_tokens=8, temperature=0))
 print("GEN", len(out[0].outputs[0].token_ids))
 """
-    env = dict(os.environ, VLLM_ENABLE_V1_MULTIPROCESSING="0", VLLM_CPU_KVCACHE_SPACE="1")
+    env = dict(child_env(), VLLM_ENABLE_V1_MULTIPROCESSING="0", VLLM_CPU_KVCACHE_SPACE="1")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
     assert r.returncode == 0 and "GEN " in r.stdout, r.stderr[-3000:]
     assert int(r.stdout.split("GEN ")[1].split()[0]) > 0

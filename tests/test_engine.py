@@ -54,7 +54,7 @@ def test_load_weights_reaches_engine_and_resets_cache(engine, tok, hf_model):
     v = engine.version
     # Zero the embeddings/lm_head (tied): every next-token distribution becomes uniform.
     sd = hf_model.state_dict()
-    zeroed = {k: (torch.zeros_like(t) if "embed_tokens" in k else t) for k, t in sd.items()}
+    zeroed = {k: (torch.zeros_like(t) if "embed_tokens" in k or "lm_head" in k else t) for k, t in sd.items()}
     engine.load_weights(iter(zeroed.items()), version=v + 1)
     assert engine.version == v + 1
     after = engine.prompt_logprobs(ids)

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from test_e2e import ROOT, scalars
+from test_e2e import ROOT, child_env, scalars
 
 
 @pytest.mark.slow
@@ -37,7 +37,7 @@ def test_preset_trains(algo, tmp_path):
     ]
     if algo == "dapo":  # the smoke preset's 32-token responses need a shorter overlong band than DAPO's 32
         cmd += ["--algorithm.overlong-cache-len", "8"]
-    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, env=child_env())
     assert r.returncode == 0, r.stderr[-4000:]
     s = scalars(run_dir)
     assert all(math.isfinite(v) for _, v in s["train/pg_loss"])
@@ -72,7 +72,7 @@ def test_lora_training_syncs_merged_weights(tmp_path):
         "--envpool.workers",
         "0",
     ]
-    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, env=child_env())
     assert r.returncode == 0, r.stderr[-4000:]
     s = scalars(run_dir)
     assert all(v < 1e-3 for _, v in s["rollout/logprob_diff_mean"])
@@ -98,6 +98,7 @@ def test_qlora_on_cpu_fails_at_startup(tmp_path):
         capture_output=True,
         text=True,
         timeout=300,
+        env=child_env(),
     )
     assert r.returncode != 0 and "qlora" in r.stderr.lower() and "cpu" in r.stderr.lower(), r.stderr[-2000:]
 
@@ -116,7 +117,7 @@ def test_dry_run_uses_the_longest_sequences(tmp_path):
         "--envpool.workers",
         "0",
     ]
-    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, env=child_env())
     assert r.returncode == 0, r.stderr[-4000:]
     s = scalars(run_dir)
     assert [st for st, _ in s["train/pg_loss"]] == [1]

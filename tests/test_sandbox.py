@@ -190,4 +190,5 @@ def test_unavailable_isolation_warns_once_and_keeps_limits(monkeypatch, caplog):
         sandbox._disable_isolation("simulated again")
     assert len([r for r in caplog.records if "namespaces unavailable" in r.getMessage()]) == 1
     res = _py("while True: pass", timeout_s=1)
-    assert res.isolation == "none" and res.timed_out
+    # whichever limit fires first (wall clock or the CPU-time rlimit), the loop is stopped
+    assert res.isolation == "none" and (res.timed_out or res.killed_reason == "cpu_limit")
