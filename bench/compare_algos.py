@@ -42,27 +42,59 @@ def main() -> None:
         res = []
         for seed in args.seeds:
             run_dir = os.path.join(args.out, f"{algo}-s{seed}")
-            cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
-                   str(args.nproc), "run.py", "--preset", "compare", "--algo", algo, "--seed", str(seed),
-                   "--steps", str(args.steps), "--log.run-dir", run_dir]
+            cmd = [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--standalone",
+                "--nproc_per_node",
+                str(args.nproc),
+                "run.py",
+                "--preset",
+                "compare",
+                "--algo",
+                algo,
+                "--seed",
+                str(seed),
+                "--steps",
+                str(args.steps),
+                "--log.run-dir",
+                run_dir,
+            ]
             r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
             if r.returncode != 0:
                 print(f"{algo} seed {seed} FAILED:\n{r.stderr[-2000:]}", file=sys.stderr)
                 continue
             s = json.load(open(os.path.join(ROOT, run_dir, "summary.json")))
-            res.append((s, last_scalar(os.path.join(ROOT, run_dir), "train/kl"),
-                        last_scalar(os.path.join(ROOT, run_dir), "train/entropy")))
-            print(f"{algo} seed {seed}: {s['eval_accuracy_initial']:.3f} -> {s['eval_accuracy_final']:.3f}",
-                  flush=True)
+            res.append(
+                (
+                    s,
+                    last_scalar(os.path.join(ROOT, run_dir), "train/kl"),
+                    last_scalar(os.path.join(ROOT, run_dir), "train/entropy"),
+                )
+            )
+            print(
+                f"{algo} seed {seed}: {s['eval_accuracy_initial']:.3f} -> {s['eval_accuracy_final']:.3f}",
+                flush=True,
+            )
         if res:
             mean = lambda xs: statistics.mean(xs) if xs else float("nan")  # noqa: E731
             kls = [k for _, k, _ in res if k is not None]
-            rows.append((algo, mean([s["eval_accuracy_initial"] for s, _, _ in res]),
-                         mean([s["eval_accuracy_final"] for s, _, _ in res]), mean(kls) if kls else None,
-                         mean([e for _, _, e in res if e is not None]),
-                         mean([s["median_step_s"] for s, _, _ in res]), len(res)))
-    table = ["| algo | eval acc start | eval acc end | final KL | final entropy | median step s | seeds |",
-             "|---|---|---|---|---|---|---|"]
+            rows.append(
+                (
+                    algo,
+                    mean([s["eval_accuracy_initial"] for s, _, _ in res]),
+                    mean([s["eval_accuracy_final"] for s, _, _ in res]),
+                    mean(kls) if kls else None,
+                    mean([e for _, _, e in res if e is not None]),
+                    mean([s["median_step_s"] for s, _, _ in res]),
+                    len(res),
+                )
+            )
+    table = [
+        "| algo | eval acc start | eval acc end | final KL | final entropy | median step s | seeds |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for algo, a0, a1, kl, ent, st, n in rows:
         kl_s = f"{kl:.4f}" if kl is not None else "–"
         table.append(f"| {algo} | {a0:.3f} | {a1:.3f} | {kl_s} | {ent:.3f} | {st:.2f} | {n} |")

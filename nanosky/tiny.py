@@ -59,6 +59,8 @@ class TinyConfig:
     """bf16 autocast for the build (faster on AMX CPUs, but see `lr`)."""
     threads: int = 1
     """torch intra-op threads for the build."""
+    init: str | None = None
+    """Continue training from this model directory (keeps its tokenizer) instead of starting from scratch."""
     out: str | None = None
     """Output directory (default: nanosky/assets/tiny)."""
     force: bool = False
@@ -125,10 +127,15 @@ def build(cfg: TinyConfig) -> Path:
     rng.shuffle(convs)
 
     # Tokenizer: BPE over the rendered conversations (plain text of every message is enough to learn merges).
-    corpus = [m["content"] for c, _ in convs for m in c] + [
-        json.dumps(s) for _, ss in convs if ss for s in ss
-    ]
-    tok = build_tokenizer(corpus, cfg.vocab_size)
+    if cfg.init:
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(cfg.init)
+    else:
+        corpus = [m["content"] for c, _ in convs for m in c] + [
+            json.dumps(s) for _, ss in convs if ss for s in ss
+        ]
+        tok = build_tokenizer(corpus, cfg.vocab_size)
     data = [encode_conversation(tok, c, s) for c, s in convs]
     data = [(ids, mask) for ids, mask in data if len(ids) <= cfg.max_len]
 
@@ -146,7 +153,11 @@ def build(cfg: TinyConfig) -> Path:
         eos_token_id=tok.eos_token_id,
         pad_token_id=tok.pad_token_id,
     )
-    model = Qwen2ForCausalLM(mcfg)
+    model = (
+        Qwen2ForCausalLM.from_pretrained(cfg.init, dtype=torch.float32)
+        if cfg.init
+        else Qwen2ForCausalLM(mcfg)
+    )
     n_params = sum(p.numel() for p in model.parameters())
     print(f"tiny: {n_params / 1e6:.2f}M params, vocab {len(tok)}, {len(data)} examples", flush=True)
 

@@ -275,7 +275,9 @@ def test_agent_end_to_end_with_the_tiny_model(tiny_path, tmp_path):
     cmd = [sys.executable, "-m", "evals.swebench", "--ckpt", tiny_path, "--limit", "2", "--max-steps", "2",
            "--cache-dir", str(tmp_path / "cache"), "--out", str(out)]  # fmt: skip
     launcher = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
-    env = {k: v for k, v in os.environ.items() if k not in launcher}  # a fresh world of one, not the test's group
+    env = {
+        k: v for k, v in os.environ.items() if k not in launcher
+    }  # a fresh world of one, not the test's group
     env |= {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "TOKENIZERS_PARALLELISM": "false"}
     r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
