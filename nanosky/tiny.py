@@ -59,6 +59,10 @@ class TinyConfig:
     """bf16 autocast for the build (faster on AMX CPUs, but see `lr`)."""
     threads: int = 1
     """torch intra-op threads for the build."""
+    steps2: int = 1300
+    """Second stage: more steps on fresh data (0 = one stage)."""
+    n_math2: int = 40000
+    n_tool2: int = 500
     init: str | None = None
     """Continue training from this model directory (keeps its tokenizer) instead of starting from scratch."""
     out: str | None = None
@@ -114,64 +118,34 @@ def _length_bucketed_batches(data: list, batch_size: int, rng: random.Random) ->
     return batches
 
 
-def build(cfg: TinyConfig) -> Path:
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    t0 = time.time()
-    # One intra-op thread: on a shared 2-core box OpenMP spin-waiting makes 2 threads much slower than 1.
-    torch.set_num_threads(cfg.threads)
-    out = Path(cfg.out) if cfg.out else ASSET_DIR
-    rng = random.Random(cfg.seed)
-    torch.manual_seed(cfg.seed)
-    convs = [(_math_example(rng), None) for _ in range(cfg.n_math)] + _tool_examples(cfg.n_tool, cfg.seed)
+def _conversations(n_math: int, n_tool: int, seed: int) -> tuple[list, random.Random]:
+    rng = random.Random(seed)
+    torch.manual_seed(seed)
+    convs = [(_math_example(rng), None) for _ in range(n_math)] + _tool_examples(n_tool, seed)
     rng.shuffle(convs)
+    return convs, rng
 
-    # Tokenizer: BPE over the rendered conversations (plain text of every message is enough to learn merges).
-    if cfg.init:
-        from transformers import AutoTokenizer
 
-        tok = AutoTokenizer.from_pretrained(cfg.init)
-    else:
-        corpus = [m["content"] for c, _ in convs for m in c] + [
-            json.dumps(s) for _, ss in convs if ss for s in ss
-        ]
-        tok = build_tokenizer(corpus, cfg.vocab_size)
+def _sft(model, tok, convs: list, rng: random.Random, steps: int, cfg: TinyConfig, t0: float) -> None:
+    """Supervised training on assistant tokens only; AdamW, linear warm-up then cosine to 10 %."""
     data = [encode_conversation(tok, c, s) for c, s in convs]
     data = [(ids, mask) for ids, mask in data if len(ids) <= cfg.max_len]
-
-    mcfg = Qwen2Config(
-        vocab_size=len(tok),
-        hidden_size=cfg.hidden_size,
-        intermediate_size=cfg.intermediate_size,
-        num_hidden_layers=cfg.layers,
-        num_attention_heads=cfg.heads,
-        num_key_value_heads=cfg.kv_heads,
-        max_position_embeddings=cfg.max_len,
-        tie_word_embeddings=True,
-        rope_theta=10000.0,
-        bos_token_id=None,
-        eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id,
+    print(
+        f"tiny: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M params, vocab {len(tok)}, "
+        f"{len(data)} examples, {steps} steps",
+        flush=True,
     )
-    model = (
-        Qwen2ForCausalLM.from_pretrained(cfg.init, dtype=torch.float32)
-        if cfg.init
-        else Qwen2ForCausalLM(mcfg)
-    )
-    n_params = sum(p.numel() for p in model.parameters())
-    print(f"tiny: {n_params / 1e6:.2f}M params, vocab {len(tok)}, {len(data)} examples", flush=True)
-
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.98), weight_decay=0.01)
-    warm = max(1, cfg.steps // 20)
+    warm = max(1, steps // 20)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt,
         lambda s: (
-            min(1.0, (s + 1) / warm) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, s / cfg.steps))))
+            min(1.0, (s + 1) / warm) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, s / steps))))
         ),
     )
     model.train()
     batches: list[list[int]] = []
-    for step in range(cfg.steps):
+    for step in range(steps):
         if not batches:
             batches = _length_bucketed_batches(data, cfg.batch_size, rng)
         batch = [data[i] for i in batches.pop()]
@@ -190,8 +164,53 @@ def build(cfg: TinyConfig) -> Path:
         opt.step()
         sched.step()
         opt.zero_grad(set_to_none=True)
-        if step % 50 == 0 or step == cfg.steps - 1:
+        if step % 50 == 0 or step == steps - 1:
             print(f"tiny sft step {step:5d} loss {loss.item():.4f} ({time.time() - t0:.0f}s)", flush=True)
+
+
+def build(cfg: TinyConfig) -> Path:
+    """Two stages: `steps` on fresh data from `seed`, then `steps2` more on new data from `seed + 1` with a fresh
+    schedule (the committed model was made this way: the second pass is what taught it to copy numbers at all)."""
+    from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
+
+    t0 = time.time()
+    # One intra-op thread: on a shared 2-core box OpenMP spin-waiting makes 2 threads much slower than 1.
+    torch.set_num_threads(cfg.threads)
+    out = Path(cfg.out) if cfg.out else ASSET_DIR
+    convs, rng = _conversations(cfg.n_math, cfg.n_tool, cfg.seed)
+    if cfg.init:
+        tok = AutoTokenizer.from_pretrained(cfg.init)
+        model = Qwen2ForCausalLM.from_pretrained(cfg.init, dtype=torch.float32)
+    else:
+        # Tokenizer: BPE over the conversations' text (every message plus the tool schemas).
+        corpus = [m["content"] for c, _ in convs for m in c] + [
+            json.dumps(x) for _, ss in convs if ss for x in ss
+        ]
+        tok = build_tokenizer(corpus, cfg.vocab_size)
+        model = Qwen2ForCausalLM(
+            Qwen2Config(
+                vocab_size=len(tok),
+                hidden_size=cfg.hidden_size,
+                intermediate_size=cfg.intermediate_size,
+                num_hidden_layers=cfg.layers,
+                num_attention_heads=cfg.heads,
+                num_key_value_heads=cfg.kv_heads,
+                max_position_embeddings=cfg.max_len,
+                tie_word_embeddings=True,
+                rope_theta=10000.0,
+                bos_token_id=None,
+                eos_token_id=tok.eos_token_id,
+                pad_token_id=tok.pad_token_id,
+            )
+        )
+    _sft(model, tok, convs, rng, cfg.steps, cfg, t0)
+    if cfg.steps2:
+        with torch.no_grad():  # the first stage was saved in bf16 and reloaded when this recipe was found
+            for p in model.parameters():
+                p.copy_(p.to(torch.bfloat16).float())
+        convs, rng = _conversations(cfg.n_math2, cfg.n_tool2, cfg.seed + 1)
+        _sft(model, tok, convs, rng, cfg.steps2, cfg, t0)
+    n_params = sum(p.numel() for p in model.parameters())
 
     out.mkdir(parents=True, exist_ok=True)
     model.generation_config.eos_token_id = tok.eos_token_id
