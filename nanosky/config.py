@@ -198,14 +198,19 @@ class TrainConfig:
 
 # ---- presets: Python functions returning a config ------------------------------------------------------------
 def demo() -> TrainConfig:
-    """`make demo`: GRPO on text_math with the bundled tiny model, 2 CPU ranks, ≤ 15 minutes."""
+    """`make demo`: GRPO on text_math's logic problems with the bundled tiny model, 2 CPU ranks (~5 minutes).
+
+    The logic subset because the 3.4M-parameter warm start has real signal there (≈23 % held-out) but almost none
+    on multi-digit arithmetic yet (see README); `--env-kwargs kinds '["arith","word","logic"]' --eval.limit 200`
+    trains on the full mix."""
     return TrainConfig(
         algo="grpo",
         env="math",
+        env_kwargs={"kinds": '["logic"]'},
         steps=40,
         rollout=RolloutConfig(group_size=8, prompts_per_step=32, max_new_tokens=48, max_total_tokens=160),
         optim=OptimConfig(lr=5e-4, micro_batch_size=32),
-        eval=EvalConfig(every=10, limit=200, n_samples=2),
+        eval=EvalConfig(every=10, limit=66, n_samples=4),  # the 66 held-out logic problems, 4 samples each
         log=LogConfig(run_dir="runs/demo", ckpt_every=20),
     )
 
