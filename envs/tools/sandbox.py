@@ -91,7 +91,10 @@ def run_sandboxed(
             "scratch": scratch,
             "writable_dirs": [os.path.abspath(d) for d in writable_dirs],
             "ro_paths": [os.path.abspath(p) for p in extra_ro_paths]
-            + ([os.path.abspath(cwd)] if cwd else []),
+            + ([os.path.abspath(cwd)] if cwd else [])
+            # The interpreter and its packages stay visible even when they live under /tmp (e.g. a CI checkout's
+            # virtualenv), which the sandbox otherwise replaces with a private tmpfs.
+            + sorted({sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable))}),
             "cpu_s": max(1, int(cpu_s if cpu_s is not None else timeout_s + 0.999)),
             "mem_mb": mem_mb,
             "max_procs": max_procs,
