@@ -206,4 +206,5 @@ def test_one_failing_rank_stops_the_whole_job_promptly(tmp_path):
     wall = time.time() - t0
     assert r.returncode != 0
     assert "injected failure on rank 1 at step 2" in r.stderr
+    print(f"fail-fast: job exited {wall:.1f} s after launch")
     assert wall < 240, wall  # start-up (~60 s) + 1 step, nowhere near the 600 s collective timeout
