@@ -8,8 +8,21 @@ from nanosky.tiny import TinyConfig, build
 
 
 def _small(out) -> TinyConfig:
-    return TinyConfig(out=str(out), n_math=300, n_tool=4, steps=3, n_math2=100, n_tool2=0, steps2=2,
-                      hidden_size=32, intermediate_size=64, layers=1, heads=2, kv_heads=1, vocab_size=300)
+    return TinyConfig(
+        out=str(out),
+        n_math=300,
+        n_tool=4,
+        steps=3,
+        n_math2=100,
+        n_tool2=0,
+        steps2=2,
+        hidden_size=32,
+        intermediate_size=64,
+        layers=1,
+        heads=2,
+        kv_heads=1,
+        vocab_size=300,
+    )
 
 
 def test_build_is_deterministic_and_loadable(tmp_path):
