@@ -33,14 +33,13 @@ import re
 from collections.abc import Callable, Iterable
 
 from envs.alfworld.world import APPLIANCE, LAMP, OPENABLE, STATE, VERB, Layout, kind, make_layout
-from envs.base import Env, Message, StepResult
+from envs.base import Env, Message, StepResult, extract_action
 
 SYSTEM_PROMPT = (
     "You are in a household. Reply with one command: go to X, open X, close X, take O from X, move O to X, "
     "heat O with X, cool O with X, clean O with X, use O, examine X, inventory, look."
 )
 NOTHING = "Nothing happens."
-_TAG = re.compile(r"<action>(.*?)</action>", re.IGNORECASE | re.DOTALL)
 _PATTERNS = [
     ("go", re.compile(r"go to (.+)")),
     ("open", re.compile(r"open (.+)")),
@@ -54,15 +53,6 @@ _PATTERNS = [
     ("inventory", re.compile(r"inventory")),
     ("look", re.compile(r"look")),
 ]
-
-
-def extract_action(text: str) -> str:
-    """The command inside a model's reply: the text of the first `<action>...</action>` if present, else the first
-    non-empty line (a reply that is exactly one command is itself)."""
-    if match := _TAG.search(text):
-        return match.group(1).strip()
-    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
-    return lines[0] if lines else ""
 
 
 def normalize(command: str) -> str:

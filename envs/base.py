@@ -7,6 +7,7 @@ policy's whole assistant turn as a string and returns what to append, the reward
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,3 +34,15 @@ class Env:
 
     def step(self, action: str) -> StepResult:
         raise NotImplementedError
+
+
+_ACTION_TAG = re.compile(r"<action>(.*?)</action>", re.IGNORECASE | re.DOTALL)
+
+
+def extract_action(text: str) -> str:
+    """The action inside a model's reply for text-game envs: the text of the first `<action>...</action>` if
+    present, else the first non-empty line (a reply that is exactly one action is itself)."""
+    if match := _ACTION_TAG.search(text):
+        return match.group(1).strip()
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return lines[0] if lines else ""

@@ -31,7 +31,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable
 
-from envs.base import Env, Message, StepResult
+from envs.base import Env, Message, StepResult, extract_action
 from envs.webshop.catalog import Goal, Product, catalogue, make_goal, products_by_asin, satisfies
 from envs.webshop.engine import score_purchase, search
 
@@ -42,17 +42,7 @@ SYSTEM_PROMPT = (
 )
 SEP = " [SEP] "
 EXPERT_PAGES = 5  # result pages the expert walks before it searches the goal product's title instead
-_TAG = re.compile(r"<action>(.*?)</action>", re.IGNORECASE | re.DOTALL)
 _ACTION = re.compile(r"(search|click)\s*\[(.*)\]", re.IGNORECASE | re.DOTALL)
-
-
-def extract_action(text: str) -> str:
-    """The action inside a model's reply: the text of the first `<action>...</action>` if present, else the first
-    non-empty line (a reply that is exactly one action is itself)."""
-    if match := _TAG.search(text):
-        return match.group(1).strip()
-    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
-    return lines[0] if lines else ""
 
 
 class WebShopEnv(Env):
