@@ -36,6 +36,7 @@ def main() -> None:
     ap.add_argument("--nproc", type=int, default=2)
     ap.add_argument("--out", default="runs/compare")
     ap.add_argument("--readme", action="store_true")
+    ap.add_argument("--extra", nargs=argparse.REMAINDER, default=[], help="more run.py flags for every run")
     args = ap.parse_args()
     rows = []
     for algo in args.algos:
@@ -60,6 +61,7 @@ def main() -> None:
                 str(args.steps),
                 "--log.run-dir",
                 run_dir,
+                *args.extra,
             ]
             r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
             if r.returncode != 0:
