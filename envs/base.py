@@ -46,3 +46,35 @@ def extract_action(text: str) -> str:
         return match.group(1).strip()
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
     return lines[0] if lines else ""
+
+
+def run_policy(make_env, policy_fn, seeds) -> dict:
+    """One episode per seed with `policy_fn(env) -> action` on envs built by `make_env(seed)` (envs exposing
+    `.steps`); mean reward, success rate and mean steps."""
+    rewards, successes, steps = [], [], []
+    for seed in seeds:
+        env = make_env(seed)
+        total, result = 0.0, None
+        while result is None or not result.done:
+            result = env.step(policy_fn(env))
+            total += result.reward
+        rewards.append(total)
+        successes.append(bool(result.info.get("success")))
+        steps.append(env.steps)
+    n = max(len(rewards), 1)
+    return {
+        "episodes": len(rewards),
+        "mean_reward": sum(rewards) / n,
+        "success_rate": sum(successes) / n,
+        "mean_steps": sum(steps) / n,
+    }
+
+
+def expert_episode(env) -> list[Message]:
+    """An env's scripted expert played to the end, as a chat (system, user, then assistant action / user
+    observation turns), e.g. for a warm start by imitation."""
+    messages = env.reset()
+    while not env.done:
+        action = env.expert_action()
+        messages += [{"role": "assistant", "content": action}, *env.step(action).observations]
+    return messages

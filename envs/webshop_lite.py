@@ -31,7 +31,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable
 
-from envs.base import Env, Message, StepResult, extract_action
+from envs.base import Env, Message, StepResult, expert_episode, extract_action, run_policy
 from envs.webshop.catalog import Goal, Product, catalogue, make_goal, products_by_asin, satisfies
 from envs.webshop.engine import score_purchase, search
 
@@ -223,31 +223,10 @@ def evaluate_policy(
     **env_kwargs,
 ) -> dict:
     """Run `policy_fn(env) -> action` for one episode per seed; mean reward, success rate and mean steps."""
-    rewards, successes, steps = [], [], []
-    for seed in seeds:
-        env = WebShopEnv(split=split, seed=seed, **env_kwargs)
-        total, result = 0.0, None
-        while result is None or not result.done:
-            result = env.step(policy_fn(env))
-            total += result.reward
-        rewards.append(total)
-        successes.append(bool(result.info.get("success")))
-        steps.append(env.steps)
-    n = max(len(rewards), 1)
-    return {
-        "episodes": len(rewards),
-        "mean_reward": sum(rewards) / n,
-        "success_rate": sum(successes) / n,
-        "mean_steps": sum(steps) / n,
-    }
+    return run_policy(lambda seed: WebShopEnv(split=split, seed=seed, **env_kwargs), policy_fn, seeds)
 
 
 def expert_demo(split: str, seed: int, **env_kwargs) -> list[Message]:
     """The expert's whole episode as a chat (system, user, then assistant action / user observation turns), e.g.
     for a warm start by imitation."""
-    env = WebShopEnv(split=split, seed=seed, **env_kwargs)
-    messages = env.reset()
-    while not env.done:
-        action = env.expert_action()
-        messages += [{"role": "assistant", "content": action}, *env.step(action).observations]
-    return messages
+    return expert_episode(WebShopEnv(split=split, seed=seed, **env_kwargs))
