@@ -54,6 +54,8 @@ class AlgoConfig:
     """KL estimator for the KL loss term."""
     kl_in_reward: bool = False
     """Subtract beta*k1 from the token rewards instead of adding a KL loss term."""
+    track_ref_kl: bool = False
+    """Load the reference model even when kl_coef = 0, only to log train/kl (drift from the start policy)."""
     gamma: float = 1.0
     """Discount for reinforce_pp and gae."""
     lam: float = 1.0
@@ -139,7 +141,7 @@ class AlgoConfig:
 
     @property
     def needs_ref(self) -> bool:
-        return self.kl_coef > 0
+        return self.kl_coef > 0 or self.track_ref_kl
 
 
 def _check_name(field: str, value: object, valid: list[str] | tuple[str, ...]) -> None:

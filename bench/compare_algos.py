@@ -36,6 +36,9 @@ def main() -> None:
     ap.add_argument("--nproc", type=int, default=2)
     ap.add_argument("--out", default="runs/compare")
     ap.add_argument("--readme", action="store_true")
+    ap.add_argument(
+        "--reuse", action="store_true", help="keep finished runs (summary.json present) instead of rerunning"
+    )
     ap.add_argument("--extra", nargs=argparse.REMAINDER, default=[], help="more run.py flags for every run")
     args = ap.parse_args()
     rows = []
@@ -61,10 +64,12 @@ def main() -> None:
                 str(args.steps),
                 "--log.run-dir",
                 run_dir,
+                "--algorithm.track-ref-kl",  # load the reference only to log train/kl (drift from the start)
                 *args.extra,
             ]
-            r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-            if r.returncode != 0:
+            done = os.path.exists(os.path.join(ROOT, run_dir, "summary.json"))
+            r = None if args.reuse and done else subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+            if r is not None and r.returncode != 0:
                 print(f"{algo} seed {seed} FAILED:\n{r.stderr[-2000:]}", file=sys.stderr)
                 continue
             s = json.load(open(os.path.join(ROOT, run_dir, "summary.json")))
@@ -86,20 +91,24 @@ def main() -> None:
                 (
                     algo,
                     mean([s["eval_accuracy_initial"] for s, _, _ in res]),
-                    mean([s["eval_accuracy_final"] for s, _, _ in res]),
+                    [s["eval_accuracy_final"] for s, _, _ in res],
                     mean(kls) if kls else None,
                     mean([e for _, _, e in res if e is not None]),
                     mean([s["median_step_s"] for s, _, _ in res]),
-                    len(res),
                 )
             )
     table = [
-        "| algo | eval acc start | eval acc end | final KL | final entropy | median step s | seeds |",
+        "| algo | eval acc start | eval acc end (mean) | per seed | final KL to start | final entropy | median step s |",
         "|---|---|---|---|---|---|---|",
     ]
-    for algo, a0, a1, kl, ent, st, n in rows:
+    for algo, a0, finals, kl, ent, st in rows:
         kl_s = f"{kl:.4f}" if kl is not None else "–"
-        table.append(f"| {algo} | {a0:.3f} | {a1:.3f} | {kl_s} | {ent:.3f} | {st:.2f} | {n} |")
+        per = ", ".join(f"{a:.3f}" for a in finals)
+        table.append(
+            f"| {algo} | {a0:.3f} | **{statistics.mean(finals):.3f}** | {per} | {kl_s} | {ent:.3f} | {st:.2f} |"
+        )
+    flags = " ".join(sys.argv[1:]).replace(" --readme", "").replace(" --reuse", "")
+    table.insert(0, f"Measured: `python bench/compare_algos.py {flags}` ({len(args.seeds)} seeds per row).\n")
     text = "\n".join(table)
     print(text)
     if args.readme:

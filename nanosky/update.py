@@ -91,10 +91,12 @@ def policy_update(
                 loss, metrics = loss_fn(lp, old, m.advantages[:, :T], mask, pcfg, weights=weights)
                 scale = algos.agg_scale(mode, mask, g_tokens, g_seqs) * info.world
                 total = loss
-                if cfg.kl_coef > 0 and not cfg.kl_in_reward:
-                    kl = algos.kl_penalty(lp, m.ref_logprobs[:, :T], cfg.kl_kind)  # [b, T]
-                    kl_loss = algos.agg_loss(kl, mask, mode, norm_const=norm_const)
-                    total = total + cfg.kl_coef * kl_loss
+                if m.ref_logprobs is not None:  # KL to the reference: a loss term, or only logged (train/kl)
+                    kl_term = cfg.kl_coef > 0 and not cfg.kl_in_reward
+                    kl = algos.kl_penalty(lp if kl_term else lp.detach(), m.ref_logprobs[:, :T], cfg.kl_kind)
+                    kl_loss = algos.agg_loss(kl, mask, mode, norm_const=norm_const)  # [b, T] -> scalar
+                    if kl_term:
+                        total = total + cfg.kl_coef * kl_loss
                     sums["kl"] += float(kl_loss.detach())
                 if cfg.entropy_coef > 0:
                     total = total - cfg.entropy_coef * algos.agg_loss(ent, mask, mode, norm_const=norm_const)

@@ -11,8 +11,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "tests", "scripts", "update_step.py")
 
 
-def _run(tmp_path, world: int, micro_bs: int, mode: str, loss: str = "ppo") -> dict:
-    out = tmp_path / f"d_{world}_{micro_bs}_{mode}_{loss}.pt"
+def _run(tmp_path, world: int, micro_bs: int, mode: str, loss: str = "ppo", *extra: str) -> dict:
+    out = tmp_path / f"d_{world}_{micro_bs}_{mode}_{loss}{''.join(extra)}.pt"
     cmd = [
         sys.executable,
         "-m",
@@ -25,6 +25,7 @@ def _run(tmp_path, world: int, micro_bs: int, mode: str, loss: str = "ppo") -> d
         str(micro_bs),
         mode,
         loss,
+        *extra,
     ]
     env = {
         k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_PORT", "MASTER_ADDR")
@@ -50,3 +51,15 @@ def test_grad_invariant_to_micro_batch_and_world_size(tmp_path, mode):
     for mbs in (8, 4):
         assert _close(ref, _run(tmp_path, 1, mbs, mode)) < 1e-4, f"micro_bs={mbs}"
     assert _close(ref, _run(tmp_path, 2, 4, mode)) < 1e-4, "world=2"
+
+
+@pytest.mark.slow
+def test_track_ref_kl_logs_kl_without_changing_the_update(tmp_path):
+    import json
+
+    base = _run(tmp_path, 1, 16, "token-mean")
+    tracked = _run(tmp_path, 1, 16, "token-mean", "ppo", "ref_kl")
+    assert _close(base, tracked) < 1e-6  # kl_coef = 0: the reference only feeds the log
+    m = json.load(open(str(tmp_path / "d_1_16_token-mean_pporef_kl.pt") + ".json"))
+    assert m["kl"] > 0.01  # k3 against a reference 1 nat away from most tokens is far from 0
+    assert "kl" not in json.load(open(str(tmp_path / "d_1_16_token-mean_ppo.pt") + ".json"))

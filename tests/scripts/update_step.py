@@ -1,9 +1,13 @@
 """One policy_update on a fixed synthetic batch; rank 0 saves the parameter change. Used by tests/test_update.py to
 check that the gradient does not depend on micro-batch size or world size.
 
-    torchrun --nproc_per_node 2 tests/scripts/update_step.py OUT.pt MICRO_BS MODE POLICY_LOSS
+    torchrun --nproc_per_node 2 tests/scripts/update_step.py OUT.pt MICRO_BS MODE POLICY_LOSS [ref_kl]
+
+With `ref_kl`, the batch carries reference logprobs and `track_ref_kl` is on (kl_coef stays 0): the update must
+be unchanged and train/kl logged. The metrics go to OUT.json.
 """
 
+import json
 import random
 import sys
 
@@ -18,7 +22,7 @@ from nanosky.tiny import ensure_tiny_model
 from nanosky.update import policy_update
 
 
-def main(out: str, micro_bs: int, mode: str, loss: str) -> None:
+def main(out: str, micro_bs: int, mode: str, loss: str, ref_kl: bool = False) -> None:
     info = dist.init_distributed()
     torch.use_deterministic_algorithms(True)
     path = str(ensure_tiny_model())
@@ -39,7 +43,7 @@ def main(out: str, micro_bs: int, mode: str, loss: str) -> None:
                 group=i // 4,
             )
         )
-    cfg = algos.preset("grpo", loss_agg_mode=mode, policy_loss=loss)
+    cfg = algos.preset("grpo", loss_agg_mode=mode, policy_loss=loss, track_ref_kl=ref_kl)
     local = balanced_split([len(t.ids) for t in trajs], info.world)[info.rank]
     batch = to_batch([trajs[i] for i in local], 0, info.device)
     full = to_batch(trajs, 0, info.device)
@@ -52,15 +56,19 @@ def main(out: str, micro_bs: int, mode: str, loss: str) -> None:
     compute_advantages(batch, cfg, rows)
     T = batch.loss_mask.shape[1]
     batch.advantages = batch.advantages[:, :T]
+    if ref_kl:  # a reference that differs from the policy by a fixed offset per token
+        batch.ref_logprobs = torch.full_like(batch.rollout_logprobs, -2.0)
     opt = torch.optim.SGD(model.parameters(), lr=1.0)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
-    policy_update(model, opt, sched, batch, cfg, micro_bs, grad_clip=0.0, norm_const=16)
+    metrics = policy_update(model, opt, sched, batch, cfg, micro_bs, grad_clip=0.0, norm_const=16)
     delta = {k: (v - before[k]) for k, v in iter_full_params(model)}
     if info.is_main:
         torch.save(delta, out)
+        with open(out + ".json", "w") as f:
+            json.dump(metrics, f)
     dist.barrier()
     dist.shutdown()
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4])
+    main(sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], "ref_kl" in sys.argv[5:])
