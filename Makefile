@@ -7,7 +7,7 @@ NPROC   ?= 2
 export VLLM_ENABLE_V1_MULTIPROCESSING := 0
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install demo test test-fast bench bench-trl compare lint format clean
+.PHONY: install demo test test-fast bench bench-trl bench-envs compare lint format clean
 
 # Re-install only when the project metadata changed (or the venv is missing).
 $(STAMP): pyproject.toml
@@ -40,6 +40,9 @@ bench-trl: install
 
 compare: install
 	$(BIN)/python bench/compare_algos.py
+
+bench-envs: install
+	$(BIN)/python bench/env_baselines.py
 
 lint:
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .

@@ -214,6 +214,9 @@ def load_model(cfg: EvalConfig) -> tuple[Any, Any, str]:
         raise SystemExit(
             "give the model: --ckpt PATH (HF checkpoint dir) or --base-url URL (OpenAI-compatible)"
         )
+    from nanosky.policy import resolve_model_path
+
+    cfg.ckpt = resolve_model_path(cfg.ckpt)  # "tiny" / "tiny-agent" = the bundled models
     if not os.path.isdir(cfg.ckpt):
         raise SystemExit(f"--ckpt {cfg.ckpt}: no such directory")
     from transformers import AutoTokenizer

@@ -249,10 +249,11 @@ def compare() -> TrainConfig:
 
 
 def tool_use() -> TrainConfig:
-    """GRPO on the tool_use env (calculator / search / wiki / python_exec), multi-turn, the bundled model."""
+    """GRPO on the tool_use env (calculator / search / wiki / python_exec), multi-turn, the bundled agent model."""
     return TrainConfig(
         algo="grpo",
         env="tool_use",
+        model=ModelConfig(path="tiny-agent"),
         steps=30,
         rollout=RolloutConfig(group_size=8, prompts_per_step=16, max_new_tokens=64, max_total_tokens=480),
         envpool=EnvPoolConfig(workers=2, step_timeout_s=60.0),
@@ -263,14 +264,19 @@ def tool_use() -> TrainConfig:
 
 
 def agent_env(env: str) -> TrainConfig:
-    """GRPO on a multi-step text env (webshop_lite / alfworld_lite) with compact observations for a 512 context."""
+    """GRPO on a multi-step text env (webshop_lite / alfworld_lite), the bundled agent model and its 1536-token
+    context (webshop_lite with 3 results per page, as in the model's demonstrations)."""
     kwargs = {"page_size": "3"} if env == "webshop_lite" else {}
     return TrainConfig(
         algo="grpo",
         env=env,
         env_kwargs=kwargs,
+        model=ModelConfig(path="tiny-agent"),
+        engine=EngineConfig(max_model_len=1536),
         steps=10,
-        rollout=RolloutConfig(group_size=4, prompts_per_step=8, max_new_tokens=24, max_total_tokens=512),
+        # 64 new tokens: webshop's search[...] repeats the instruction (~40 tokens); a turn cut off without its
+        # end-of-turn token ends the episode.
+        rollout=RolloutConfig(group_size=4, prompts_per_step=8, max_new_tokens=64, max_total_tokens=1536),
         optim=OptimConfig(lr=5e-4, micro_batch_size=8),
         eval=EvalConfig(every=0, limit=20, n_samples=1),
         log=LogConfig(run_dir=f"runs/{env}", ckpt_every=0),

@@ -20,14 +20,15 @@ from nanosky.dist import DistInfo
 @dataclass(kw_only=True)
 class ModelConfig:
     path: str = "tiny"
-    """HF model directory or hub id; "tiny" = the bundled tiny Qwen2 model (built on first use, no network)."""
+    """HF model directory or hub id; "tiny" = the bundled tiny Qwen2 model, "tiny-agent" = its agent variant
+    (tool calls, webshop/alfworld demos, 1536-token context); both built on first use if missing, no network."""
 
 
 def resolve_model_path(path: str) -> str:
-    if path == "tiny":
+    if path in ("tiny", "tiny-agent"):
         from nanosky.tiny import ensure_tiny_model
 
-        return str(ensure_tiny_model())
+        return str(ensure_tiny_model(variant="base" if path == "tiny" else "agent"))
     return path
 
 

@@ -124,3 +124,40 @@ def test_dry_run_uses_the_longest_sequences(tmp_path):
     assert s["train/response_len"][0][1] == 32  # every response ran to max_new_tokens
     assert all(f"memory/{p}_gib" in s for p in ("generate", "logprob", "train", "sync"))
     assert "dry run ok" in r.stdout + r.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("preset", ["tool_use", "webshop_lite", "alfworld_lite"])
+def test_agent_env_presets_train(preset, tmp_path):
+    """The multi-turn env presets train end to end (bundled agent model, env pool workers, tools)."""
+    run_dir = str(tmp_path / preset)
+    cmd = [
+        sys.executable,
+        "run.py",
+        "--preset",
+        preset,
+        "--steps",
+        "1",
+        "--log.run-dir",
+        run_dir,
+        "--rollout.prompts-per-step",
+        "2",
+        "--rollout.group-size",
+        "2",
+        "--eval.limit",
+        "2",
+        "--eval.every",
+        "0",
+        "--envpool.workers",
+        "1",
+    ]
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, env=child_env())
+    assert r.returncode == 0, r.stderr[-4000:]
+    s = scalars(run_dir)
+    assert all(math.isfinite(v) for _, v in s["train/pg_loss"])
+    assert s["rollout/turns_mean"][-1][1] >= 1
+    assert s["envs/failed"][-1][1] == 0
+    if preset == "tool_use":
+        assert "tools/invalid_rate" in s and "tools/calls_per_traj" in s
+    summary = json.load(open(os.path.join(run_dir, "summary.json")))
+    assert 0.0 <= summary["eval_accuracy_final"] <= 1.0

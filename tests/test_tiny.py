@@ -46,3 +46,28 @@ def test_bundled_model_is_small_and_warm_started(tiny_path):
     # a warm-started model answers in one of its trained styles, not with noise
     starts = [tok.convert_tokens_to_ids("<answer>"), tok.encode("The", add_special_tokens=False)[0]]
     assert float(nxt[starts].sum()) > 0.3
+
+
+def test_agent_variant_continues_from_a_model_with_a_longer_context(tmp_path):
+    import random
+
+    from nanosky.tiny import _copy_examples, _length_bucketed_batches
+
+    base = build(_small(tmp_path / "base"))
+    cfg = TinyConfig(
+        out=str(tmp_path / "agent"), init=str(base), n_math=4, n_tool=4, n_agent=2, n_copy=4, steps=2, steps2=0
+    )
+    cfg.max_len, cfg.batch_tokens = 1024, 4096
+    agent = build(cfg)
+    tok_a, tok_b = AutoTokenizer.from_pretrained(agent), AutoTokenizer.from_pretrained(base)
+    assert tok_a.get_vocab() == tok_b.get_vocab()  # keeps the base tokenizer
+    assert AutoModelForCausalLM.from_pretrained(agent).config.max_position_embeddings == 1024
+    # copy drills: the reply is the prompt
+    for conv, _ in _copy_examples(20, 0):
+        assert conv[-1]["content"] == conv[-2]["content"] and conv[-1]["content"]
+    # a token cap shrinks batches of long examples, and every example is in exactly one batch per epoch
+    data = [([0] * n, [1] * n) for n in [50] * 40 + [1000] * 10]
+    batches = _length_bucketed_batches(data, 32, random.Random(0), batch_tokens=4096)
+    assert sorted(i for b in batches for i in b) == list(range(50))
+    assert all(len(b) * max(len(data[i][0]) for i in b) <= 4096 for b in batches)
+    assert max(len(b) for b in batches) == 32

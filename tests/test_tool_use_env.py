@@ -122,8 +122,22 @@ def test_answers_are_scored():
     res = env.step(f"<answer>{env.task.answer}</answer>")
     assert res.done and res.reward == 1.0 and res.info["success"]
     env.reset()
+    res = env.step("<answer>definitely wrong</answer>")  # a guess without tools: no format credit
+    assert res.done and res.reward == 0.0 and not res.info["success"]
+    env.reset()
+    env.step('<tool_call>{"name": "nope", "arguments": {}}</tool_call>')  # a call that did not run
+    assert env.step("<answer>definitely wrong</answer>").reward == 0.0
+    env.reset()
+    env.step(CALC)  # a call that ran, then a well-formed wrong answer: the format term
     res = env.step("<answer>definitely wrong</answer>")
     assert res.done and res.reward == 0.1 and not res.info["success"]
+    env.reset()
+    assert _env(format_needs_tool=False).step("<answer>definitely wrong</answer>").reward == 0.1
+    env = _env(format_reward=0.0)  # correctness only
+    env.step(CALC)
+    assert env.step("<answer>definitely wrong</answer>").reward == 0.0
+    env.reset()
+    assert env.step(f"<answer>{env.task.answer}</answer>").reward == 1.0
     env.reset()
     assert env.step("<answer></answer>").reward == 0.0
     assert score_answer("<answer>The Skyloom</answer>", "Skyloom")[0] == 1.0

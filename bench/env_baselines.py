@@ -1,0 +1,43 @@
+"""Expert and random-valid-action baselines of webshop_lite and alfworld_lite on their test splits (issue 5).
+
+    python bench/env_baselines.py [--episodes 200]
+
+The trained-model figure comes from a training run's held-out eval (`run.py --preset webshop_lite` etc.).
+"""
+
+import argparse
+import os
+import random
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from envs import alfworld_lite, webshop_lite  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--episodes", type=int, default=200)
+    args = ap.parse_args()
+    seeds = range(args.episodes)
+    print("| env | policy | success rate | mean reward | mean steps |")
+    print("|---|---|---|---|---|")
+    for name, mod, kw in (
+        ("webshop_lite", webshop_lite, {}),
+        ("webshop_lite (page_size 3)", webshop_lite, {"page_size": 3}),
+        ("alfworld_lite", alfworld_lite, {}),
+    ):
+        rng = random.Random(0)
+        for policy, fn in (
+            ("expert", lambda env: env.expert_action()),
+            ("random valid action", lambda env, rng=rng: rng.choice(env.available_actions())),
+        ):
+            r = mod.evaluate_policy(fn, split="test", seeds=seeds, **kw)
+            print(
+                f"| {name} | {policy} | {r['success_rate']:.3f} | {r['mean_reward']:.3f} | {r['mean_steps']:.1f} |",
+                flush=True,
+            )
+
+
+if __name__ == "__main__":
+    main()
