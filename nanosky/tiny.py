@@ -352,6 +352,7 @@ def agent_config() -> TinyConfig:
         batch_tokens=8192,
     )
 
+
 VARIANTS = {"base": (TinyConfig, ASSET_DIR), "agent": (agent_config, AGENT_DIR)}
 
 

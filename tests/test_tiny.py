@@ -55,7 +55,14 @@ def test_agent_variant_continues_from_a_model_with_a_longer_context(tmp_path):
 
     base = build(_small(tmp_path / "base"))
     cfg = TinyConfig(
-        out=str(tmp_path / "agent"), init=str(base), n_math=4, n_tool=4, n_agent=2, n_copy=4, steps=2, steps2=0
+        out=str(tmp_path / "agent"),
+        init=str(base),
+        n_math=4,
+        n_tool=4,
+        n_agent=2,
+        n_copy=4,
+        steps=2,
+        steps2=0,
     )
     cfg.max_len, cfg.batch_tokens = 1024, 4096
     agent = build(cfg)
