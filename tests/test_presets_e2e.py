@@ -131,26 +131,9 @@ def test_dry_run_uses_the_longest_sequences(tmp_path):
 def test_agent_env_presets_train(preset, tmp_path):
     """The multi-turn env presets train end to end (bundled agent model, env pool workers, tools)."""
     run_dir = str(tmp_path / preset)
-    cmd = [
-        sys.executable,
-        "run.py",
-        "--preset",
-        preset,
-        "--steps",
-        "1",
-        "--log.run-dir",
-        run_dir,
-        "--rollout.prompts-per-step",
-        "2",
-        "--rollout.group-size",
-        "2",
-        "--eval.limit",
-        "2",
-        "--eval.every",
-        "0",
-        "--envpool.workers",
-        "1",
-    ]
+    small = "--steps 1 --rollout.prompts-per-step 2 --rollout.group-size 2 --eval.limit 2 --eval.every 0"
+    cmd = [sys.executable, "run.py", "--preset", preset, "--log.run-dir", run_dir, *small.split()]
+    cmd += ["--envpool.workers", "1"]  # env steps in a worker process, as in real runs
     r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, env=child_env())
     assert r.returncode == 0, r.stderr[-4000:]
     s = scalars(run_dir)
