@@ -11,6 +11,7 @@ import time
 import numpy as np
 import pytest
 import torch
+from test_e2e import torchrun
 
 from nanosky.checkpoint import (
     check_compatible,
@@ -160,19 +161,7 @@ def test_export_hook_is_inside_the_atomic_dir(dist_info, tmp_path):
 def test_two_ranks_roundtrip(tmp_path):
     """2 CPU ranks (gloo): sharded save, load into a differently initialised model, identical next steps."""
     out = tmp_path / "out.json"
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc_per_node",
-        "2",
-        SCRIPT,
-        "roundtrip",
-        str(out),
-        str(tmp_path / "ckpt"),
-    ]
-    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    r = torchrun(["roundtrip", str(out), str(tmp_path / "ckpt")], timeout=300, script=SCRIPT)
     assert r.returncode == 0, r.stderr[-3000:]
     res = json.loads(out.read_text())
     assert res["max_diff"] <= 1e-7

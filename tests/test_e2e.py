@@ -35,7 +35,10 @@ def child_env() -> dict:
     return {k: v for k, v in os.environ.items() if k not in drop}
 
 
-def torchrun(args: list[str], nproc: int = 2, timeout: int = 600) -> subprocess.CompletedProcess:
+def torchrun(
+    args: list[str], nproc: int = 2, timeout: int = 600, script: str = "run.py"
+) -> subprocess.CompletedProcess:
+    """`torchrun --standalone --nproc_per_node N script args...` from the repo root, in a clean launcher env."""
     cmd = [
         sys.executable,
         "-m",
@@ -43,10 +46,11 @@ def torchrun(args: list[str], nproc: int = 2, timeout: int = 600) -> subprocess.
         "--standalone",
         "--nproc_per_node",
         str(nproc),
-        "run.py",
-        *args,
+        script,
     ]
-    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=child_env())
+    return subprocess.run(
+        [*cmd, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=child_env()
+    )
 
 
 def scalars(run_dir: str) -> dict[str, list[tuple[int, float]]]:

@@ -2,11 +2,10 @@
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 import torch
+from test_e2e import torchrun
 
 from nanosky.checkpoint import load_checkpoint, save_checkpoint
 from nanosky.lora import (
@@ -210,18 +209,7 @@ def test_two_ranks_merged_sync(tmp_path):
     """2 CPU ranks: sharded LoRA → merged stream matches the policy's logprobs; adapter checkpoint round trip."""
     out = tmp_path / "out.json"
     script = os.path.join(ROOT, "tests", "scripts", "ckpt_lora.py")
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc_per_node",
-        "2",
-        script,
-        str(out),
-        str(tmp_path),
-    ]
-    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    r = torchrun([str(out), str(tmp_path)], timeout=300, script=script)
     assert r.returncode == 0, r.stderr[-3000:]
     res = json.loads(out.read_text())
     assert res["base_vs_policy"] > 1e-3

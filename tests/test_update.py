@@ -1,11 +1,10 @@
 """The global-batch loss normalisation: the gradient is the same for any micro-batch size and world size."""
 
 import os
-import subprocess
-import sys
 
 import pytest
 import torch
+from test_e2e import torchrun
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "tests", "scripts", "update_step.py")
@@ -13,24 +12,7 @@ SCRIPT = os.path.join(ROOT, "tests", "scripts", "update_step.py")
 
 def _run(tmp_path, world: int, micro_bs: int, mode: str, loss: str = "ppo", *extra: str) -> dict:
     out = tmp_path / f"d_{world}_{micro_bs}_{mode}_{loss}{''.join(extra)}.pt"
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc_per_node",
-        str(world),
-        SCRIPT,
-        str(out),
-        str(micro_bs),
-        mode,
-        loss,
-        *extra,
-    ]
-    env = {
-        k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_PORT", "MASTER_ADDR")
-    }
-    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+    r = torchrun([str(out), str(micro_bs), mode, loss, *extra], nproc=world, timeout=300, script=SCRIPT)
     assert r.returncode == 0, r.stderr[-3000:]
     return torch.load(out)
 
