@@ -10,11 +10,12 @@ and, with --readme, replaces the block between the COMPARE markers in README.md.
 import argparse
 import json
 import os
+import shlex
 import statistics
-import subprocess
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from launch import ROOT, run_py
+
 ALGOS = ["grpo", "dr_grpo", "rloo", "reinforce_pp", "ppo", "dapo", "gspo", "sapo", "cispo"]
 
 
@@ -46,29 +47,11 @@ def main() -> None:
         res = []
         for seed in args.seeds:
             run_dir = os.path.join(args.out, f"{algo}-s{seed}")
-            cmd = [
-                sys.executable,
-                "-m",
-                "torch.distributed.run",
-                "--standalone",
-                "--nproc_per_node",
-                str(args.nproc),
-                "run.py",
-                "--preset",
-                "compare",
-                "--algo",
-                algo,
-                "--seed",
-                str(seed),
-                "--steps",
-                str(args.steps),
-                "--log.run-dir",
-                run_dir,
-                "--algorithm.track-ref-kl",  # load the reference only to log train/kl (drift from the start)
-                *args.extra,
-            ]
+            cmd = ["--preset", "compare", "--algo", algo, "--seed", str(seed), "--steps", str(args.steps)]
+            # --algorithm.track-ref-kl: load the reference only to log train/kl (drift from the start policy)
+            cmd += ["--log.run-dir", run_dir, "--algorithm.track-ref-kl", *args.extra]
             done = os.path.exists(os.path.join(ROOT, run_dir, "summary.json"))
-            r = None if args.reuse and done else subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+            r = None if args.reuse and done else run_py(args.nproc, cmd)
             if r is not None and r.returncode != 0:
                 print(f"{algo} seed {seed} FAILED:\n{r.stderr[-2000:]}", file=sys.stderr)
                 continue
@@ -107,7 +90,7 @@ def main() -> None:
         table.append(
             f"| {algo} | {a0:.3f} | **{statistics.mean(finals):.3f}** | {per} | {kl_s} | {ent:.3f} | {st:.2f} |"
         )
-    flags = " ".join(sys.argv[1:]).replace(" --readme", "").replace(" --reuse", "")
+    flags = shlex.join(a for a in sys.argv[1:] if a not in ("--readme", "--reuse"))  # quoted as typed
     table.insert(0, f"Measured: `python bench/compare_algos.py {flags}` ({len(args.seeds)} seeds per row).\n")
     text = "\n".join(table)
     print(text)

@@ -7,13 +7,11 @@ warm-up), and as its last line `step_s=<median seconds per step>`.
 """
 
 import argparse
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from launch import run_py
 
 
 def main() -> None:
@@ -23,14 +21,7 @@ def main() -> None:
     ap.add_argument("--model", default="tiny")
     args = ap.parse_args()
     run_dir = tempfile.mkdtemp(prefix="nanosky-bench-")
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc_per_node",
-        str(args.nproc),
-        "run.py",
+    flags = [
         "--preset",
         "bench",
         "--steps",
@@ -40,7 +31,7 @@ def main() -> None:
         "--log.run-dir",
         run_dir,
     ]
-    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    r = run_py(args.nproc, flags)
     if r.returncode != 0:
         sys.exit(r.stderr[-4000:])
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
