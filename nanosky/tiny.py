@@ -371,17 +371,15 @@ def ensure_tiny_model(cfg: TinyConfig | None = None, variant: str = "base") -> P
 
 
 if __name__ == "__main__":
-    import sys
+    import argparse
 
     import tyro
 
-    argv = sys.argv[1:]
-    variant = "base"
-    if "--variant" in argv:  # picks the defaults; every TinyConfig flag still overrides them
-        i = argv.index("--variant")
-        variant, argv = argv[i + 1], argv[:i] + argv[i + 2 :]
-    if variant not in VARIANTS:
-        raise SystemExit(f"--variant: unknown {variant!r}; valid: {', '.join(VARIANTS)}")
+    # --variant picks the defaults (as run.py's --preset does); every TinyConfig flag still overrides them.
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--variant", default="base", choices=sorted(VARIANTS))
+    known, argv = pre.parse_known_args()
+    variant = known.variant
     c = tyro.cli(TinyConfig, args=argv, default=VARIANTS[variant][0]())
     if c.force and c.out is None:
         c.out = str(VARIANTS[variant][1])
