@@ -201,7 +201,7 @@ def demo() -> TrainConfig:
     """`make demo`: GRPO on text_math's logic problems with the bundled tiny model, 2 CPU ranks (~5 minutes).
 
     The logic subset because the 3.4M-parameter warm start has real signal there (≈23 % held-out) but almost none
-    on multi-digit arithmetic yet (see README); `--env-kwargs.kinds '["arith","word","logic"]' --eval.limit 200`
+    on multi-digit arithmetic yet (see README); `--env-kwargs kinds '["arith","word","logic"]' --eval.limit 200`
     trains on the full mix."""
     return TrainConfig(
         algo="grpo",
@@ -249,11 +249,11 @@ def compare() -> TrainConfig:
 
 
 def tool_use() -> TrainConfig:
-    """GRPO on the tool_use env (calculator / search / wiki / python_exec), multi-turn, the bundled agent model."""
+    """GRPO on the tool_use env (calculator / search / wiki / python_exec), multi-turn, the bundled tool model."""
     return TrainConfig(
         algo="grpo",
         env="tool_use",
-        model=ModelConfig(path="tiny-agent"),
+        model=ModelConfig(path="tiny-tool"),
         steps=30,
         rollout=RolloutConfig(group_size=8, prompts_per_step=16, max_new_tokens=64, max_total_tokens=480),
         envpool=EnvPoolConfig(workers=2, step_timeout_s=60.0),
