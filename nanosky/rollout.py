@@ -166,7 +166,7 @@ def _generate(engine, trajs: list[Trajectory], cfg: RolloutConfig, temperature, 
         spec = SamplingSpec(
             n=1,
             max_tokens=b,
-            temperature=temperature or cfg.temperature,
+            temperature=cfg.temperature if temperature is None else temperature,  # 0.0 = greedy
             top_p=cfg.top_p,
             ignore_eos=cfg.ignore_eos,
         )

@@ -71,3 +71,20 @@ def test_sleep_is_a_noop_on_cpu(engine):
     engine.sleep()
     assert not engine.sleeping  # vLLM has no sleep mode on CPU
     engine.wake()
+
+
+def test_run_episodes_temperature_zero_is_greedy(engine, tok):
+    """`temperature=0.0` (e.g. --eval.temperature 0) decodes greedily: the sample seed no longer matters. (It was
+    once read as "unset" and sampled at the config's 1.0.)"""
+    import envs
+    from nanosky.rollout import RolloutConfig, run_episodes
+
+    cfg = RolloutConfig(max_new_tokens=24, max_total_tokens=160)
+
+    def texts(temperature, seed):
+        es = [envs.make("math", split="test", seed=i) for i in range(6)]
+        trajs = run_episodes(engine, tok, es, cfg, temperature=temperature, sample_seed=seed)
+        return [t.messages[-1]["content"] for t in trajs]
+
+    assert texts(0.0, 1) == texts(0.0, 2)
+    assert texts(1.0, 1) != texts(1.0, 2)
