@@ -216,7 +216,7 @@ def load_model(cfg: EvalConfig) -> tuple[Any, Any, str]:
         )
     from nanosky.policy import resolve_model_path
 
-    cfg.ckpt = resolve_model_path(cfg.ckpt)  # "tiny" / "tiny-agent" = the bundled models
+    cfg.ckpt = resolve_model_path(cfg.ckpt)  # "tiny" / "tiny-agent" / "tiny-tool" = the bundled models
     if not os.path.isdir(cfg.ckpt):
         raise SystemExit(f"--ckpt {cfg.ckpt}: no such directory")
     from transformers import AutoTokenizer

@@ -21,14 +21,18 @@ from nanosky.dist import DistInfo
 class ModelConfig:
     path: str = "tiny"
     """HF model directory or hub id; "tiny" = the bundled tiny Qwen2 model, "tiny-agent" = its agent variant
-    (tool calls, webshop/alfworld demos, 1536-token context); both built on first use if missing, no network."""
+    (tool calls, webshop/alfworld demos, 1536-token context), "tiny-tool" = its tool_use variant (copies its
+    arguments and tool outputs); all built on first use if missing, no network."""
+
+
+BUNDLED = {"tiny": "base", "tiny-agent": "agent", "tiny-tool": "tool"}
 
 
 def resolve_model_path(path: str) -> str:
-    if path in ("tiny", "tiny-agent"):
+    if path in BUNDLED:
         from nanosky.tiny import ensure_tiny_model
 
-        return str(ensure_tiny_model(variant="base" if path == "tiny" else "agent"))
+        return str(ensure_tiny_model(variant=BUNDLED[path]))
     return path
 
 

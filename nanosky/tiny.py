@@ -4,6 +4,7 @@ by supervised training on the project's own synthetic data. No network, determin
     python -m nanosky.tiny                    # build if needed; prints the model directory on its last line
     python -m nanosky.tiny --force            # rebuild (the committed copy lives in nanosky/assets/tiny)
     python -m nanosky.tiny --variant agent    # the agent model (nanosky/assets/tiny-agent), see below
+    python -m nanosky.tiny --variant tool     # the tool_use model (nanosky/assets/tiny-tool), see below
 
 The warm start deliberately mixes three answer styles for text_math so that RL has something real to learn:
   think  — the worked steps, then <answer>N</answer>   (right most often)
@@ -18,6 +19,13 @@ The `agent` variant (`--model.path tiny-agent`, what the tool_use / webshop_lite
 continues from the base model on mostly agent data: tool_use expert conversations and webshop_lite / alfworld_lite
 expert episodes, with some math replay, and a longer context (multi-turn episodes run to ~1,500 tokens). The base
 model saw too few tool calls to emit valid ones (93 % malformed), so tool-use RL had no signal to amplify.
+
+The `tool` variant (`--model.path tiny-tool`, what the tool_use preset starts from) is trained from scratch on the
+base model's tokenizer, on tool_use demonstrations and copy drills only, with 8 attention heads of 32 dims. Tool use
+is mostly copying (the question's numbers into the call, the tool's output into the answer); the agent variant,
+continued from a model that had learnt math by rote, wrote plausible arguments that ignored the question. Copying
+digit strings is learnt late and suddenly (an induction-head phase change, after ~20k drills here), so this recipe
+spends its whole budget on the one skill.
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ from nanosky.tokenizer import build_tokenizer
 
 ASSET_DIR = Path(__file__).parent / "assets" / "tiny"
 AGENT_DIR = Path(__file__).parent / "assets" / "tiny-agent"
+TOOL_DIR = Path(__file__).parent / "assets" / "tiny-tool"
 CACHE_DIR = Path.home() / ".cache" / "nanosky"
 STYLES = {"think": 0.3, "direct": 0.3, "plain": 0.4}
 
@@ -79,6 +88,9 @@ class TinyConfig:
     """Second-stage agent episodes and copy drills."""
     batch_tokens: int = 0
     """Cap a batch's padded tokens (long episodes get smaller batches); 0 = always batch_size sequences."""
+    tokenizer: str | None = None
+    """From scratch but with this model directory's tokenizer instead of training one ("tiny" = the bundled base
+    model's), so variants share one vocabulary."""
     init: str | None = None
     """Continue training from this model directory (keeps its tokenizer) instead of starting from scratch;
     "tiny" = the bundled base model."""
@@ -278,11 +290,15 @@ def build(cfg: TinyConfig) -> Path:
         # RoPE has no length limit of its own; the config's is what vLLM serves, so it follows the SFT context.
         model.config.max_position_embeddings = max(model.config.max_position_embeddings, cfg.max_len)
     else:
-        # Tokenizer: BPE over the conversations' text (every message plus the tool schemas).
-        corpus = [m["content"] for c, _ in convs for m in c] + [
-            json.dumps(x) for _, ss in convs if ss for x in ss
-        ]
-        tok = build_tokenizer(corpus, cfg.vocab_size)
+        if cfg.tokenizer:
+            tok = AutoTokenizer.from_pretrained(
+                str(ensure_tiny_model()) if cfg.tokenizer == "tiny" else cfg.tokenizer
+            )
+        else:  # BPE over the conversations' text (every message plus the tool schemas)
+            corpus = [m["content"] for c, _ in convs for m in c] + [
+                json.dumps(x) for _, ss in convs if ss for x in ss
+            ]
+            tok = build_tokenizer(corpus, cfg.vocab_size)
         model = Qwen2ForCausalLM(
             Qwen2Config(
                 vocab_size=len(tok),
@@ -353,7 +369,27 @@ def agent_config() -> TinyConfig:
     )
 
 
-VARIANTS = {"base": (TinyConfig, ASSET_DIR), "agent": (agent_config, AGENT_DIR)}
+def tool_config() -> TinyConfig:
+    """The tool variant's recipe (see the module docstring): from scratch, tool_use demonstrations and copy drills
+    only, 8 heads of 32 dims."""
+    return TinyConfig(
+        seed=7,
+        tokenizer="tiny",
+        heads=8,
+        kv_heads=8,
+        n_math=0,
+        n_tool=6000,
+        n_copy=12000,  # two thirds copy drills: with a third, copying had not started after 800 steps
+        steps=1500,
+        steps2=0,
+    )
+
+
+VARIANTS = {
+    "base": (TinyConfig, ASSET_DIR),
+    "agent": (agent_config, AGENT_DIR),
+    "tool": (tool_config, TOOL_DIR),
+}
 
 
 def ensure_tiny_model(cfg: TinyConfig | None = None, variant: str = "base") -> Path:

@@ -78,3 +78,41 @@ def test_agent_variant_continues_from_a_model_with_a_longer_context(tmp_path):
     assert sorted(i for b in batches for i in b) == list(range(50))
     assert all(len(b) * max(len(data[i][0]) for i in b) <= 4096 for b in batches)
     assert max(len(b) for b in batches) == 32
+
+
+def test_from_scratch_with_a_shared_tokenizer(tmp_path):
+    """`tokenizer=<dir>` trains new weights (its own shape) on the given vocabulary instead of a new BPE."""
+    base = build(_small(tmp_path / "base"))
+    cfg = _small(tmp_path / "tool")
+    cfg.tokenizer, cfg.heads, cfg.kv_heads, cfg.n_math, cfg.n_copy, cfg.steps2 = str(base), 4, 4, 0, 8, 0
+    tool = build(cfg)
+    assert AutoTokenizer.from_pretrained(tool).get_vocab() == AutoTokenizer.from_pretrained(base).get_vocab()
+    m = AutoModelForCausalLM.from_pretrained(tool)
+    assert m.config.num_attention_heads == 4 and m.config.num_key_value_heads == 4
+    k = "model.layers.0.self_attn.k_proj.weight"  # base: 1 kv head of 16 dims; here 4 kv heads of 8
+    assert load_file(str(tool / "model.safetensors"))[k].shape == (32, 32)
+    assert load_file(str(base / "model.safetensors"))[k].shape == (16, 32)
+
+
+def test_tool_variant_copies_digit_strings():
+    """The bundled tool model's reason to exist: it copies (the question's numbers into a call, a tool's output
+    into the answer). Greedy copies of 4–8-digit strings, which the base model gets wrong."""
+    import random
+
+    from nanosky.policy import resolve_model_path
+    from nanosky.tiny import COPY_PROMPT
+
+    def exact(path: str) -> int:
+        tok = AutoTokenizer.from_pretrained(path)
+        m = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+        rng, ok = random.Random(11), 0
+        for _ in range(20):
+            text = "".join(rng.choice("0123456789") for _ in range(rng.randint(4, 8)))
+            msgs = [{"role": "system", "content": COPY_PROMPT}, {"role": "user", "content": text}]
+            ids = tok.apply_chat_template(msgs, add_generation_prompt=True, return_dict=False)
+            out = m.generate(torch.tensor([ids]), max_new_tokens=12, do_sample=False)
+            ok += tok.decode(out[0, len(ids) :], skip_special_tokens=True).strip() == text
+        return ok
+
+    assert exact(resolve_model_path("tiny-tool")) >= 10
+    assert exact(resolve_model_path("tiny")) <= 2
