@@ -292,6 +292,9 @@ def agent_env(env: str) -> TrainConfig:
     )
 
 
+ENV_PRESETS = ("tool_use", "webshop_lite", "alfworld_lite")
+"""Envs whose preset is the base config when `--env` is given without `--preset`."""
+
 PRESETS = {
     "default": TrainConfig,
     "demo": demo,
@@ -312,10 +315,16 @@ def parse_args(argv: list[str] | None = None, console: bool = True) -> TrainConf
 
     argv = list(sys.argv[1:] if argv is None else argv)
     pre = argparse.ArgumentParser(add_help=False)
-    pre.add_argument("--preset", default="default", choices=sorted(PRESETS))
+    pre.add_argument("--preset", default=None, choices=sorted(PRESETS))
     pre.add_argument("--algo", default=None)
     known, rest = pre.parse_known_args(argv)
-    base = PRESETS[known.preset]()
+    # `--env tool_use` alone starts from that env's preset (its model, context and budgets), as the agent envs need
+    # the agent models; an explicit --preset always wins. --env itself is left for tyro to parse.
+    env = argparse.ArgumentParser(add_help=False)
+    env.add_argument("--env", default=None)
+    env_name = env.parse_known_args(rest)[0].env
+    preset = known.preset or (env_name if env_name in ENV_PRESETS else "default")
+    base = PRESETS[preset]()
     if known.algo is not None:
         if known.algo not in algos.PRESETS:
             raise SystemExit(f"--algo: unknown {known.algo!r}; valid: {', '.join(sorted(algos.PRESETS))}")
@@ -328,5 +337,9 @@ def parse_args(argv: list[str] | None = None, console: bool = True) -> TrainConf
         args=rest,
         console_outputs=console,
         description="nanosky: agentic RL with torchrun + colocated vLLM + FSDP2. "
-        "--preset {" + ",".join(sorted(PRESETS)) + "} picks a base config.",
+        "--preset {"
+        + ",".join(sorted(PRESETS))
+        + "} picks a base config; --env "
+        + "/".join(ENV_PRESETS)
+        + " without --preset starts from that env's preset.",
     )

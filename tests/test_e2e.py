@@ -212,3 +212,16 @@ def test_one_failing_rank_stops_the_whole_job_promptly(tmp_path):
     assert "injected failure on rank 1 at step 2" in r.stderr
     print(f"fail-fast: job exited {wall:.1f} s after launch")
     assert wall < 240, wall  # start-up (~60 s) + 1 step, nowhere near the 600 s collective timeout
+
+
+def test_agent_env_without_preset_starts_from_its_preset():
+    """`run.py --algo grpo --env tool_use` gets the tool model and budgets; --algo and explicit flags still win."""
+    from nanosky.config import parse_args
+
+    cfg = parse_args(["--algo", "grpo", "--env", "tool_use"], console=False)
+    assert cfg.env == "tool_use" and cfg.model.path == "tiny-tool" and cfg.algo == "grpo"
+    assert cfg.algorithm.adv_estimator == "grpo"
+    assert parse_args(["--env=alfworld_lite"], console=False).engine.max_model_len == 1536
+    assert parse_args(["--env", "tool_use", "--model.path", "x"], console=False).model.path == "x"
+    assert parse_args(["--preset", "default", "--env", "tool_use"], console=False).model.path == "tiny"
+    assert parse_args(["--env", "math"], console=False).model.path == "tiny"
