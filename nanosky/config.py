@@ -265,9 +265,8 @@ def tool_use() -> TrainConfig:
         rollout=RolloutConfig(group_size=8, prompts_per_step=32, max_new_tokens=64, max_total_tokens=480),
         envpool=EnvPoolConfig(workers=2, step_timeout_s=60.0),
         optim=OptimConfig(lr=5e-5, micro_batch_size=16),
-        eval=EvalConfig(
-            every=10, limit=200, n_samples=4
-        ),  # the 100 held-out arith + python tasks, 4 samples each
+        # limit 200 = every held-out task of the two kinds (100), 4 samples each
+        eval=EvalConfig(every=10, limit=200, n_samples=4),
         log=LogConfig(run_dir="runs/tool_use", ckpt_every=0),
     )
 

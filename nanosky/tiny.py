@@ -273,6 +273,11 @@ def _sft(model, tok, convs: list, rng: random.Random, steps: int, cfg: TinyConfi
             print(f"tiny sft step {step:5d} loss {loss.item():.4f} ({time.time() - t0:.0f}s)", flush=True)
 
 
+def _model_dir(path: str) -> str:
+    """`init` / `tokenizer` values: "tiny" = the bundled base model, else a model directory."""
+    return str(ensure_tiny_model()) if path == "tiny" else path
+
+
 def build(cfg: TinyConfig) -> Path:
     """Two stages: `steps` on fresh data from `seed`, then `steps2` more on new data from `seed + 1` with a fresh
     schedule (the committed model was made this way: the second pass is what taught it to copy numbers at all)."""
@@ -284,16 +289,14 @@ def build(cfg: TinyConfig) -> Path:
     out = Path(cfg.out) if cfg.out else ASSET_DIR
     convs, rng = _conversations(cfg.n_math, cfg.n_tool, cfg.seed, cfg.n_agent, cfg.n_copy)
     if cfg.init:
-        init = str(ensure_tiny_model()) if cfg.init == "tiny" else cfg.init
+        init = _model_dir(cfg.init)
         tok = AutoTokenizer.from_pretrained(init)
         model = Qwen2ForCausalLM.from_pretrained(init, dtype=torch.float32)
         # RoPE has no length limit of its own; the config's is what vLLM serves, so it follows the SFT context.
         model.config.max_position_embeddings = max(model.config.max_position_embeddings, cfg.max_len)
     else:
         if cfg.tokenizer:
-            tok = AutoTokenizer.from_pretrained(
-                str(ensure_tiny_model()) if cfg.tokenizer == "tiny" else cfg.tokenizer
-            )
+            tok = AutoTokenizer.from_pretrained(_model_dir(cfg.tokenizer))
         else:  # BPE over the conversations' text (every message plus the tool schemas)
             corpus = [m["content"] for c, _ in convs for m in c] + [
                 json.dumps(x) for _, ss in convs if ss for x in ss
