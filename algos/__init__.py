@@ -4,7 +4,7 @@
     adv, returns = algos.get_adv_estimator("grpo")(token_rewards, response_mask, group_index)
     loss, metrics = algos.get_policy_loss("sapo")(log_prob, old_log_prob, adv, response_mask, cfg)
 
-Modules: agg (loss aggregation), advantages, policy_losses, value, kl (KL + entropy), correction (rollout
+Modules: agg (loss aggregation), advantages, gigpo (step-level credit for multi-step agents), policy_losses, value, kl (KL + entropy), correction (rollout
 correction), rewards (reward shaping), registry, config (AlgoConfig + presets). Definitions: ../shared/ALGOS.md.
 Importing `algos` registers every built-in, so worker processes see the same registry.
 """
@@ -13,6 +13,7 @@ from algos import advantages as _advantages  # noqa: F401  (registers the built-
 from algos.agg import AGG_MODES, agg_loss, agg_scale
 from algos.config import PRESETS, AlgoConfig, preset
 from algos.correction import mismatch_metrics, rollout_correction
+from algos.gigpo import GIGPO_MODES, anchor_stats, discounted_returns, gigpo_advantages, step_group_advantages
 from algos.kl import entropy_from_logits, kl_penalty
 from algos.policy_losses import PolicyLossConfig, gspo_token_log_ratio
 from algos.registry import (
@@ -30,6 +31,7 @@ from algos.value import explained_variance, value_loss
 
 __all__ = [
     "AGG_MODES",
+    "GIGPO_MODES",
     "PRESETS",
     "AlgoConfig",
     "PolicyLossConfig",
@@ -37,10 +39,13 @@ __all__ = [
     "adv_estimator_names",
     "agg_loss",
     "agg_scale",
+    "anchor_stats",
+    "discounted_returns",
     "entropy_from_logits",
     "explained_variance",
     "get_adv_estimator",
     "get_policy_loss",
+    "gigpo_advantages",
     "gspo_token_log_ratio",
     "kl_penalty",
     "masked_mean",
@@ -53,5 +58,6 @@ __all__ = [
     "register_policy_loss",
     "rollout_correction",
     "scalar_to_token_rewards",
+    "step_group_advantages",
     "value_loss",
 ]

@@ -29,8 +29,10 @@ def agg_loss(
     - "token-mean":               Σ L·m / Σ m
     - "seq-mean-token-mean":      (1/B) Σ_i (Σ_t L·m / Σ_t m)   (a row with no tokens contributes 0, still counts in B)
     - "seq-mean-token-sum":       (1/B) Σ_i Σ_t L·m
-    - "seq-mean-token-sum-norm":  Σ L·m / C, C = `norm_const` (default T = loss_mat.shape[-1]; pass a fixed C,
-                                  e.g. the max response length, when micro-batches are padded to different T)
+    - "seq-mean-token-sum-norm":  (1/B) Σ_i Σ_t L·m / C, C = `norm_const` (default T = loss_mat.shape[-1]; pass a
+                                  fixed C, e.g. the max response length, when micro-batches are padded to different
+                                  T). Dr. GRPO: no 1/|o_i| length term, but the 1/G mean over responses stays (as
+                                  verl >= 0.5 and TRL's `dr_grpo`: B·C, not C)
     An all-masked input gives 0, never NaN.
     """
     _check_mode(mode)
@@ -47,7 +49,7 @@ def agg_loss(
     c = float(loss_mat.shape[-1]) if norm_const is None else float(norm_const)
     if c <= 0:
         raise ValueError(f"norm_const must be > 0, got {norm_const}")
-    return masked.sum() / c
+    return masked.sum() / (max(loss_mat.shape[0], 1) * c)
 
 
 def agg_scale(
@@ -60,11 +62,9 @@ def agg_scale(
 
     `global_tokens` = Σ mask over the whole global mini-batch (all micro-batches, all ranks); `global_seqs` = its
     number of rows (fully masked rows included, as in `agg_loss`).
-    token-mean → mb_tokens / global_tokens; seq-mean-* → mb_seqs / global_seqs; seq-mean-token-sum-norm → 1.
+    token-mean → mb_tokens / global_tokens; every seq-mean-* mode (sum-norm too) → mb_seqs / global_seqs.
     """
     _check_mode(mode)
-    if mode == "seq-mean-token-sum-norm":
-        return 1.0  # Σ L·m / C is already additive over micro-batches
     if mode == "token-mean":
         num, den = float(response_mask_mb.sum()), float(global_tokens)
     else:

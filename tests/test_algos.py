@@ -25,8 +25,14 @@ def test_agg_loss_modes_hand_values():
     assert algos.agg_loss(L, m, "token-mean").item() == pytest.approx(7 / 3)
     assert algos.agg_loss(L, m, "seq-mean-token-mean").item() == pytest.approx((1.5 + 4.0) / 2)
     assert algos.agg_loss(L, m, "seq-mean-token-sum").item() == pytest.approx((3.0 + 4.0) / 2)
-    assert algos.agg_loss(L, m, "seq-mean-token-sum-norm").item() == pytest.approx(7 / 3)  # C = T = 3
-    assert algos.agg_loss(L, m, "seq-mean-token-sum-norm", norm_const=2).item() == pytest.approx(3.5)
+    # Σ L·m / (B·C), B = 2 rows: Dr. GRPO keeps the 1/G mean over responses (verl >= 0.5, TRL's dr_grpo)
+    assert algos.agg_loss(L, m, "seq-mean-token-sum-norm").item() == pytest.approx(7 / (2 * 3))  # C = T = 3
+    assert algos.agg_loss(L, m, "seq-mean-token-sum-norm", norm_const=2).item() == pytest.approx(7 / (2 * 2))
+    L4 = d64([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0], [7.0, 8.0]])
+    m4 = T_([[1, 1], [1, 0], [0, 0], [1, 1]])  # a fully masked row still counts in B
+    assert algos.agg_loss(L4, m4, "seq-mean-token-sum-norm", norm_const=5).item() == pytest.approx(
+        21 / (4 * 5)
+    )
 
 
 @pytest.mark.parametrize("mode", algos.AGG_MODES)
@@ -34,7 +40,8 @@ def test_agg_loss_fully_masked_rows_no_nan(mode):
     L = d64([[1.0, 3.0], [float("inf"), float("nan")]])  # garbage on the padding row must not leak
     m = T_([[1, 1], [0, 0]])
     out = algos.agg_loss(L, m, mode)
-    expected = {"token-mean": 2.0, "seq-mean-token-mean": 1.0, "seq-mean-token-sum": 2.0}.get(mode, 2.0)
+    # seq-mean-token-sum-norm: Σ L·m / (B·C) = 4 / (2·2)
+    expected = {"token-mean": 2.0, "seq-mean-token-mean": 1.0, "seq-mean-token-sum": 2.0}.get(mode, 1.0)
     assert out.item() == pytest.approx(expected)
     assert algos.agg_loss(L, torch.zeros_like(m), mode).item() == 0.0
 
@@ -49,7 +56,7 @@ def test_agg_scale_values():
     assert algos.agg_scale("token-mean", mb, 12, 8) == pytest.approx(3 / 12)
     assert algos.agg_scale("seq-mean-token-mean", mb, 12, 8) == pytest.approx(2 / 8)
     assert algos.agg_scale("seq-mean-token-sum", mb, T_(12), T_(8)) == pytest.approx(2 / 8)
-    assert algos.agg_scale("seq-mean-token-sum-norm", mb, 12, 8) == 1.0
+    assert algos.agg_scale("seq-mean-token-sum-norm", mb, 12, 8) == pytest.approx(2 / 8)
     assert algos.agg_scale("token-mean", torch.zeros(2, 3), 0, 2) == 0.0
 
 

@@ -400,3 +400,46 @@ def test_run_tool_call_survives_crash_exit_and_hang(registry):
 def test_run_tool_call_accepts_a_list_of_tools():
     res = run_tool_call(ToolCall("wiki", {"title": "nowhere"}), [get_tool("wiki")], 5)
     assert res.ok and res.output.startswith("No page")
+
+
+ADVERSARIAL = {
+    "unclosed openers": "<tool_call>{" * 20_000
+    + "x" * (1 << 20),  # main took 5.3 s: a close search per opener
+    "openers and garbage": ("<tool_call>{" + "g" * 40) * 20_000,
+    "non-JSON blocks": "<tool_call>x{a}" * 70_000,
+    "one huge block of whitespace": "<tool_call>```" + " " * (1 << 20) + "x",  # a `\s*```$` regex backtracks
+    "deep nesting": "<tool_call>" + '{"a":' * 200_000,
+    "close tags only": "</tool_call>" * 80_000,
+}
+
+
+@pytest.mark.parametrize("name", ADVERSARIAL)
+def test_parse_is_linear_on_a_megabyte_of_adversarial_text(name):
+    import time
+
+    text = ADVERSARIAL[name]
+    t0 = time.perf_counter()
+    calls = parse_tool_calls(text)
+    # The target is < 0.2 s (measured ~3 ms); the bound leaves room for a loaded CI box, and main took 5.3 s.
+    assert time.perf_counter() - t0 < 1.0
+    assert all(isinstance(c.name, str) and isinstance(c.arguments, dict) for c in calls)
+
+
+def test_parse_reads_at_most_max_calls_and_says_so():
+    from envs.tools.parse import MAX_CALLS
+
+    one = '<tool_call>{"name": "calculator", "arguments": {"expression": "1+1"}}</tool_call>'
+    calls = parse_tool_calls(one * (MAX_CALLS + 5))
+    assert len(calls) == MAX_CALLS + 1
+    assert all(c.error is None and c.name == "calculator" for c in calls[:MAX_CALLS])
+    assert calls[-1].error and f"({MAX_CALLS + 5})" in calls[-1].error
+    assert len(parse_tool_calls(one * MAX_CALLS)) == MAX_CALLS  # exactly the cap: no extra error
+
+
+def test_parse_object_with_trailing_text_and_fences():
+    (call,) = parse_tool_calls(
+        '<tool_call>```json\n{"name": "wiki", "arguments": {"q": "x"}} thanks\n```</tool_call>'
+    )
+    assert call.error is None and call.name == "wiki" and call.arguments == {"q": "x"}
+    (call,) = parse_tool_calls('<tool_call>sure: {"name": "wiki"}</tool_call>')  # prose before the object
+    assert call.error is None and call.name == "wiki"
