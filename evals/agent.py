@@ -139,7 +139,7 @@ def judge_answer(client, question: str, answer: str, response: str) -> bool:
     prompt = (f"Question: {question}\nCorrect answer: {answer}\nResponse: {response}\n"
               "Does the response's final answer mean the same as the correct answer? Reply with yes or no.")  # fmt: skip
     try:
-        text, _, _ = client.chat([{"role": "user", "content": prompt}], max_tokens=8, temperature=0.0)
+        text = client.chat([{"role": "user", "content": prompt}], max_tokens=8, temperature=0.0)
     except Exception:  # noqa: BLE001
         return False
     return text.strip().lower().startswith("yes")
@@ -225,7 +225,8 @@ def evaluate(
     model, tok, rows: list[dict], cfg: AgentEvalConfig, bad: list[dict] | None = None
 ) -> tuple[dict, list[dict]]:
     """(report, per-episode records) for HLE-schema rows."""
-    from evals.backends import OpenAIChat, rollout
+    from evals.backends import rollout
+    from nanosky.agent import OpenAIBackend
 
     t0 = time.time()
     envs = [
@@ -234,7 +235,7 @@ def evaluate(
         for _ in range(cfg.n_samples)
     ]
     trajs = rollout(model, tok, envs, cfg, desc="agent")
-    judge = OpenAIChat(cfg.judge_base_url, cfg.judge_model) if cfg.judge_base_url else None
+    judge = OpenAIBackend(cfg.judge_base_url, cfg.judge_model) if cfg.judge_base_url else None
     records, correct, confs = [], {}, []
     for j, t in enumerate(trajs):
         row, s = rows[j // cfg.n_samples], j % cfg.n_samples

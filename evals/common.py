@@ -133,12 +133,8 @@ def pass_metrics(correct: dict[Any, list[bool]]) -> dict[str, float]:
 
 def token_cost(traj) -> tuple[int, int]:
     """(prompt, completion) tokens as an API would bill them: the whole context at every call, plus the sampled
-    tokens. Engine trajectories count from the loss mask; API trajectories carry the server's usage."""
-    if "usage" in traj.info:
-        return int(traj.info["usage"]["prompt_tokens"]), int(traj.info["usage"]["completion_tokens"])
-    mask = traj.loss_mask
-    prompt = sum(i for i in range(len(mask)) if mask[i] == 1 and (i == 0 or mask[i - 1] == 0))
-    return prompt, sum(mask)
+    tokens; both backends report them per call, summed on the trajectory."""
+    return int(traj.prompt_tokens), int(traj.completion_tokens)
 
 
 def record(example_id: Any, sample: int, traj, **grading: Any) -> dict:

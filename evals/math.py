@@ -212,7 +212,7 @@ class MathQAEnv(Env):
 def evaluate(
     model, tok, rows: list[dict], cfg: MathEvalConfig, bad: list[dict] | None = None
 ) -> tuple[dict, list[dict]]:
-    """(report, per-episode records). `model` is an Engine (with `tok`) or an OpenAIChat (tok None)."""
+    """(report, per-episode records). `model` is an EngineBackend (with `tok`) or an OpenAIBackend (tok None)."""
     from evals.backends import rollout
 
     t0 = time.time()

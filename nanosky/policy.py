@@ -107,26 +107,3 @@ def save_hf(model, tokenizer, out_dir: str, info: DistInfo) -> None:
         model.save_pretrained(out_dir, state_dict=state, safe_serialization=True)
         tokenizer.save_pretrained(out_dir)
     torch.distributed.barrier()
-
-
-def pad_batch(seqs: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Right-pad to the longest sequence. Returns ids [B, L] and attention mask [B, L]."""
-    L = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), L), pad_id, dtype=torch.long)
-    att = torch.zeros((len(seqs), L), dtype=torch.long)
-    for i, s in enumerate(seqs):
-        ids[i, : len(s)] = torch.tensor(s, dtype=torch.long)
-        att[i, : len(s)] = 1
-    return ids.to(device), att.to(device)
-
-
-def pad_float(rows: list[list[float]], L: int, device) -> torch.Tensor:
-    """Right-pad float rows with 0 to length L. [B, L]"""
-    out = torch.zeros((len(rows), L), dtype=torch.float32)
-    for i, r in enumerate(rows):
-        out[i, : len(r)] = torch.tensor(r[:L], dtype=torch.float32)
-    return out.to(device)
-
-
-def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    return (x * mask).sum() / mask.sum().clamp(min=1)

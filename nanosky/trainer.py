@@ -6,7 +6,6 @@ Every rank runs this same function (SPMD). `train(cfg)` is the whole job; `run.p
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import os
 import statistics
 import time
@@ -17,6 +16,7 @@ import torch
 
 import algos
 from nanosky import dist
+from nanosky.agent import EngineBackend, Trajectory
 from nanosky.batch import Batch, balanced_split, compute_advantages, gather_trajectories, to_batch
 from nanosky.checkpoint import (
     check_compatible,
@@ -40,50 +40,12 @@ from nanosky.lora import (
     trainable_parameters,
 )
 from nanosky.policy import load_model, resolve_model_path, save_hf
-from nanosky.rollout import Trajectory, run_episodes
+from nanosky.rollout import Rollout
+from nanosky.seeds import derive_seed
 from nanosky.update import forward_logprobs, policy_update
 
 
-def _env_seed(seed: int, step: int, rnd: int, j: int) -> int:
-    """Deterministic prompt choice: the data position is (step, round, index), so a resumed run sees the same data."""
-    h = hashlib.blake2b(f"{seed}/{step}/{rnd}/{j}".encode(), digest_size=6).digest()
-    return int.from_bytes(h, "little")
-
-
-def rollout_envs(
-    pool,
-    engine,
-    tok,
-    cfg: TrainConfig,
-    split: str,
-    seeds: list[int],
-    version: int,
-    groups: list[int] | None = None,
-    temperature: float | None = None,
-    sample_seed: int | None = None,
-) -> list[Trajectory]:
-    """Build the episodes in this rank's env pool, roll them out, release them."""
-    handles = [pool.make(cfg.env, split=split, seed=s, **cfg.env_args()) for s in seeds]
-    try:
-        return run_episodes(
-            engine,
-            tok,
-            None,
-            cfg.rollout,
-            groups=groups,
-            seeds=seeds,
-            version=version,
-            temperature=temperature,
-            pool=pool,
-            handles=handles,
-            sample_seed=sample_seed,
-        )
-    finally:
-        for h in handles:
-            pool.close(h)
-
-
-def collect(cfg: TrainConfig, engine, tok, pool, step: int, version: int) -> tuple[list[Trajectory], dict]:
+def collect(cfg: TrainConfig, rollout: Rollout, step: int, version: int) -> tuple[list[Trajectory], dict]:
     """Generate this step's global batch. With dynamic sampling (DAPO), groups whose rewards are all equal carry no
     signal and are dropped; more rounds are generated until the batch is full or `max_gen_rounds` is reached."""
     info, P, n = dist.get_info(), cfg.rollout.prompts_per_step, cfg.rollout.group_size
@@ -93,19 +55,10 @@ def collect(cfg: TrainConfig, engine, tok, pool, step: int, version: int) -> tup
     for rnd in range(cfg.algorithm.max_gen_rounds if cfg.algorithm.dynamic_sampling else 1):
         rounds += 1
         js = list(range(info.rank, P, info.world))
-        seeds = [_env_seed(cfg.seed, step, rnd, j) for j in js for _ in range(n)]
+        seeds = [derive_seed(cfg.seed, step, rnd, j) for j in js for _ in range(n)]
         groups = [rnd * P + j for j in js for _ in range(n)]
-        local = rollout_envs(
-            pool,
-            engine,
-            tok,
-            cfg,
-            "train",
-            seeds,
-            version,
-            groups=groups,
-            sample_seed=_env_seed(cfg.seed, step, rnd, -1 - info.rank) % (2**31 - 1),
-        )
+        sample_seed = derive_seed(cfg.seed, step, rnd, "sample", info.rank)
+        local = rollout.run(cfg.env, cfg.env_args(), "train", seeds, version, groups, sample_seed)
         new = gather_trajectories(local)
         if cfg.algorithm.overlong_cache_len:  # DAPO soft overlong punishment, on the policy's own tokens
             pen = algos.overlong_penalty(
@@ -127,7 +80,7 @@ def collect(cfg: TrainConfig, engine, tok, pool, step: int, version: int) -> tup
             break
     # Fixed batch size: truncate to P groups, or top up with dropped groups (zero advantage: no gradient signal).
     batch = (kept + dropped)[: P * n]
-    return batch, {"train/dropped_groups": len(dropped) / n, "train/gen_rounds": rounds}
+    return batch, {"train/dropped_groups": len(dropped) / n, "train/gen_rounds": rounds} | rollout.metrics
 
 
 def _to_global(local: torch.Tensor, local_idx: list[int], like: torch.Tensor) -> torch.Tensor:
@@ -198,6 +151,7 @@ class Run:
     sched: object
     engine: Engine
     pool: object
+    rollout: Rollout
     log: RunLogger
     probe_ids: list[int]
     norm_const: int
@@ -210,7 +164,7 @@ class Run:
 
 
 def build(cfg: TrainConfig) -> Run:
-    info = dist.init_distributed()
+    info = dist.init_distributed(cfg.dist.timeout_s)  # run.py may have joined already; train(cfg) alone must too
     cfg.validate_for_world(info.world)
     dist.seed_everything(cfg.seed + info.rank)
     from transformers import AutoTokenizer
@@ -237,8 +191,9 @@ def build(cfg: TrainConfig) -> Run:
         policy=policy,
         opt=opt,
         sched=sched,
-        engine=Engine(cfg.engine, path, info),
-        pool=make_pool(cfg.envpool.workers, cfg.envpool.step_timeout_s),
+        engine=(engine := Engine(cfg.engine, path, info)),
+        pool=(pool := make_pool(cfg.envpool.workers, cfg.envpool.step_timeout_s)),
+        rollout=Rollout(cfg.rollout, EngineBackend(engine, tok), pool, tok),
         log=RunLogger(cfg.run_dir, info.is_main, cfg.steps, cfg.log.tqdm),
         probe_ids=probe_sequence(tok, cfg.env, cfg.env_args()),
         norm_const=cfg.algorithm.norm_const or cfg.rollout.max_new_tokens * (cfg.rollout.max_turns or 1),
@@ -334,19 +289,17 @@ def checkpoint(run: Run, step: int) -> str:
 def run_eval(run: Run, step: int) -> float:
     cfg = run.cfg
     # Same sampling seeds at every eval (common random numbers): accuracy changes come from the weights.
-    seed = cfg.seed * 7 + 1 + 100_003 * run.info.rank
+    sample_seed = derive_seed(cfg.seed, "eval", run.info.rank)
     m, trajs = evaluate(
-        lambda seeds: rollout_envs(
-            run.pool,
-            run.engine,
-            run.tok,
-            cfg,
+        lambda seeds: run.rollout.run(
+            cfg.env,
+            cfg.env_args(),
             "test",
             seeds,
             run.version,
+            sample_seed=sample_seed,
             temperature=cfg.eval.temperature,
-            sample_seed=seed,
-        ),
+        ),  # fmt: skip
         cfg.eval.limit,
         cfg.eval.n_samples,
     )
@@ -445,7 +398,7 @@ def train(cfg: TrainConfig) -> dict:
         t0 = time.perf_counter()
         with ph(step, "generate"):  # rollouts on every rank, then the global gather (+ DAPO rounds)
             run.engine.wake()
-            trajs, gen_m = collect(cfg, run.engine, run.tok, run.pool, step, run.version)
+            trajs, gen_m = collect(cfg, run.rollout, step, run.version)
             run.engine.sleep()
         with ph(step, "logprob"):  # token-balanced share, old/ref logprobs, values, global advantages
             batch = prepare(cfg, trajs, run.policy, run.ref, run.critic, run.tok)

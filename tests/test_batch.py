@@ -1,7 +1,7 @@
 import torch
 
+from nanosky.agent.trajectory import Trajectory
 from nanosky.batch import balanced_split, to_batch
-from nanosky.rollout import Trajectory
 
 
 def test_balanced_split_equal_counts_and_even_tokens():

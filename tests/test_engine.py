@@ -73,18 +73,34 @@ def test_sleep_is_a_noop_on_cpu(engine):
     engine.wake()
 
 
-def test_run_episodes_temperature_zero_is_greedy(engine, tok):
+def test_runner_temperature_zero_is_greedy(engine, tok):
     """`temperature=0.0` (e.g. --eval.temperature 0) decodes greedily: the sample seed no longer matters. (It was
     once read as "unset" and sampled at the config's 1.0.)"""
-    import envs
-    from nanosky.rollout import RolloutConfig, run_episodes
+    from nanosky.agent import AgentRunner, EngineBackend, EnvTask
+    from nanosky.rollout import RolloutConfig
 
     cfg = RolloutConfig(max_new_tokens=24, max_total_tokens=160)
 
     def texts(temperature, seed):
-        es = [envs.make("math", split="test", seed=i) for i in range(6)]
-        trajs = run_episodes(engine, tok, es, cfg, temperature=temperature, sample_seed=seed)
+        runner = AgentRunner.from_config(EngineBackend(engine, tok), cfg, tok, temperature=temperature)
+        trajs = runner.run([EnvTask.make("math", "test", seed=i) for i in range(6)], sample_seed=seed)
         return [t.messages[-1]["content"] for t in trajs]
 
     assert texts(0.0, 1) == texts(0.0, 2)
     assert texts(1.0, 1) != texts(1.0, 2)
+
+
+def test_submit_and_step_match_generate_whatever_the_batch(engine, tok):
+    """Continuous batching: requests that join while others decode sample exactly what a one-shot generate call
+    samples with the same seeds (tokens and logprobs), so the agent loop's batches do not change results."""
+    prompts = [_prompt(tok)[: 6 + i] for i in range(6)]
+    spec = SamplingSpec(max_tokens=12)
+    ref = engine.generate(prompts, spec, version=engine.version, seeds=list(range(100, 106)))
+    rids = [engine.submit(prompts[i], spec, seed=100 + i) for i in range(3)]
+    done = dict(engine.step())  # the first three are mid-decode when the others arrive
+    rids += [engine.submit(prompts[i], spec, seed=100 + i) for i in range(3, 6)]
+    while engine.has_unfinished():
+        done.update(engine.step())
+    for rid, want in zip(rids, ref):
+        assert done[rid][0].token_ids == want[0].token_ids
+        assert done[rid][0].logprobs == want[0].logprobs

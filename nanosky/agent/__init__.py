@@ -1,11 +1,13 @@
-"""SkyAgent-style agent layer: tasks, backends, a pipelined dispatcher and the runner that ties them together.
+"""The one agent loop, in SkyAgent's vocabulary: tasks, backends, a continuous dispatcher and the runner.
 
     from nanosky.agent import AgentRunner, EnvTask, OpenAIBackend, summarize
     runner = AgentRunner(OpenAIBackend("http://127.0.0.1:8000/v1"), max_parallel_agents=8)
     trajs = runner.run([EnvTask.make("math", "test", seed=i) for i in range(20)])
     print(summarize(trajs))
 
-See examples/serve_and_eval.py for a standalone evaluation of a served model.
+Training (`nanosky.rollout.Rollout`), the eval during training, `evals/*` and `examples/` all run episodes through
+`AgentRunner`; the colocated engine is the `EngineBackend` (token-in/token-out). See examples/serve_and_eval.py for
+a standalone evaluation of a served model.
 """
 
 from nanosky.agent.backends import (
@@ -15,14 +17,15 @@ from nanosky.agent.backends import (
     EngineBackend,
     GenerationResult,
     OpenAIBackend,
+    Request,
 )
 from nanosky.agent.dispatcher import STAGES, Dispatcher
-from nanosky.agent.runner import AgentRunner, AgentTrajectory, load_jsonl, save_jsonl, summarize
+from nanosky.agent.runner import AgentRunner
 from nanosky.agent.task import EnvError, EnvTask, PooledEnvTask, Task
+from nanosky.agent.trajectory import Trajectory, load_jsonl, save_jsonl, summarize
 
 __all__ = [
     "AgentRunner",
-    "AgentTrajectory",
     "Backend",
     "BackendError",
     "ContextLengthError",
@@ -33,8 +36,10 @@ __all__ = [
     "GenerationResult",
     "OpenAIBackend",
     "PooledEnvTask",
+    "Request",
     "STAGES",
     "Task",
+    "Trajectory",
     "load_jsonl",
     "save_jsonl",
     "summarize",

@@ -1,11 +1,15 @@
-"""Backends: where an agent's next turn comes from. One async method:
+"""Backends: where an agent's next turn comes from. One typed async method:
 
-    await backend.generate(messages, tools, max_tokens, temperature) -> GenerationResult
+    await backend.generate(Request(messages, tools, max_tokens, temperature, prompt_ids=..., seed=...))
+        -> GenerationResult(text, token_ids, logprobs, finish_reason, prompt_tokens, completion_tokens)
 
-`EngineBackend` serves from the colocated vLLM engine (training, in-process evals): it renders the chat with the
-project's template and batches every request that is waiting at the same moment into one engine call.
-`OpenAIBackend` talks to any OpenAI-compatible `/v1/chat/completions` server (vLLM, SGLang, llama.cpp, OpenAI)
-over HTTP — standalone evaluation of a served model, no torch.distributed:
+`EngineBackend` serves from the colocated vLLM engine (training, in-process evals), token-in/token-out: it samples
+from `prompt_ids` exactly and returns the sampled ids and their logprobs. It batches continuously: a request joins
+the engine's running batch at the next scheduler step, while other requests are mid-decode; there is no barrier.
+`OpenAIBackend` talks to any OpenAI-compatible `/v1/chat/completions` server (vLLM, SGLang, llama.cpp, OpenAI) over
+HTTP: the server renders `messages` itself. With `token_ids=True` a vLLM server returns the sampled ids
+(`return_token_ids`); when a server does not, `token_ids` is None and the runner re-tokenises the text (the
+documented fallback: exact only where the model's tokenisation is canonical, and no logprobs unless asked).
 
     backend = OpenAIBackend("http://127.0.0.1:8000/v1", model=None)   # None: the server's first model
 """
@@ -15,10 +19,21 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import time
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Literal, Protocol, runtime_checkable
 
-from nanosky.chat import prompt_ids
+
+@dataclass
+class Request:
+    messages: list[dict]  # the conversation so far (what a chat server renders)
+    tools: list[dict] | None
+    max_tokens: int
+    temperature: float  # 0 = greedy
+    prompt_ids: list[int] | None = None  # token-in backends sample from exactly these ids
+    top_p: float = 1.0
+    seed: int | None = None  # this request's sampling seed (exact resume, common random numbers in evals)
+    ignore_eos: bool = False
 
 
 @dataclass
@@ -41,74 +56,72 @@ class ContextLengthError(BackendError):
 
 @runtime_checkable
 class Backend(Protocol):
-    async def generate(
-        self, messages: list[dict], tools: list[dict] | None, max_tokens: int, temperature: float
-    ) -> GenerationResult: ...
+    async def generate(self, req: Request) -> GenerationResult: ...
 
 
 # ---------------------------------------------------------------------------------------------- colocated engine
 
 
 class EngineBackend:
-    """The in-process `nanosky.engine.Engine`. Not thread-safe, so every call happens on the event loop thread:
-    requests that arrive while one batch runs are collected and served together by the next engine call."""
+    """The in-process `nanosky.engine.Engine`, driven one scheduler step at a time from the event loop thread (the
+    engine is not thread-safe). Between steps the loop runs, so episodes whose env step came back queue their next
+    turn at once and join the running batch. `busy_s` is the time spent inside engine steps (idle share =
+    1 − busy_s / rollout wall time)."""
 
-    def __init__(self, engine, tokenizer, top_p: float = 1.0, version: int | None = None):
-        self.engine, self.tok, self.top_p, self.version = engine, tokenizer, top_p, version
-        self._pending: list[tuple[list[int], int, float, asyncio.Future]] = []
-        self._flusher: asyncio.Task | None = None
-        self.engine_calls = 0
-        cfg = getattr(engine, "cfg", None)
-        self.max_model_len = getattr(cfg, "max_model_len", None)
+    def __init__(self, engine, tokenizer, version: int | None = None):
+        self.engine, self.tok, self.version = engine, tokenizer, version
+        self._waiting: dict[str, asyncio.Future] = {}
+        self._pump: asyncio.Task | None = None
+        self.busy_s, self.engine_steps, self.requests = 0.0, 0, 0
 
-    async def generate(
-        self, messages: list[dict], tools: list[dict] | None, max_tokens: int, temperature: float
-    ) -> GenerationResult:
-        ids = prompt_ids(self.tok, messages, tools)
-        if self.max_model_len is not None:
-            max_tokens = min(max_tokens, self.max_model_len - len(ids))
-            if max_tokens < 1:
-                raise ContextLengthError(
-                    f"prompt of {len(ids)} tokens leaves no room in {self.max_model_len}"
-                )
+    async def generate(self, req: Request) -> GenerationResult:
+        from nanosky.engine import SamplingSpec  # imports torch; the HTTP path does not need it
+
+        if req.prompt_ids is None:
+            raise BackendError("EngineBackend is token-in: the request needs prompt_ids")
+        max_tokens = min(req.max_tokens, self.engine.cfg.max_model_len - len(req.prompt_ids))
+        if max_tokens < 1:
+            raise ContextLengthError(
+                f"prompt of {len(req.prompt_ids)} tokens leaves no room in {self.engine.cfg.max_model_len}"
+            )
+        spec = SamplingSpec(max_tokens=max_tokens, temperature=req.temperature, top_p=req.top_p,
+                            ignore_eos=req.ignore_eos)  # fmt: skip
+        rid = self.engine.submit(req.prompt_ids, spec, seed=req.seed, version=self.version)
         fut = asyncio.get_running_loop().create_future()
-        self._pending.append((ids, max_tokens, temperature, fut))
-        if self._flusher is None or self._flusher.done():
-            self._flusher = asyncio.create_task(self._flush())
-        out = await fut
+        self._waiting[rid] = fut
+        self.requests += 1
+        if self._pump is None or self._pump.done():
+            self._pump = asyncio.create_task(self._run())
+        out = (await fut)[0]
         eos = self.tok.eos_token_id
         return GenerationResult(
             text=self.tok.decode([t for t in out.token_ids if t != eos], skip_special_tokens=False),
             token_ids=list(out.token_ids),
             logprobs=list(out.logprobs),
             finish_reason=out.finish_reason,
-            prompt_tokens=len(ids),
+            prompt_tokens=len(req.prompt_ids),
             completion_tokens=len(out.token_ids),
         )
 
-    async def _flush(self) -> None:
-        from nanosky.engine import SamplingSpec  # imports torch; the HTTP path does not need it
-
-        await asyncio.sleep(0)  # one loop tick: every agent that is ready now joins this batch
-        while self._pending:
-            batch, self._pending = self._pending, []
-            groups: dict[tuple[int, float], list] = {}  # one engine call per distinct sampling spec
-            for item in batch:
-                groups.setdefault((item[1], item[2]), []).append(item)
-            for (max_tokens, temperature), items in groups.items():
-                spec = SamplingSpec(n=1, max_tokens=max_tokens, temperature=temperature, top_p=self.top_p)
-                try:
-                    outs = self.engine.generate([i[0] for i in items], spec, version=self.version)
-                    self.engine_calls += 1
-                except Exception as e:  # noqa: BLE001 - fails the waiting agents, not the flusher
-                    for *_, fut in items:
-                        if not fut.done():
-                            fut.set_exception(BackendError(f"engine.generate failed: {e!r}"))
-                    continue
-                for (*_, fut), samples in zip(items, outs):
+    async def _run(self) -> None:
+        await asyncio.sleep(0)  # one loop tick: every agent that is ready now joins the first step
+        while self.engine.has_unfinished():
+            t0 = time.perf_counter()
+            try:
+                finished = self.engine.step()
+            except Exception as e:  # noqa: BLE001 - fails the waiting agents, not the loop
+                for fut in self._waiting.values():
                     if not fut.done():
-                        fut.set_result(samples[0])
-            await asyncio.sleep(0)
+                        fut.set_exception(BackendError(f"engine step failed: {e!r}"))
+                self._waiting.clear()
+                raise
+            self.busy_s += time.perf_counter() - t0
+            self.engine_steps += 1
+            for rid, samples in finished:
+                fut = self._waiting.pop(rid, None)
+                if fut is not None and not fut.done():
+                    fut.set_result(samples)
+            await asyncio.sleep(0)  # let episodes absorb env results and queue their next turns
 
 
 # ---------------------------------------------------------------------------------------------- HTTP
@@ -117,7 +130,9 @@ class EngineBackend:
 class OpenAIBackend:
     """OpenAI-compatible chat completions over HTTP (httpx, already a transformers dependency).
 
-    Tools are passed through as `tools`. The agent protocol is text: structured `tool_calls` in a reply are turned
+    `tool_mode="native"` (default) passes tools as `tools` and tool results as role "tool" (the server's chat
+    template renders them); `tool_mode="text"` lists the tools in the system prompt and sends tool results as user
+    turns, for any chat server whose template knows no tools. In native mode The agent protocol is text: structured `tool_calls` in a reply are turned
     back into `<tool_call>{...}</tool_call>` text for the env to parse. A vLLM server started without
     `--enable-auto-tool-choice` rejects `tools` unless `tool_choice="none"` (the template still lists the tools);
     the backend switches to that once, on the server's error. `token_ids=True` asks vLLM for the sampled ids
@@ -137,6 +152,7 @@ class OpenAIBackend:
         token_ids: bool = False,
         extra_body: dict | None = None,
         max_connections: int = 64,
+        tool_mode: Literal["native", "text"] = "native",
     ):
         base = base_url.rstrip("/")
         self.base_url = base if base.split("://")[-1].count("/") else base + "/v1"  # bare host:port → /v1
@@ -148,6 +164,9 @@ class OpenAIBackend:
             token_ids,
         )
         self.extra_body, self.max_connections = dict(extra_body or {}), max_connections
+        if tool_mode not in ("native", "text"):
+            raise ValueError(f"tool_mode must be 'native' or 'text', got {tool_mode!r}")
+        self.tool_mode = tool_mode
         self._client = None
         self._client_loop = None
         self._model_lock: asyncio.Lock | None = None
@@ -202,17 +221,18 @@ class OpenAIBackend:
                     self.model = models[0]["id"]
         return self.model
 
-    async def generate(
-        self, messages: list[dict], tools: list[dict] | None, max_tokens: int, temperature: float
-    ) -> GenerationResult:
+    async def generate(self, req: Request) -> GenerationResult:
+        tools = req.tools if self.tool_mode == "native" else None
         body = {
             "model": await self.resolve_model(),
-            "messages": messages,
-            "max_tokens": max_tokens,
-            "temperature": temperature,
-            "top_p": self.top_p,
+            "messages": api_messages(req.messages, req.tools, self.tool_mode),
+            "max_tokens": req.max_tokens,
+            "temperature": req.temperature,
+            "top_p": req.top_p if req.top_p != 1.0 else self.top_p,
             **self.extra_body,
         }
+        if req.seed is not None:
+            body["seed"] = req.seed
         if tools:
             body["tools"] = [t if "function" in t else {"type": "function", "function": t} for t in tools]
             if self.tool_choice:
@@ -228,8 +248,56 @@ class OpenAIBackend:
             if not (tools and "tool_choice" not in body and "tool" in str(e) and "choice" in str(e)):
                 raise
             self.tool_choice = "none"  # the server cannot parse tool calls itself; the env parses the text
-            return await self.generate(messages, tools, max_tokens, temperature)
+            return await self.generate(req)
         return _parse_completion(data)
+
+    def chat(self, messages: list[dict], max_tokens: int = 256, temperature: float = 0.0) -> str:
+        """Blocking one-off completion (e.g. an LLM judge), outside any event loop."""
+
+        async def once() -> str:
+            try:
+                return (await self.generate(Request(messages, None, max_tokens, temperature))).text
+            finally:
+                await self.aclose()
+
+        return asyncio.run(once())
+
+
+def tools_text(tools: list[dict]) -> str:
+    """Tool list for the system prompt in "text" mode, in the compact form the bundled chat template uses."""
+    lines = ["# Tools"]
+    for t in tools:
+        f = t.get("function", t)
+        params = ", ".join(f.get("parameters", {}).get("properties", {}))
+        lines.append(f"- {f['name']}({params}): {f.get('description', '')}")
+    lines.append('Call: <tool_call>{"name": ..., "arguments": {...}}</tool_call>')
+    return "\n".join(lines)
+
+
+def api_messages(messages: list[dict], tools: list[dict] | None, mode: str) -> list[dict]:
+    """Env messages → chat-completions messages. "native": role "tool" kept, with the id servers expect. "text":
+    tool results become user turns (consecutive user turns merged, for templates that insist on alternation) and
+    the tools are listed in the system prompt."""
+    if mode == "native":
+        return [
+            {**m, "tool_call_id": f"call_{i}"} if m["role"] == "tool" else dict(m)
+            for i, m in enumerate(messages)
+        ]
+    out: list[dict] = []
+    for m in messages:
+        role, content = m["role"], str(m.get("content", ""))
+        if role == "tool":
+            role, content = "user", f"<tool_response>{content}</tool_response>"
+        if out and out[-1]["role"] == role == "user":
+            out[-1]["content"] += "\n" + content
+        else:
+            out.append({"role": role, "content": content})
+    if tools:
+        if out and out[0]["role"] == "system":
+            out[0]["content"] += "\n" + tools_text(tools)
+        else:
+            out.insert(0, {"role": "system", "content": tools_text(tools)})
+    return out
 
 
 def _http_error(r) -> BackendError:

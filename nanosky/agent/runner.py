@@ -1,172 +1,255 @@
-"""AgentRunner: a batch of tasks → a list of `AgentTrajectory`, many agents at once, through a `Dispatcher`.
+"""AgentRunner: the one agent loop. Tasks → `Trajectory`s, many episodes at once, continuously, through a
+`Dispatcher`. Training, the eval during training, `evals/*` and `examples/` all run episodes through it.
 
-    runner = AgentRunner(OpenAIBackend("http://127.0.0.1:8000/v1"), max_parallel_agents=8, max_tokens_per_turn=128)
-    trajs = runner.run([EnvTask.make("math", "test", seed=i) for i in range(50)])
-    save_jsonl(trajs, "evals.jsonl"); print(summarize(trajs)["accuracy"])
+    runner = AgentRunner(EngineBackend(engine, tok, version), tok=tok, max_tokens_per_turn=64, max_total_tokens=384)
+    trajs = runner.run([PooledEnvTask(pool, "math", "train", seed=s) for s in seeds], sample_seed=123)
 
-Per task: initialise → (generate → step)* → complete → evaluate, each stage under its own concurrency limit.
-Anything a task or backend does wrong ends that trajectory with a stop reason (env_error, backend_error, error,
-timeout), never the batch. This is the message-level runner for evaluation and standalone use; training uses the
-token-level loop in `nanosky.rollout`.
+Per episode: initialize the task → render its opening messages once → generate → task.step(decoded turn) → append
+the observation turn's ids (loss mask 0) → generate again … until the task says done, or max turns / max total
+tokens is reached. With a tokenizer the loop is token-in/token-out: the ids trained on are exactly the ids the
+backend sampled, with its per-token logprobs. Episodes advance independently: a sampled turn's env step is
+submitted at once, and when it returns, the episode's next request joins the backend's queue at once (no wave
+barrier). With `sample_seed`, request k of episode i gets the seed derive_seed(sample_seed, i, turn), so the same
+call samples the same tokens however the batches happened to form (exact resume).
+
+A task that hangs, crashes or raises, or a backend error, costs that episode only (stop_reason env_error /
+timeout / error / backend_error). Any other exception from the backend (stale weights, a bug) stops the run.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import time
-from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
-from nanosky.agent.backends import Backend, BackendError, ContextLengthError
+from nanosky.agent.backends import Backend, BackendError, ContextLengthError, Request
 from nanosky.agent.dispatcher import STAGES, Dispatcher
 from nanosky.agent.task import EnvError, Task
+from nanosky.agent.trajectory import Trajectory
+from nanosky.seeds import derive_seed
+
+if TYPE_CHECKING:
+    from nanosky.rollout import RolloutConfig
 
 
-@dataclass
-class AgentTrajectory:
-    task_id: str
-    messages: list[dict] = field(default_factory=list)  # the whole conversation, instruction first
-    turns: list[dict] = field(
-        default_factory=list
-    )  # per assistant turn: text, finish_reason, tokens, latency_s, reward
-    tool_calls: list[dict] = field(
-        default_factory=list
-    )  # every call the env ran: name, arguments, ok, error, turn
-    reward: float = 0.0
-    success: bool = False
-    stop_reason: str = ""  # done | max_turns | max_tokens | timeout | env_error | backend_error | error
-    prompt_tokens: int = 0  # summed over turns: what the backend processed
-    completion_tokens: int = 0
-    latency_s: float = 0.0
-    error: str = ""
-    evaluation: dict[str, Any] = field(default_factory=dict)  # what task.evaluate_result returned
-
-    @property
-    def n_turns(self) -> int:
-        return len(self.turns)
-
-    @property
-    def n_invalid_tool_calls(self) -> int:
-        return sum(not c.get("ok", True) for c in self.tool_calls)
-
-    def to_json(self) -> dict:
-        return asdict(self) | {"n_turns": self.n_turns, "n_invalid_tool_calls": self.n_invalid_tool_calls}
+class _Fatal(Exception):
+    """Carries an exception that must stop the run (not just its episode) past the per-episode handler."""
 
 
 class AgentRunner:
-    """`max_parallel_agents` bounds every stage; `stage_limits` overrides single stages (e.g. {"generate": 64} for a
-    batching engine). `max_turns` None = each task's own. `max_total_tokens` stops a conversation whose prompt +
-    reply reached it. `task_timeout_s` bounds one task's whole turn loop."""
+    """`max_parallel_agents` bounds every stage (None = no bound: every episode is live at once, the engine batches
+    them); `stage_limits` overrides single stages. `max_turns` None = each task's own. `max_total_tokens` stops an
+    episode whose prompt + turns reach it. `task_timeout_s` bounds one episode's whole turn loop. `tok`: the
+    tokenizer for token-in/token-out bookkeeping (needed by token-in backends; optional for HTTP ones)."""
 
     def __init__(
         self,
         backend: Backend,
-        max_parallel_agents: int = 8,
+        tok=None,
+        max_parallel_agents: int | None = 8,
         max_turns: int | None = None,
         max_tokens_per_turn: int = 256,
         temperature: float = 1.0,
+        top_p: float = 1.0,
         max_total_tokens: int | None = None,
         task_timeout_s: float | None = None,
         stage_limits: dict[str, int] | None = None,
+        ignore_eos: bool = False,
     ):
-        if max_parallel_agents < 1 or max_tokens_per_turn < 1 or (max_turns is not None and max_turns < 1):
-            raise ValueError("max_parallel_agents, max_tokens_per_turn and max_turns must be >= 1")
-        self.backend, self.max_turns, self.max_tokens_per_turn = backend, max_turns, max_tokens_per_turn
-        self.temperature, self.max_total_tokens, self.task_timeout_s = (
-            temperature,
+        if max_tokens_per_turn < 1 or (max_turns is not None and max_turns < 1):
+            raise ValueError("max_tokens_per_turn and max_turns must be >= 1")
+        if max_parallel_agents is not None and max_parallel_agents < 1:
+            raise ValueError("max_parallel_agents must be >= 1 (or None: no bound)")
+        self.backend, self.tok, self.max_turns = backend, tok, max_turns
+        self.max_tokens_per_turn, self.temperature, self.top_p = max_tokens_per_turn, temperature, top_p
+        self.max_total_tokens, self.task_timeout_s, self.ignore_eos = (
             max_total_tokens,
             task_timeout_s,
+            ignore_eos,
         )
-        self.limits = {s: max_parallel_agents for s in STAGES} | dict(stage_limits or {})
+        self.max_parallel_agents, self.stage_limits = max_parallel_agents, dict(stage_limits or {})
         self.last_dispatcher: Dispatcher | None = None  # inspect .peak after a run
+        self.on_episode_done: Callable[[Trajectory], None] | None = None  # e.g. a progress bar's update
+        self.last_wall_s = 0.0
 
-    def run(self, tasks: list[Task]) -> list[AgentTrajectory]:
-        """Blocking: runs its own event loop (use `arun` from async code)."""
+    @classmethod
+    def from_config(
+        cls, backend: Backend, cfg: RolloutConfig, tok, temperature: float | None = None
+    ) -> AgentRunner:
+        """The training / in-training-eval runner: every episode live at once (the engine batches them)."""
+        return cls(backend, tok=tok, max_parallel_agents=None, max_turns=cfg.max_turns,
+                   max_tokens_per_turn=cfg.max_new_tokens, max_total_tokens=cfg.max_total_tokens,
+                   temperature=cfg.temperature if temperature is None else temperature, top_p=cfg.top_p,
+                   ignore_eos=cfg.ignore_eos)  # fmt: skip
+
+    def run(
+        self,
+        tasks: list[Task],
+        groups: list[int] | None = None,
+        seeds: list[int] | None = None,
+        sample_seed: int | None = None,
+    ) -> list[Trajectory]:
+        """Blocking: runs its own event loop (use `arun` from async code). `groups` / `seeds` are recorded on the
+        trajectories (prompt group, env seed); `sample_seed` fixes every request's sampling seed."""
 
         async def main():
-            # Env steps run in threads; the default executor (cpu + 4 threads) would cap them below the stage limit.
-            workers = max(self.limits["step"], self.limits["initialize"]) + 4
-            asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(workers))
+            # Env steps that block (in-process envs, pool set-up) run in threads; size the executor to the stages.
+            n = self._limits(len(tasks))
+            asyncio.get_running_loop().set_default_executor(
+                ThreadPoolExecutor(max(n["step"], n["initialize"]) + 4)
+            )
             try:
-                return await self.arun(tasks)
+                return await self.arun(tasks, groups, seeds, sample_seed)
             finally:
                 if hasattr(self.backend, "aclose"):
                     await self.backend.aclose()
 
         return asyncio.run(main())
 
-    async def arun(self, tasks: list[Task]) -> list[AgentTrajectory]:
-        d = self.last_dispatcher = Dispatcher(self.limits)
-        return await d.map(lambda i, t: self._run_one(d, i, t), tasks)
-
-    async def _run_one(self, d: Dispatcher, index: int, task: Task) -> AgentTrajectory:
+    async def arun(self, tasks, groups=None, seeds=None, sample_seed=None) -> list[Trajectory]:
+        d = self.last_dispatcher = Dispatcher(self._limits(len(tasks)))
         t0 = time.perf_counter()
-        traj = AgentTrajectory(task_id=task.task_id or str(index))
+        try:
+            return await d.map(
+                lambda i, task: self._episode(
+                    d, i, task, groups[i] if groups else i, seeds[i] if seeds else 0, sample_seed
+                ),  # fmt: skip
+                tasks,
+            )
+        except _Fatal as e:
+            raise e.__cause__ from None
+        finally:
+            self.last_wall_s = time.perf_counter() - t0
+
+    def _limits(self, n_tasks: int) -> dict[str, int]:
+        bound = self.max_parallel_agents or max(n_tasks, 1)
+        return {s: bound for s in STAGES} | self.stage_limits
+
+    async def _episode(
+        self, d: Dispatcher, i: int, task: Task, group: int, env_seed: int, sample_seed
+    ) -> Trajectory:
+        t0 = time.perf_counter()
+        t = Trajectory(task_id=task.task_id or str(i), group=group, env_seed=env_seed)
         try:
             async with d.stage("initialize"):
                 await task.initialize_runtime()
-            traj.messages = list(task.get_instruction())
-            loop = self._turns(d, task, traj)
-            traj.stop_reason = await (
+            t.messages = list(task.get_instruction())
+            if not t.messages:
+                raise EnvError("the task gave no opening messages")
+            if self.tok is not None:
+                from nanosky.chat import prompt_ids
+
+                t.ids = prompt_ids(self.tok, t.messages, task.tools or None)
+                t.loss_mask, t.logprobs, t.prompt_len = [0] * len(t.ids), [0.0] * len(t.ids), len(t.ids)
+            loop = self._turns(d, i, task, t, sample_seed)
+            t.stop_reason = await (
                 asyncio.wait_for(loop, self.task_timeout_s) if self.task_timeout_s else loop
             )
-        except Exception as e:  # noqa: BLE001 - costs this trajectory only
-            traj.stop_reason, traj.error = _stop_reason(e), f"{type(e).__name__}: {e}"[:1000]
+        except _Fatal:
+            raise
+        except Exception as e:  # noqa: BLE001 - costs this episode only
+            t.stop_reason, t.error = _stop_reason(e), f"{type(e).__name__}: {e}"[:1000]
         try:
             await task.complete_runtime()
         except Exception as e:  # noqa: BLE001
-            traj.error = (traj.error + " | " if traj.error else "") + f"complete_runtime: {e!r}"[:500]
-        if traj.stop_reason in ("done", "max_turns", "max_tokens", "timeout"):
+            t.error = (t.error + " | " if t.error else "") + f"complete_runtime: {e!r}"[:500]
+        if t.stop_reason in ("done", "max_turns", "max_tokens", "timeout"):
             try:
                 async with d.stage("evaluate"):
-                    traj.evaluation = _jsonable(await task.evaluate_result(traj))
-                traj.reward = float(traj.evaluation.get("reward", 0.0))
-                traj.success = bool(traj.evaluation.get("success", False))
+                    verdict = await task.evaluate_result(t)
+                t.reward, t.success = float(verdict.get("reward", 0.0)), bool(verdict.get("success", False))
             except Exception as e:  # noqa: BLE001
-                traj.stop_reason, traj.error = "error", f"evaluate_result: {e!r}"[:1000]
-        traj.latency_s = round(time.perf_counter() - t0, 4)
-        return traj
+                t.stop_reason, t.error = "error", f"evaluate_result: {e!r}"[:1000]
+        if t.stop_reason not in ("done", "max_turns", "max_tokens", "timeout"):
+            t.reward, t.success = 0.0, False  # a failed episode scores 0 and says why in `error`
+        t.latency_s = round(time.perf_counter() - t0, 4)
+        if self.on_episode_done is not None:
+            self.on_episode_done(t)
+        return t
 
-    async def _turns(self, d: Dispatcher, task: Task, traj: AgentTrajectory) -> str:
+    async def _turns(self, d: Dispatcher, i: int, task: Task, t: Trajectory, sample_seed) -> str:
         """Generate / step until the task is done or a limit is hit; returns the stop reason."""
+        tok, tools = self.tok, task.tools or None
         max_turns = self.max_turns or task.max_turns
         for turn in range(1, max_turns + 1):
+            budget = self.max_tokens_per_turn
+            if tok is not None and self.max_total_tokens:
+                budget = min(budget, self.max_total_tokens - len(t.ids))
+                if budget < 1:
+                    return "max_tokens"
+            seed = None if sample_seed is None else derive_seed(sample_seed, i, turn - 1)
+            req = Request(list(t.messages), tools, budget, self.temperature, t.ids if tok is not None else None,
+                          self.top_p, seed, self.ignore_eos)  # fmt: skip
             async with d.stage("generate"):
-                t0 = time.perf_counter()
-                g = await self.backend.generate(
-                    traj.messages, task.tools or None, self.max_tokens_per_turn, self.temperature
-                )
-                gen_s = time.perf_counter() - t0
-            traj.messages.append({"role": "assistant", "content": g.text})
-            traj.prompt_tokens += g.prompt_tokens
-            traj.completion_tokens += g.completion_tokens
-            record = {"text": g.text, "finish_reason": g.finish_reason, "prompt_tokens": g.prompt_tokens,
-                      "completion_tokens": g.completion_tokens, "latency_s": round(gen_s, 4)}  # fmt: skip
-            if g.token_ids is not None:
-                record["token_ids"] = g.token_ids
-            if g.logprobs is not None:
-                record["logprobs"] = g.logprobs
-            traj.turns.append(record)
+                t1 = time.perf_counter()
+                try:
+                    g = await self.backend.generate(req)
+                except BackendError:
+                    raise
+                except Exception as e:  # stale weights, a bug in the backend: stop the run, not the episode
+                    raise _Fatal() from e
+                gen_s = time.perf_counter() - t1
+            ended_at_eos = self._append_turn(t, g)
+            t.turn_log.append({"finish_reason": g.finish_reason, "prompt_tokens": g.prompt_tokens,
+                               "completion_tokens": g.completion_tokens, "latency_s": round(gen_s, 4)})  # fmt: skip
             async with d.stage("step"):
-                t0 = time.perf_counter()
+                t1 = time.perf_counter()
                 res = await task.step(g.text)
-                record["step_latency_s"] = round(time.perf_counter() - t0, 4)
-            record["reward"], record["done"] = float(res.reward), bool(res.done)
-            traj.tool_calls += [{**c, "turn": turn} for c in res.info.get("calls", [])]
+                t.turn_log[-1] |= {
+                    "step_latency_s": round(time.perf_counter() - t1, 4),
+                    "reward": float(res.reward),
+                }
+            t.turn_rewards.append(float(res.reward))
+            t.info.update({k: v for k, v in res.info.items() if k != "calls"})
+            t.info.setdefault("calls", []).extend({**c, "turn": turn} for c in res.info.get("calls", []))
+            t.tool_calls = int(res.info.get("tool_calls", len(t.info["calls"])))
+            t.invalid_tool_calls = int(
+                res.info.get("invalid_calls", sum(not c.get("ok", True) for c in t.info["calls"]))
+            )
             if res.done:
                 return "done"
-            if turn == max_turns:
+            if turn >= max_turns:
                 return "max_turns"
-            if g.finish_reason == "length":  # a cut-off turn: what follows would answer half a message
+            if (
+                g.finish_reason == "length" and not ended_at_eos
+            ):  # cut off: what follows would answer half a turn
                 return "max_tokens"
-            if self.max_total_tokens and g.prompt_tokens + g.completion_tokens >= self.max_total_tokens:
-                return "max_tokens"
-            traj.messages += res.observations
+            if tok is None:
+                if self.max_total_tokens and g.prompt_tokens + g.completion_tokens >= self.max_total_tokens:
+                    return "max_tokens"
+            else:
+                from nanosky.chat import observation_ids
+
+                obs = observation_ids(tok, t.messages, res.observations, tools)
+                if self.max_total_tokens and len(t.ids) + len(obs) >= self.max_total_tokens:
+                    return "max_tokens"
+                t.ids += obs
+                t.loss_mask += [0] * len(obs)
+                t.logprobs += [0.0] * len(obs)
+            t.messages += res.observations
         return "max_turns"
+
+    def _append_turn(self, t: Trajectory, g) -> bool:
+        """Record one assistant turn; returns whether it ended with the end-of-turn token."""
+        t.turns += 1
+        t.messages.append({"role": "assistant", "content": g.text})
+        t.prompt_tokens += g.prompt_tokens
+        t.completion_tokens += g.completion_tokens
+        if self.tok is None:
+            return g.finish_reason == "stop"
+        eos = self.tok.eos_token_id
+        ids = g.token_ids
+        if ids is None:  # the documented fallback: a server that does not return ids → re-tokenise its text
+            from nanosky.chat import encode
+
+            ids = encode(self.tok, g.text) + ([eos] if g.finish_reason == "stop" else [])
+        lps = g.logprobs if g.logprobs is not None and len(g.logprobs) == len(ids) else [0.0] * len(ids)
+        t.ids += ids
+        t.loss_mask += [1] * len(ids)
+        t.logprobs += lps
+        return ids[-1:] == [eos]
 
 
 def _stop_reason(e: BaseException) -> str:
@@ -179,40 +262,3 @@ def _stop_reason(e: BaseException) -> str:
     if isinstance(e, asyncio.TimeoutError | TimeoutError):
         return "timeout"
     return "error"
-
-
-def _jsonable(x: Any) -> Any:
-    return json.loads(json.dumps(x, default=repr))
-
-
-# ---------------------------------------------------------------------------------------------- outputs
-
-
-def save_jsonl(trajs: list[AgentTrajectory], path: str | Path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w") as f:
-        for t in trajs:
-            f.write(json.dumps(t.to_json(), default=repr) + "\n")
-    return path
-
-
-def load_jsonl(path: str | Path) -> list[dict]:
-    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
-
-
-def summarize(trajs: list[AgentTrajectory]) -> dict[str, Any]:
-    """Accuracy and the usual agent metrics over a batch."""
-    n = max(len(trajs), 1)
-    calls = sum(len(t.tool_calls) for t in trajs)
-    return {
-        "n": len(trajs),
-        "accuracy": sum(t.success for t in trajs) / n,
-        "reward_mean": sum(t.reward for t in trajs) / n,
-        "turns_mean": sum(t.n_turns for t in trajs) / n,
-        "tool_calls_per_traj": calls / n,
-        "invalid_tool_call_rate": sum(t.n_invalid_tool_calls for t in trajs) / max(calls, 1),
-        "completion_tokens_mean": sum(t.completion_tokens for t in trajs) / n,
-        "latency_s_mean": sum(t.latency_s for t in trajs) / n,
-        "stop_reasons": dict(Counter(t.stop_reason for t in trajs)),
-    }

@@ -47,7 +47,7 @@ class Task(ABC):
 
     @abstractmethod
     async def evaluate_result(self, result: Any) -> dict:
-        """`result` is the finished `AgentTrajectory`. Returns at least {"reward": float, "success": bool}."""
+        """`result` is the finished `Trajectory`. Returns at least {"reward": float, "success": bool}."""
 
 
 class EnvTask(Task):

@@ -15,9 +15,9 @@ import torch
 
 import algos
 from nanosky import dist
+from nanosky.agent.trajectory import Trajectory
 from nanosky.batch import balanced_split, compute_advantages, to_batch
 from nanosky.policy import iter_full_params, load_model
-from nanosky.rollout import Trajectory
 from nanosky.tiny import ensure_tiny_model
 from nanosky.update import policy_update
 

@@ -1,0 +1,87 @@
+"""The one trajectory type: what the agent loop returns, the trainer trains on, the logs and evals read.
+
+`ids`, `loss_mask` and `logprobs` are aligned token by token: the rendered opening (mask 0), then each assistant
+turn exactly as sampled (mask 1, with the backend's logprobs), then each observation turn (mask 0, logprob 0).
+A backend that reports no token ids (a plain OpenAI-compatible server) leaves them empty unless the runner has a
+tokenizer (see `nanosky.agent.backends`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+STOP_REASONS = ("done", "max_turns", "max_tokens", "timeout", "env_error", "backend_error", "error")
+
+
+@dataclass
+class Trajectory:
+    ids: list[int] = field(default_factory=list)
+    loss_mask: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    prompt_len: int = 0
+    reward: float = 0.0
+    turn_rewards: list[float] = field(default_factory=list)
+    success: bool = False
+    stop_reason: str = ""  # one of STOP_REASONS
+    turns: int = 0
+    group: int = 0  # samples with equal group share a prompt
+    env_seed: int = 0
+    task_id: str = ""
+    messages: list[dict] = field(default_factory=list)  # decoded conversation (for logs / evals)
+    tool_calls: int = 0
+    invalid_tool_calls: int = 0
+    prompt_tokens: int = (
+        0  # summed over turns: what the backend processed (an API bills every call's context)
+    )
+    completion_tokens: int = 0
+    latency_s: float = 0.0
+    error: str = ""  # why an episode ended in env_error / backend_error / error / timeout
+    turn_log: list[dict] = field(default_factory=list)  # per turn: finish_reason, tokens, latency_s, reward
+    info: dict[str, Any] = field(
+        default_factory=dict
+    )  # the env's info (later steps overwrite), "calls" added up
+
+    @property
+    def n_policy_tokens(self) -> int:
+        return sum(self.loss_mask)
+
+    def to_json(self, with_ids: bool = True) -> dict:
+        d = asdict(self)
+        if not with_ids:
+            for k in ("ids", "loss_mask", "logprobs"):
+                d.pop(k)
+        return d
+
+
+def save_jsonl(trajs: list[Trajectory], path: str | Path, with_ids: bool = False) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as f:
+        for t in trajs:
+            f.write(json.dumps(t.to_json(with_ids), default=repr) + "\n")
+    return path
+
+
+def load_jsonl(path: str | Path) -> list[dict]:
+    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+
+
+def summarize(trajs: list[Trajectory]) -> dict[str, Any]:
+    """Accuracy and the usual agent metrics over a batch."""
+    n = max(len(trajs), 1)
+    calls = sum(t.tool_calls for t in trajs)
+    return {
+        "n": len(trajs),
+        "accuracy": sum(t.success for t in trajs) / n,
+        "reward_mean": sum(t.reward for t in trajs) / n,
+        "turns_mean": sum(t.turns for t in trajs) / n,
+        "tool_calls_per_traj": calls / n,
+        "invalid_tool_call_rate": sum(t.invalid_tool_calls for t in trajs) / max(calls, 1),
+        "completion_tokens_mean": sum(t.completion_tokens for t in trajs) / n,
+        "latency_s_mean": sum(t.latency_s for t in trajs) / n,
+        "stop_reasons": dict(Counter(t.stop_reason for t in trajs)),
+    }
