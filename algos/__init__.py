@@ -4,18 +4,19 @@
     adv, returns = algos.get_adv_estimator("grpo")(token_rewards, response_mask, group_index)
     loss, metrics = algos.get_policy_loss("sapo")(log_prob, old_log_prob, adv, response_mask, cfg)
 
-Modules: agg (loss aggregation), advantages, gigpo (step-level credit for multi-step agents), policy_losses, value, kl (KL + entropy), correction (rollout
-correction), rewards (reward shaping), registry, config (AlgoConfig + presets). Definitions: ../shared/ALGOS.md.
+Modules: agg (loss aggregation), advantages, gigpo (step-level credit for multi-step agents), policy_losses, value,
+kl (KL + entropy), correction (rollout correction), rewards (reward shaping), registry, config (AlgoConfig, the one
+config every loss and estimator reads, + presets). Definitions: ../shared/ALGOS.md.
 Importing `algos` registers every built-in, so worker processes see the same registry.
 """
 
 from algos import advantages as _advantages  # noqa: F401  (registers the built-in estimators)
 from algos.agg import AGG_MODES, agg_loss, agg_scale
-from algos.config import PRESETS, AlgoConfig, preset
+from algos.config import PRESETS, AlgoConfig, PolicyLossConfig, preset
 from algos.correction import mismatch_metrics, rollout_correction
 from algos.gigpo import GIGPO_MODES, anchor_stats, discounted_returns, gigpo_advantages, step_group_advantages
 from algos.kl import entropy_from_logits, kl_penalty
-from algos.policy_losses import PolicyLossConfig, gspo_token_log_ratio
+from algos.policy_losses import gspo_token_log_ratio
 from algos.registry import (
     UnknownNameError,
     adv_estimator_names,

@@ -76,7 +76,7 @@ def _reward_to_go(token_rewards: torch.Tensor, response_mask: torch.Tensor, gamm
     return out
 
 
-@register_adv_estimator("grpo")
+@register_adv_estimator("grpo", per_group=True)
 @torch.no_grad()
 def grpo(
     token_rewards: Tensor,
@@ -93,7 +93,7 @@ def grpo(
     return _broadcast(adv, response_mask), _broadcast(R, response_mask)
 
 
-@register_adv_estimator("dr_grpo")
+@register_adv_estimator("dr_grpo", per_group=True)
 @torch.no_grad()
 def dr_grpo(
     token_rewards: Tensor,
@@ -109,7 +109,7 @@ def dr_grpo(
     return _broadcast(R - mean, response_mask), _broadcast(R, response_mask)
 
 
-@register_adv_estimator("rloo")
+@register_adv_estimator("rloo", per_group=True)
 @torch.no_grad()
 def rloo(
     token_rewards: Tensor,
@@ -159,7 +159,7 @@ def reinforce_pp_baseline(
     return masked_whiten(adv, response_mask), _broadcast(R, response_mask)
 
 
-@register_adv_estimator("gae")
+@register_adv_estimator("gae", needs_values=True)
 @torch.no_grad()
 def gae(
     token_rewards: Tensor,

@@ -11,29 +11,30 @@ from dataclasses import dataclass
 from typing import Literal
 
 import algos.advantages  # noqa: F401  (registers the built-in estimators before PRESETS is validated)
+import algos.policy_losses  # noqa: F401  (registers the built-in losses)
 from algos.agg import AGG_MODES
 from algos.correction import LEVELS, MODES
 from algos.kl import KL_KINDS
-from algos.policy_losses import PolicyLossConfig
 from algos.registry import ADV_ESTIMATORS, POLICY_LOSSES, UnknownNameError
-
-AdvEstimator = Literal["grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "gae"]
-PolicyLoss = Literal["ppo", "gspo", "sapo", "cispo"]
-AggMode = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"]
 
 
 @dataclass(kw_only=True)
 class AlgoConfig:
     """RL algorithm: advantage estimator + policy loss + aggregation + KL + sampling filters + critic."""
 
-    adv_estimator: AdvEstimator = "grpo"
-    """Advantage estimator (registry name; names added with @algos.register_adv_estimator work from Python)."""
-    policy_loss: PolicyLoss = "ppo"
-    """Policy loss (registry name; names added with @algos.register_policy_loss work from Python)."""
-    loss_agg_mode: AggMode = "token-mean"
-    """How per-token losses are reduced over the global mini-batch."""
+    name: str = "grpo"
+    """The preset this config started from (`--algo NAME` sets the whole config; names the run dir's {algo})."""
+    adv_estimator: str = "grpo"
+    """Advantage estimator, a registry name: grpo, dr_grpo, rloo, reinforce_pp, reinforce_pp_baseline, gae, or one
+    added with @algos.register_adv_estimator in a module named by --plugins."""
+    policy_loss: str = "ppo"
+    """Policy loss, a registry name: ppo, gspo, sapo, cispo, or one added with @algos.register_policy_loss in a module
+    named by --plugins."""
+    loss_agg_mode: str = "token-mean"
+    """How per-token losses are reduced over the global mini-batch: token-mean, seq-mean-token-mean,
+    seq-mean-token-sum, seq-mean-token-sum-norm."""
     clip_low: float = 0.2
-    """Ratio clipped below at 1 - clip_low (ppo, gspo)."""
+    """Ratio clipped below at 1 - clip_low (ppo, gspo); >= 1 = no lower clip."""
     clip_high: float = 0.2
     """Ratio clipped above at 1 + clip_high (ppo, gspo); DAPO's clip-higher is 0.28."""
     dual_clip_c: float | None = None
@@ -47,7 +48,8 @@ class AlgoConfig:
     cispo_clip_high: float = 0.28
     """CISPO IS weight upper bound 1 + cispo_clip_high."""
     norm_const: int | None = None
-    """Constant C of seq-mean-token-sum-norm; None = the max response length."""
+    """Constant C of seq-mean-token-sum-norm (and of the KL / entropy terms in that mode); None = the padded length T
+    in the pure loss functions, and the max response length in training (set once by `TrainConfig.finalize`)."""
     kl_coef: float = 0.0
     """KL coefficient beta against the reference model; 0 = off (no reference model is loaded)."""
     kl_kind: Literal["k1", "k2", "k3"] = "k3"
@@ -96,7 +98,7 @@ class AlgoConfig:
         _check_name("rollout_correction_level", self.rollout_correction_level, LEVELS)
         _check_name("rollout_correction_mode", self.rollout_correction_mode, MODES)
         checks = {
-            "clip_low": 0 <= self.clip_low <= 1,
+            "clip_low": self.clip_low >= 0,
             "clip_high": self.clip_high >= 0,
             "dual_clip_c": self.dual_clip_c is None or self.dual_clip_c > 1,
             "tau_pos": self.tau_pos > 0,
@@ -122,26 +124,17 @@ class AlgoConfig:
             if not ok:
                 raise ValueError(f"AlgoConfig.{field}: invalid value {getattr(self, field)!r}")
 
-    def policy_loss_config(self) -> PolicyLossConfig:
-        return PolicyLossConfig(
-            clip_low=self.clip_low,
-            clip_high=self.clip_high,
-            dual_clip_c=self.dual_clip_c,
-            tau_pos=self.tau_pos,
-            tau_neg=self.tau_neg,
-            cispo_clip_low=self.cispo_clip_low,
-            cispo_clip_high=self.cispo_clip_high,
-            loss_agg_mode=self.loss_agg_mode,
-            norm_const=self.norm_const,
-        )
-
     @property
     def needs_critic(self) -> bool:
-        return self.adv_estimator == "gae"
+        return ADV_ESTIMATORS.meta(self.adv_estimator).get("needs_values", False)
 
     @property
     def needs_ref(self) -> bool:
         return self.kl_coef > 0 or self.track_ref_kl
+
+
+PolicyLossConfig = AlgoConfig
+"""The losses read AlgoConfig directly; the name of the copy they used to take stays importable."""
 
 
 def _check_name(field: str, value: object, valid: list[str] | tuple[str, ...]) -> None:
@@ -196,9 +189,12 @@ PRESETS: dict[str, AlgoConfig] = {
     "cispo": AlgoConfig(adv_estimator="grpo", policy_loss="cispo", loss_agg_mode="token-mean"),
 }
 
+for _name, _cfg in PRESETS.items():
+    _cfg.name = _name
+
 
 def preset(name: str, **overrides: object) -> AlgoConfig:
     """A copy of `PRESETS[name]` with `overrides` applied (validated again)."""
     if name not in PRESETS:
         raise UnknownNameError(f"unknown algo preset {name!r}; valid names: {', '.join(sorted(PRESETS))}")
-    return dataclasses.replace(PRESETS[name], **overrides)
+    return dataclasses.replace(PRESETS[name], **({"name": name} | overrides))

@@ -4,8 +4,8 @@ Every loss has the signature
 
     fn(log_prob, old_log_prob, advantages, response_mask, cfg, weights=None) -> (loss, metrics)
 
-with `(B, T)` tensors over response positions; `loss` is a differentiable scalar aggregated with
-`cfg.loss_agg_mode`; `metrics` is a dict of python floats over the valid tokens: `clip_frac` (fraction of tokens
+with `(B, T)` tensors over response positions and `cfg` the run's `AlgoConfig` (each loss reads the fields it needs;
+None = the defaults); `loss` is a differentiable scalar aggregated with `cfg.loss_agg_mode` and `cfg.norm_const`; `metrics` is a dict of python floats over the valid tokens: `clip_frac` (fraction of tokens
 where clipping takes effect; always 0 for SAPO, which has no hard clip), `ratio_mean`, `ppo_kl` (mean of
 old − new log-prob). `weights` `(B, T)` (rollout correction, treated as constants) multiply the per-token loss
 before aggregation. Notation: r = exp(logπ_θ − logπ_old) with the log-ratio clamped to ±20, A = advantage.
@@ -13,7 +13,7 @@ before aggregation. Notation: r = exp(logπ_θ − logπ_old) with the log-ratio
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
@@ -22,38 +22,32 @@ from algos.agg import agg_loss
 from algos.registry import register_policy_loss
 from algos.stats import masked_mean
 
+if TYPE_CHECKING:
+    from algos.config import AlgoConfig
+
 LOG_RATIO_CLAMP = 20.0
 
 
-@dataclass
-class PolicyLossConfig:
-    """Hyper-parameters shared by the policy losses (each loss reads the ones it needs)."""
+def _default(cfg: AlgoConfig | None) -> AlgoConfig:
+    from algos.config import AlgoConfig  # late: config validates names against this module's registrations
 
-    clip_low: float = 0.2
-    """PPO/GSPO: ratio clipped below at 1 − clip_low."""
-    clip_high: float = 0.2
-    """PPO/GSPO: ratio clipped above at 1 + clip_high (DAPO's clip-higher uses 0.28)."""
-    dual_clip_c: float | None = None
-    """PPO dual-clip constant c (> 1, typically 3): for A < 0 the loss is capped at −c·A. None = off."""
-    tau_pos: float = 1.0
-    """SAPO gate temperature for tokens with positive advantage."""
-    tau_neg: float = 1.05
-    """SAPO gate temperature for tokens with non-positive advantage."""
-    cispo_clip_low: float = 1.0
-    """CISPO: IS weight clipped below at 1 − cispo_clip_low. 1.0 = no lower bound, as MiniMax-M1 does."""
-    cispo_clip_high: float = 0.28
-    """CISPO: IS weight clipped above at 1 + cispo_clip_high. MiniMax-M1 tunes only this bound without publishing
-    it; 0.28 reuses DAPO's clip-higher value."""
-    loss_agg_mode: str = "token-mean"
-    """How per-token losses become a scalar (see `algos.agg_loss`)."""
-    norm_const: float | None = None
-    """C for "seq-mean-token-sum-norm" (None = padded length T)."""
+    return cfg if cfg is not None else AlgoConfig()
+
+
+def __getattr__(name: str):
+    if (
+        name == "PolicyLossConfig"
+    ):  # the losses' config was a copy of AlgoConfig's fields; the name stays importable
+        from algos.config import AlgoConfig
+
+        return AlgoConfig
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _finish(
     loss_mat: torch.Tensor,
     response_mask: torch.Tensor,
-    cfg: PolicyLossConfig,
+    cfg: AlgoConfig,
     weights: torch.Tensor | None,
     metrics: dict[str, torch.Tensor],
 ) -> tuple[torch.Tensor, dict[str, float]]:
@@ -82,11 +76,11 @@ def ppo_loss(
     old_log_prob: Tensor,
     advantages: Tensor,
     response_mask: Tensor,
-    cfg: PolicyLossConfig | None = None,
+    cfg: AlgoConfig | None = None,
     weights: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
     """PPO clip: L = max(−A·r, −A·clip(r, 1−ε_low, 1+ε_high)); dual-clip (A < 0 only): L = min(L, −c·A)."""
-    cfg = cfg or PolicyLossConfig()
+    cfg = _default(cfg)
     log_ratio = _log_ratio(log_prob, old_log_prob)
     ratio = torch.exp(log_ratio)  # [B, T]
     loss_mat, clipped = _clipped_surrogate(ratio, advantages, cfg.clip_low, cfg.clip_high)
@@ -119,14 +113,14 @@ def gspo_loss(
     old_log_prob: Tensor,
     advantages: Tensor,
     response_mask: Tensor,
-    cfg: PolicyLossConfig | None = None,
+    cfg: AlgoConfig | None = None,
     weights: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
     """GSPO-token (arXiv 2507.18071): the PPO clipped surrogate on the sequence ratio s_i (see gspo_token_log_ratio).
 
     Dual-clip does not apply. Use with the paper's tiny clip ranges (3e-4 / 4e-4) and "seq-mean-token-mean".
     """
-    cfg = cfg or PolicyLossConfig()
+    cfg = _default(cfg)
     seq_ratio = torch.exp(gspo_token_log_ratio(log_prob, old_log_prob, response_mask))  # [B, T], value s_i
     loss_mat, clipped = _clipped_surrogate(seq_ratio, advantages, cfg.clip_low, cfg.clip_high)
     metrics = {"clip_frac": clipped.float(), "ratio_mean": seq_ratio, "ppo_kl": old_log_prob - log_prob}
@@ -139,7 +133,7 @@ def sapo_loss(
     old_log_prob: Tensor,
     advantages: Tensor,
     response_mask: Tensor,
-    cfg: PolicyLossConfig | None = None,
+    cfg: AlgoConfig | None = None,
     weights: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
     """SAPO (arXiv 2511.20347): L = −f(r)·A, f(r) = σ(τ(r − 1))·4/τ, τ = τ_pos if A > 0 else τ_neg; no clip.
@@ -147,7 +141,7 @@ def sapo_loss(
     df/dr = 4σ(1 − σ): exactly 1 at r = 1 (on-policy gradient = plain policy gradient), decaying smoothly as r
     moves away — a soft trust region instead of PPO's hard cut. Metric `gate_weight_mean` is that mean weight.
     """
-    cfg = cfg or PolicyLossConfig()
+    cfg = _default(cfg)
     log_ratio = _log_ratio(log_prob, old_log_prob)
     ratio = torch.exp(log_ratio)  # [B, T]
     tau = torch.where(advantages > 0, cfg.tau_pos, cfg.tau_neg).to(ratio.dtype)  # [B, T]
@@ -168,7 +162,7 @@ def cispo_loss(
     old_log_prob: Tensor,
     advantages: Tensor,
     response_mask: Tensor,
-    cfg: PolicyLossConfig | None = None,
+    cfg: AlgoConfig | None = None,
     weights: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
     """CISPO (MiniMax-M1): L = −sg(clip(r, 1−ε_low^IS, 1+ε_high^IS))·A·logπ_θ.
@@ -176,7 +170,7 @@ def cispo_loss(
     The importance weight is clipped and detached instead of the update, so every token keeps a gradient
     (PPO zeroes the gradient of clipped tokens, which tend to be the rare "fork" tokens of reflective reasoning).
     """
-    cfg = cfg or PolicyLossConfig()
+    cfg = _default(cfg)
     log_ratio = _log_ratio(log_prob, old_log_prob)
     ratio = torch.exp(log_ratio)  # [B, T]
     is_weight = torch.clamp(ratio, 1.0 - cfg.cispo_clip_low, 1.0 + cfg.cispo_clip_high).detach()

@@ -26,14 +26,20 @@ class Registry:
     def __init__(self, kind: str):
         self.kind = kind
         self._fns: dict[str, Callable[..., Any]] = {}
+        self._meta: dict[str, dict[str, Any]] = {}
 
-    def register(self, name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    def register(self, name: str, **meta: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         # Re-registering a name replaces it (later wins), so notebooks and re-run cells do not trip over it.
         def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
-            self._fns[name] = fn
+            self._fns[name], self._meta[name] = fn, meta
             return fn
 
         return deco
+
+    def meta(self, name: str) -> dict[str, Any]:
+        """What the trainer needs to know about `name` beyond its signature (see the register_* decorators)."""
+        self.get(name)
+        return self._meta[name]
 
     def get(self, name: str) -> Callable[..., Any]:
         if name not in self._fns:
@@ -51,9 +57,16 @@ ADV_ESTIMATORS = Registry("advantage estimator")
 POLICY_LOSSES = Registry("policy loss")
 
 
-def register_adv_estimator(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Decorator: register `fn(token_rewards, response_mask, group_index, values=None, gamma=1.0, lam=1.0)`."""
-    return ADV_ESTIMATORS.register(name)
+def register_adv_estimator(
+    name: str, per_group: bool = False, needs_values: bool = False
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorator: register `fn(token_rewards, response_mask, group_index, values=None, gamma=1.0, lam=1.0)`.
+
+    per_group: a row's advantage depends only on the rows of its group (grpo, rloo), so each rank computes it on its
+    own whole groups; otherwise (the default, e.g. batch whitening) the trainer gathers every rank's rows first.
+    needs_values: the estimator reads `values` (gae), so the trainer builds and trains a critic.
+    """
+    return ADV_ESTIMATORS.register(name, per_group=per_group, needs_values=needs_values)
 
 
 def get_adv_estimator(name: str) -> Callable[..., Any]:

@@ -25,6 +25,8 @@ The expert explores like a person would (visits receptacles in the listed order,
 uses what it has seen, so its demonstrations are learnable (`expert_demo(split, seed)` returns one as chat
 messages). `evaluate_policy(policy_fn, split, seeds)` gives mean reward and success rate of
 `policy_fn(env) -> action`. `n_receptacles=(lo, hi)` sizes the rooms; the default step cap covers the expert.
+`show_actions=True` ends every observation with the admissible commands (`available_actions()`); `state_key()`
+(also `info["state_key"]`) names the state canonically for GiGPO's anchor groups.
 """
 
 from __future__ import annotations
@@ -33,7 +35,15 @@ import re
 from collections.abc import Callable, Iterable
 
 from envs.alfworld.world import APPLIANCE, LAMP, OPENABLE, STATE, VERB, Layout, kind, make_layout
-from envs.base import Env, Message, StepResult, expert_episode, extract_action, run_policy
+from envs.base import (
+    Env,
+    Message,
+    StepResult,
+    admissible_actions_text,
+    expert_episode,
+    extract_action,
+    run_policy,
+)
 
 SYSTEM_PROMPT = (
     "You are in a household. Reply with one command: go to X, open X, close X, take O from X, move O to X, "
@@ -80,6 +90,7 @@ class AlfWorldEnv(Env):
         seed: int = 0,
         max_steps: int | None = None,
         n_receptacles: tuple[int, int] = (6, 10),
+        show_actions: bool = False,
     ):
         if split not in ("train", "test"):
             raise ValueError(f"split must be 'train' or 'test', got {split!r}")
@@ -89,7 +100,7 @@ class AlfWorldEnv(Env):
         max_steps = max(30, 2 * n_receptacles[1] + 6) if max_steps is None else max_steps
         if max_steps < 1:
             raise ValueError(f"max_steps must be >= 1, got {max_steps}")
-        self.split, self.seed, self.max_turns = split, seed, max_steps
+        self.split, self.seed, self.max_turns, self.show_actions = split, seed, max_steps, show_actions
         self.layout: Layout = make_layout(split, seed, tuple(n_receptacles))
         self.task = self.layout.task
         self.reset()
@@ -109,7 +120,10 @@ class AlfWorldEnv(Env):
             "You are in the middle of a room. Looking quickly around you, you see "
             f"{_listing(list(self.layout.receptacles))}.\n\nYour task is to: {self.task.text}"
         )
-        return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": intro}]
+        return [
+            {"role": "system", "content": SYSTEM_PROMPT},
+            {"role": "user", "content": self._observe(intro)},
+        ]
 
     def step(self, action: str) -> StepResult:
         if self.done:
@@ -128,11 +142,28 @@ class AlfWorldEnv(Env):
             "success": self.won,
             "won": self.won,
             "truncated": not self.won and self.steps >= self.max_turns,
+            "state_key": self.state_key(),
         }
         if self.won or info["truncated"]:
             self.done = True
             return StepResult([], float(self.won), True, info)
-        return StepResult([{"role": "user", "content": info["observation"]}], 0.0, False, info)
+        return StepResult([{"role": "user", "content": self._observe(info["observation"])}], 0.0, False, info)
+
+    def _observe(self, text: str) -> str:
+        """An observation, ending with the admissible actions when `show_actions` is on (text only: the rules and
+        rewards are the same either way)."""
+        return text + admissible_actions_text(self.available_actions()) if self.show_actions else text
+
+    def state_key(self) -> tuple:
+        """Location, inventory, open receptacles, the contents of every receptacle seen, object states, lamp."""
+        return (
+            self.location,
+            tuple(self.inventory),
+            tuple(sorted(self.closed)),
+            tuple((r, tuple(sorted(self.contents[r]))) for r in sorted(self.observed)),
+            tuple(sorted((o, tuple(sorted(st))) for o, st in self.states.items())),
+            self.lamp_on,
+        )
 
     # ------------------------------------------------------------------------------------------------ rules
 

@@ -8,6 +8,7 @@ policy's whole assistant turn as a string and returns what to append, the reward
 from __future__ import annotations
 
 import re
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +35,17 @@ class Env:
 
     def step(self, action: str) -> StepResult:
         raise NotImplementedError
+
+    def state_key(self) -> Hashable | None:
+        """A canonical, hashable key of the current state: equal keys mean the same state however it was reached
+        (GiGPO's anchor states). Envs that define it also put it in each step's `info["state_key"]` (the state the
+        next action is taken in). None = no key: consumers fall back to the observation text."""
+        return None
+
+
+def admissible_actions_text(actions: list[str]) -> str:
+    """The `show_actions` suffix of an observation, in the style of verl-agent's ALFWorld prompt."""
+    return "\n\nYour admissible actions of the current situation are: [" + " | ".join(actions) + "]"
 
 
 _ACTION_TAG = re.compile(r"<action>(.*?)</action>", re.IGNORECASE | re.DOTALL)

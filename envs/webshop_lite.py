@@ -23,7 +23,8 @@ the episode ends at `max_steps` (= `max_turns`).
 
 `evaluate_policy(policy_fn, split, seeds)` gives mean reward and success rate of `policy_fn(env) -> action`;
 `expert_demo(split, seed)` returns an expert episode as chat messages. `page_size` (default 10, as in WebShop)
-shortens result pages for small contexts.
+shortens result pages for small contexts. `show_actions=True` ends every observation with the valid actions;
+`state_key()` (also `info["state_key"]`) names the page state canonically for GiGPO's anchor groups.
 """
 
 from __future__ import annotations
@@ -31,7 +32,15 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable
 
-from envs.base import Env, Message, StepResult, expert_episode, extract_action, run_policy
+from envs.base import (
+    Env,
+    Message,
+    StepResult,
+    admissible_actions_text,
+    expert_episode,
+    extract_action,
+    run_policy,
+)
 from envs.webshop.catalog import Goal, Product, catalogue, make_goal, products_by_asin, satisfies
 from envs.webshop.engine import score_purchase, search
 
@@ -51,7 +60,14 @@ class WebShopEnv(Env):
     name = "webshop_lite"
     max_turns = 15
 
-    def __init__(self, split: str = "train", seed: int = 0, max_steps: int = 15, page_size: int = 10):
+    def __init__(
+        self,
+        split: str = "train",
+        seed: int = 0,
+        max_steps: int = 15,
+        page_size: int = 10,
+        show_actions: bool = False,
+    ):
         if split not in ("train", "test"):
             raise ValueError(f"split must be 'train' or 'test', got {split!r}")
         if max_steps < 1:
@@ -59,6 +75,7 @@ class WebShopEnv(Env):
         if page_size < 2:  # the expert's title search needs its product within the first two results
             raise ValueError(f"page_size must be >= 2, got {page_size}")
         self.split, self.seed, self.max_turns, self.page_size = split, seed, max_steps, page_size
+        self.show_actions = show_actions
         self.goal: Goal = make_goal(split, seed)
         self.reset()
 
@@ -72,7 +89,10 @@ class WebShopEnv(Env):
         self.chosen: dict[str, str] = {}  # option axis -> clicked value, for the current item
         self.queries: list[str] = []
         self.steps, self.done = 0, False
-        return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": self.render()}]
+        return [
+            {"role": "system", "content": SYSTEM_PROMPT},
+            {"role": "user", "content": self._observe(self.render())},
+        ]
 
     def step(self, action: str) -> StepResult:
         if self.done:
@@ -80,6 +100,7 @@ class WebShopEnv(Env):
         self.steps += 1
         error = self._apply(extract_action(action if isinstance(action, str) else ""))
         info = {"valid": error is None, "page": self.page, "steps": self.steps, "truncated": False}
+        info["state_key"] = self.state_key()
         if self.done:  # bought something
             reward, details = score_purchase(self.goal, self.item, self.chosen)
             success = reward >= 1.0 - 1e-9
@@ -91,7 +112,17 @@ class WebShopEnv(Env):
         if self.steps >= self.max_turns:
             self.done = True
             return StepResult([], 0.0, True, info | {"truncated": True})
-        return StepResult([{"role": "user", "content": text}], 0.0, False, info)
+        return StepResult([{"role": "user", "content": self._observe(text)}], 0.0, False, info)
+
+    def _observe(self, text: str) -> str:
+        """An observation, ending with the valid actions when `show_actions` is on (text only)."""
+        return text + admissible_actions_text(self.available_actions()) if self.show_actions else text
+
+    def state_key(self) -> tuple:
+        """The page and what it shows: the query and result page, or the product and its chosen options."""
+        query = self.queries[-1] if self.page != "search" and self.queries else None
+        item = self.item.asin if self.item is not None else None
+        return (self.page, query, self.page_no, item, tuple(sorted(self.chosen.items())))
 
     def _apply(self, text: str) -> str | None:
         """Carry out one action; return an "Invalid action: ..." message, or None when it was valid."""

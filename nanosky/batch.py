@@ -1,8 +1,8 @@
-"""From trajectories to training tensors: global gather, token-balanced re-split, padding, advantages.
+"""From trajectories to training tensors: global gather, group-aligned re-split, padding, advantages.
 
-Every rank ends up with the same global list of trajectories (so advantages, filters and metrics see the whole
-batch), then keeps a token-balanced share of equal size (FSDP needs every rank to run the same number of
-forward/backward passes).
+Every rank ends up with the same global list of trajectories (so filters and metrics see the whole batch), then
+keeps whole groups, token-balanced, with the same number of rows as every other rank (FSDP needs every rank to run
+the same number of forward/backward passes). Only this rank's share is ever padded into tensors.
 """
 
 from __future__ import annotations
@@ -61,6 +61,17 @@ class Batch:
         kw = {k: (v[idx] if isinstance(v, torch.Tensor) else v) for k, v in self.__dict__.items()}
         return Batch(**kw)
 
+    def inputs(self) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """Model inputs without the columns that are padding in every row: ids [B, L'], attention mask [B, L'], and
+        T = L' − 1, the width of this batch's [B, T] token tensors that the model's outputs line up with."""
+        L = int(self.attention_mask.sum(-1).max())
+        return self.input_ids[:, :L], self.attention_mask[:, :L], L - 1
+
+
+def micro_slices(n: int, size: int) -> list[slice]:
+    """[0, n) in consecutive slices of `size` (the last may be shorter)."""
+    return [slice(i, min(i + size, n)) for i in range(0, n, size)]
+
 
 def to_batch(trajs: list[Trajectory], pad_id: int, device) -> Batch:
     L = max(len(t.ids) for t in trajs)
@@ -85,20 +96,47 @@ def to_batch(trajs: list[Trajectory], pad_id: int, device) -> Batch:
     )
 
 
-def compute_advantages(batch: Batch, cfg: algos.AlgoConfig, global_rows: dict[str, torch.Tensor]) -> None:
-    """Advantages over the *global* batch (group stats and whitening see every rank's samples).
+def split_groups(trajs: list[Trajectory], world: int) -> list[list[int]]:
+    """Indices for each rank: whole groups (so group statistics are local to a rank), the same number of rows on
+    every rank, token totals balanced by `balanced_split` over the groups."""
+    groups: dict[int, list[int]] = {}
+    for i, t in enumerate(trajs):
+        groups.setdefault(t.group, []).append(i)
+    members = list(groups.values())
+    if len(members) % world or len({len(g) for g in members}) > 1:
+        sizes = sorted({len(g) for g in members})
+        raise ValueError(f"cannot split {len(members)} groups (sizes {sizes}) evenly over {world} ranks")
+    parts = balanced_split([sum(len(trajs[i].ids) for i in g) for g in members], world)
+    return [sorted(i for g in part for i in members[g]) for part in parts]
 
-    `global_rows` holds the global [N, T] tensors the estimator needs (token_rewards, response_mask, values,
-    group_index) plus `local_index` ([B] rows of this rank); results for the local rows are stored on `batch`.
+
+def token_rewards(batch: Batch) -> torch.Tensor:
+    """The scalar outcome reward on each row's last policy token. [B, L-1]"""
+    return algos.scalar_to_token_rewards(batch.rewards, batch.loss_mask)
+
+
+def compute_advantages(batch: Batch, cfg: algos.AlgoConfig, rewards: torch.Tensor) -> None:
+    """Advantages and returns of this rank's rows from its token rewards `rewards` [B, L-1], stored on `batch`.
+
+    A per-group estimator (grpo, dr_grpo, rloo) runs on this rank's own whole groups (`split_groups`). Any other
+    (whitening over the batch, a user's estimator) sees every rank's rows: one all_gather of its inputs.
     """
     fn = algos.get_adv_estimator(cfg.adv_estimator)
-    adv, ret = fn(
-        global_rows["token_rewards"],
-        global_rows["response_mask"],
-        global_rows["group_index"],
-        values=global_rows.get("values"),
-        gamma=cfg.gamma,
-        lam=cfg.lam,
-    )
-    idx = global_rows["local_index"]
-    batch.advantages, batch.returns = adv[idx], ret[idx]
+    inputs = [rewards, batch.loss_mask, batch.group_index, batch.values]
+    if algos.registry.ADV_ESTIMATORS.meta(cfg.adv_estimator)["per_group"]:
+        batch.advantages, batch.returns = fn(*inputs[:3], values=inputs[3], gamma=cfg.gamma, lam=cfg.lam)
+        return
+    parts = dist.all_gather_objects([None if x is None else x.cpu() for x in inputs])
+    T = max(p[0].shape[1] for p in parts)
+    glob = [
+        None if parts[0][k] is None else torch.cat([_pad_cols(p[k], T) for p in parts]).to(rewards.device)
+        for k in range(4)
+    ]
+    adv, ret = fn(*glob[:3], values=glob[3], gamma=cfg.gamma, lam=cfg.lam)  # [N, T]
+    start = sum(len(p[2]) for p in parts[: dist.get_info().rank])
+    rows, width = slice(start, start + len(batch)), rewards.shape[1]
+    batch.advantages, batch.returns = adv[rows, :width], ret[rows, :width]
+
+
+def _pad_cols(x: torch.Tensor, T: int) -> torch.Tensor:
+    return x if x.dim() == 1 else torch.nn.functional.pad(x, (0, T - x.shape[1]))

@@ -10,41 +10,27 @@ the world size run in `TrainConfig.validate_for_world`.
 from __future__ import annotations
 
 import copy
+import importlib
+import os
 import sys
 from dataclasses import dataclass, field
-from typing import Literal
 
 import algos
 from algos import AlgoConfig
+from algos.registry import ADV_ESTIMATORS
 from nanosky.engine import EngineConfig
 from nanosky.lora import LoraConfig
 from nanosky.policy import ModelConfig
 from nanosky.rollout import RolloutConfig
+from nanosky.update import OptimConfig
 
-AlgoName = Literal["grpo", "dr_grpo", "rloo", "reinforce_pp", "ppo", "dapo", "gspo", "sapo", "cispo"]
 
-
-@dataclass(kw_only=True)
-class OptimConfig:
-    lr: float = 1e-4
-    """AdamW learning rate for the policy."""
-    weight_decay: float = 0.0
-    betas: tuple[float, float] = (0.9, 0.99)
-    grad_clip: float = 1.0
-    """Clip the global grad norm to this (0 = off)."""
-    warmup_steps: int = 0
-    """Linear LR warm-up, in optimizer steps."""
-    micro_batch_size: int = 16
-    """Sequences per forward/backward on each rank; the loss is normalised over the global batch, so this only
-    trades memory for speed."""
-
-    def __post_init__(self):
-        if self.lr <= 0:
-            raise ValueError(f"optim.lr must be > 0, got {self.lr}")
-        if self.micro_batch_size < 1:
-            raise ValueError(f"optim.micro_batch_size must be >= 1, got {self.micro_batch_size}")
-        if self.grad_clip < 0 or self.weight_decay < 0 or self.warmup_steps < 0:
-            raise ValueError("optim.grad_clip, optim.weight_decay and optim.warmup_steps must be >= 0")
+def import_plugins(modules: list[str]) -> None:
+    """Import the user's modules (from the working directory too) so their @register_* calls run."""
+    if modules and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    for module in modules:
+        importlib.import_module(module)
 
 
 @dataclass(kw_only=True)
@@ -109,8 +95,6 @@ class DistConfig:
 
 @dataclass(kw_only=True)
 class TrainConfig:
-    algo: AlgoName = "grpo"
-    """Algorithm preset: fills `--algorithm.*` (every piece stays overridable)."""
     env: str = "math"
     """Environment name (envs.make): math, tool_use, webshop_lite, alfworld_lite, or a registered one."""
     env_data: str | None = None
@@ -121,11 +105,16 @@ class TrainConfig:
     steps: int = 50
     """Optimizer steps (rollout → update → sync cycles)."""
     seed: int = 0
+    plugins: list[str] = field(default_factory=list)
+    """Python modules imported first (`--plugins my_losses my_envs`): the losses, estimators and envs they register
+    become valid --algorithm.* / --env values."""
     model: ModelConfig = field(default_factory=ModelConfig)
     engine: EngineConfig = field(default_factory=EngineConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     envpool: EnvPoolConfig = field(default_factory=EnvPoolConfig)
     algorithm: AlgoConfig = field(default_factory=lambda: algos.preset("grpo"))
+    """The RL algorithm; `--algo NAME` replaces it with the preset NAME (grpo, dr_grpo, rloo, reinforce_pp, ppo, dapo,
+    gspo, sapo, cispo), and every field stays overridable (`--algo dapo --algorithm.clip-high 0.3`)."""
     optim: OptimConfig = field(default_factory=OptimConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     log: LogConfig = field(default_factory=LogConfig)
@@ -141,11 +130,12 @@ class TrainConfig:
     def __post_init__(self):
         import envs
 
+        import_plugins(self.plugins)
         if self.steps < 0:
             raise ValueError(f"steps must be >= 0, got {self.steps}")
         if self.env not in envs.env_names():
             raise ValueError(f"env: unknown env {self.env!r}; valid: {', '.join(envs.env_names())}")
-        if self.algorithm.adv_estimator in ("grpo", "dr_grpo", "rloo") and self.rollout.group_size < 2:
+        if ADV_ESTIMATORS.meta(self.algorithm.adv_estimator)["per_group"] and self.rollout.group_size < 2:
             raise ValueError(
                 f"rollout.group_size must be >= 2 for the group estimator "
                 f"{self.algorithm.adv_estimator!r}, got {self.rollout.group_size}"
@@ -161,10 +151,14 @@ class TrainConfig:
         ):
             raise ValueError("algorithm.overlong_cache_len must be < rollout.max_new_tokens")
 
-    def apply_dry_run(self) -> None:
+    def finalize(self) -> None:
+        """Derived values, set once when training starts (and so recorded in config.json): the dry run's overrides
+        and the constant C of seq-mean-token-sum-norm (the max response length, unless given)."""
         if self.dry_run:
             self.steps, self.eval.every, self.eval.limit, self.log.ckpt_every = 1, 0, 1, 0
             self.rollout.ignore_eos = True
+        if self.algorithm.norm_const is None:
+            self.algorithm.norm_const = self.rollout.max_new_tokens * (self.rollout.max_turns or 1)
 
     def validate_for_world(self, world: int) -> None:
         if self.rollout.prompts_per_step % world:
@@ -193,7 +187,7 @@ class TrainConfig:
 
     @property
     def run_dir(self) -> str:
-        return self.log.run_dir.format(env=self.env, algo=self.algo, seed=self.seed)
+        return self.log.run_dir.format(env=self.env, algo=self.algorithm.name, seed=self.seed)
 
 
 # ---- presets: Python functions returning a config ------------------------------------------------------------
@@ -204,7 +198,6 @@ def demo() -> TrainConfig:
     on multi-digit arithmetic yet (see README); `--env-kwargs kinds '["arith","word","logic"]' --eval.limit 200`
     trains on the full mix."""
     return TrainConfig(
-        algo="grpo",
         env="math",
         env_kwargs={"kinds": '["logic"]'},
         steps=40,
@@ -256,7 +249,6 @@ def tool_use() -> TrainConfig:
     0.1 format term into a full-size signal in groups with no correct answer. lr 5e-5: at 1e-4 and above the policy
     got worse within 10 steps (README, tool_use)."""
     return TrainConfig(
-        algo="dr_grpo",
         algorithm=algos.preset("dr_grpo"),
         env="tool_use",
         env_kwargs={"kinds": '["arith", "python"]'},
@@ -276,7 +268,6 @@ def agent_env(env: str) -> TrainConfig:
     context (webshop_lite with 3 results per page, as in the model's demonstrations)."""
     kwargs = {"page_size": "3"} if env == "webshop_lite" else {}
     return TrainConfig(
-        algo="grpo",
         env=env,
         env_kwargs=kwargs,
         model=ModelConfig(path="tiny-agent"),
@@ -307,7 +298,8 @@ PRESETS = {
 
 
 def parse_args(argv: list[str] | None = None, console: bool = True) -> TrainConfig:
-    """`--preset NAME` picks the base config, `--algo NAME` the algorithm preset; tyro parses every other flag."""
+    """`--preset NAME` picks the base config, `--algo NAME` the algorithm preset, `--plugins` are imported first (so
+    their registered names are valid choices); tyro parses every other flag."""
     import argparse
 
     import tyro
@@ -317,6 +309,11 @@ def parse_args(argv: list[str] | None = None, console: bool = True) -> TrainConf
     pre.add_argument("--preset", default=None, choices=sorted(PRESETS))
     pre.add_argument("--algo", default=None)
     known, rest = pre.parse_known_args(argv)
+    plugins = argparse.ArgumentParser(
+        add_help=False
+    )  # --plugins stays in `rest`: tyro records it in the config
+    plugins.add_argument("--plugins", nargs="*", default=[])
+    import_plugins(plugins.parse_known_args(rest)[0].plugins)  # first: --algo and tyro's checks look names up
     # `--env tool_use` alone starts from that env's preset (its model, context and budgets), as the agent envs need
     # the agent models; an explicit --preset always wins. --env itself is left for tyro to parse.
     env = argparse.ArgumentParser(add_help=False)
@@ -329,13 +326,14 @@ def parse_args(argv: list[str] | None = None, console: bool = True) -> TrainConf
             raise SystemExit(f"--algo: unknown {known.algo!r}; valid: {', '.join(sorted(algos.PRESETS))}")
         # Set fields directly: cross-field checks must see the final flags (tyro re-validates the parsed config).
         base = copy.copy(base)
-        base.algo, base.algorithm = known.algo, algos.preset(known.algo)
+        base.algorithm = algos.preset(known.algo)
     return tyro.cli(
         TrainConfig,
         default=base,
         args=rest,
         console_outputs=console,
         description="nanosky: agentic RL with torchrun + colocated vLLM + FSDP2. "
+        "--algo {" + ",".join(sorted(algos.PRESETS)) + "} picks the algorithm preset; "
         "--preset {"
         + ",".join(sorted(PRESETS))
         + "} picks a base config; --env "

@@ -6,16 +6,17 @@ state before token t+1 is generated, so `values`, `logprobs` and `loss_mask` are
 
 from __future__ import annotations
 
-import math
+import dataclasses
 
 import torch
 from torch import nn
 
 import algos
+from algos import AlgoConfig
 from nanosky import dist
-from nanosky.batch import Batch
+from nanosky.batch import Batch, micro_slices
 from nanosky.policy import shard_model
-from nanosky.update import _trim, grad_norm_and_clip, micro_slices
+from nanosky.update import OptimConfig, grad_norm_and_clip, make_optimizer, minibatches
 
 
 class Critic(nn.Module):
@@ -35,57 +36,54 @@ class Critic(nn.Module):
 
 
 def load_critic(path: str, info: dist.DistInfo) -> Critic:
-    critic = Critic(path)
-    # The backbone's decoder layers are sharded like the policy's; `shard_model` expects `.model.layers`.
-    return shard_model(critic, info)
+    return shard_model(Critic(path), info)  # sharded exactly like the policy
 
 
 @torch.no_grad()
 def forward_values(critic: Critic, batch: Batch, micro_bs: int) -> torch.Tensor:
     out = torch.zeros_like(batch.loss_mask)  # [B, L-1]
     for s in micro_slices(len(batch), micro_bs):
-        ids, att, T = _trim(batch.slice(s))
+        ids, att, T = batch.slice(s).inputs()
         out[s, :T] = critic(ids, att)
     return out
 
 
-def critic_update(
-    critic, opt, batch: Batch, cfg: algos.AlgoConfig, micro_bs: int, grad_clip: float, norm_const: int
-) -> dict[str, float]:
-    """Clipped value regression onto the GAE returns, with the same global normalisation as the policy loss."""
-    info = dist.get_info()
-    mode = cfg.loss_agg_mode
-    losses, clip_fracs, norms = [], [], []
-    mini = micro_slices(len(batch), math.ceil(len(batch) / cfg.mini_batches))
-    for _epoch in range(cfg.ppo_epochs):
-        for ms in mini:
-            mb = batch.slice(ms)
-            g_tokens, g_seqs = dist.all_reduce_sum([float(mb.loss_mask.sum()), float(len(mb))])
-            for s in micro_slices(len(mb), micro_bs):
-                m = mb.slice(s)
-                ids, att, T = _trim(m)
+class CriticUpdate:
+    """The critic's optimizer (lr = `algo.critic_lr`) and its clipped value regression onto the GAE returns, with
+    the same mini-batches and global normalisation as the policy loss."""
+
+    def __init__(self, optim: OptimConfig, algo: AlgoConfig, critic: Critic):
+        self.optim, self.algo, self.critic = optim, algo, critic
+        self.opt, _ = make_optimizer(
+            critic.parameters(), algo.critic_lr, dataclasses.replace(optim, warmup_steps=0)
+        )
+
+    def __call__(self, batch: Batch) -> dict[str, float]:
+        a, losses, clip_fracs, norms = self.algo, [], [], []
+        for step in minibatches(batch, a, self.optim.micro_batch_size):
+            for m, scale in step:
+                ids, att, T = m.inputs()
                 mask = m.loss_mask[:, :T]
-                v = critic(ids, att)  # [b, T]
+                v = self.critic(ids, att)  # [b, T]
                 loss, met = algos.value_loss(
                     v,
                     m.values[:, :T],
                     m.returns[:, :T],
                     mask,
-                    clip=cfg.value_clip,
-                    mode=mode,
-                    norm_const=norm_const,
+                    clip=a.value_clip,
+                    mode=a.loss_agg_mode,
+                    norm_const=a.norm_const,
                 )
-                (cfg.vf_coef * loss * algos.agg_scale(mode, mask, g_tokens, g_seqs) * info.world).backward()
+                (a.vf_coef * loss * scale).backward()
                 losses.append(float(loss.detach()))
                 clip_fracs.append(met["value_clip_frac"])
-            norms.append(grad_norm_and_clip(critic, grad_clip))
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-    s = dist.all_reduce_sum([sum(losses), sum(clip_fracs), float(len(losses))])
-    ev = algos.explained_variance(batch.values, batch.returns, batch.loss_mask)
-    return {
-        "value_loss": s[0] / s[2],
-        "value_clip_frac": s[1] / s[2],
-        "critic_grad_norm": sum(norms) / len(norms),
-        "explained_var": ev,
-    }
+            norms.append(grad_norm_and_clip(self.critic, self.optim.grad_clip))
+            self.opt.step()
+            self.opt.zero_grad(set_to_none=True)
+        s = dist.all_reduce_sum([sum(losses), sum(clip_fracs), float(len(losses))])
+        return {
+            "value_loss": s[0] / s[2],
+            "value_clip_frac": s[1] / s[2],
+            "critic_grad_norm": sum(norms) / len(norms),
+            "explained_var": algos.explained_variance(batch.values, batch.returns, batch.loss_mask),
+        }

@@ -54,7 +54,7 @@ def _digest(result: Any) -> str:
 
 
 def _describe(env) -> tuple[list[dict], int]:
-    return [t.schema for t in (getattr(env, "tools", None) or [])], int(getattr(env, "max_turns", 1))
+    return [t.schema for t in env.tools], int(env.max_turns)
 
 
 # ---------------------------------------------------------------------------------------------- worker side

@@ -40,7 +40,7 @@ def probe_sequence(tok, env_name: str, env_kwargs: dict) -> list[int]:
     """A fixed token sequence to score with both the trainer and the engine after every sync."""
     env = envs.make(env_name, split="test", seed=0, **env_kwargs)
     msgs = env.reset() + [{"role": "assistant", "content": "Let me think. 12 + 30 = 42\n<answer>42</answer>"}]
-    ids, _ = encode_conversation(tok, msgs, [t.schema for t in getattr(env, "tools", [])] or None)
+    ids, _ = encode_conversation(tok, msgs, [t.schema for t in env.tools] or None)
     return ids
 
 

@@ -3,7 +3,7 @@
     python run.py --lora.rank 16 --lora.alpha 32          # LoRA on every attention + MLP projection
     python run.py --lora.rank 16 --lora.qlora             # 4-bit base (CUDA + bitsandbytes only)
 
-Build order matters: load the HF model → `apply_lora` (peft injects adapters, freezes the base) → `shard_lora_model`
+Build order matters: load the HF model → `apply_lora` (peft injects adapters, freezes the base) → `shard_model`
 (FSDP2 per decoder layer + root; frozen and trainable parameters share the per-layer groups). `load_lora_model` does
 all three. The inference engine never sees adapters: `iter_merged_params` streams the base model's HF names with
 W + scaling·B@A computed on the fly from gathered full tensors, so vLLM serves exactly the policy being trained.
@@ -21,10 +21,10 @@ from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
-from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
 from nanosky.dist import DistInfo
+from nanosky.policy import shard_model
 
 ALL_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 _ADAPTER = "default"  # peft's name for the single adapter we train
@@ -102,19 +102,6 @@ def base_model(model):
     return model.get_base_model() if hasattr(model, "get_base_model") else model
 
 
-def shard_lora_model(model, info: DistInfo):
-    """FSDP2 `fully_shard` per decoder layer + root, for a peft-wrapped model or a plain HF one."""
-    mesh = torch.distributed.device_mesh.init_device_mesh(info.device.type, (info.world,))
-    mp = (
-        MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if info.is_cuda else None
-    )
-    kw = {"mesh": mesh} | ({"mp_policy": mp} if mp else {})
-    for layer in base_model(model).model.layers:
-        fully_shard(layer, **kw)
-    fully_shard(model, **kw)
-    return model.to(info.device) if info.is_cuda else model
-
-
 def load_lora_model(path: str, cfg: LoraConfig, info: DistInfo):
     """Load → apply_lora → shard: the LoRA counterpart of `nanosky.policy.load_model`."""
     from transformers import AutoModelForCausalLM
@@ -137,7 +124,7 @@ def load_lora_model(path: str, cfg: LoraConfig, info: DistInfo):
         }
     model = AutoModelForCausalLM.from_pretrained(path, **kw)
     model.config.use_cache = False
-    return shard_lora_model(apply_lora(model, cfg), info)
+    return shard_model(apply_lora(model, cfg), info)
 
 
 def trainable_parameters(model) -> list[torch.nn.Parameter]:

@@ -47,10 +47,20 @@ def load_model(path: str, info: DistInfo, trainable: bool = True):
     return shard_model(model, info)
 
 
+def decoder_layers(model) -> torch.nn.ModuleList:
+    """The transformer blocks of an HF model, found by name so one function serves the causal LM (`model.layers`),
+    the critic's backbone, and a peft-wrapped LoRA model (`base_model.model.model.layers`)."""
+    for name, module in model.named_modules():
+        if isinstance(module, torch.nn.ModuleList) and name.split(".")[-1] in ("layers", "h"):
+            return module
+    raise ValueError(f"no decoder layer list (`layers` / `h`) found in {type(model).__name__}")
+
+
 def shard_model(model, info: DistInfo, reshard_after_forward: bool | None = None):
-    """FSDP2 per decoder layer + root. Resharding after forward (ZeRO-3) saves memory on big models; the default
-    keeps small models (< 1B params) gathered between forward and backward (ZeRO-2-like), which halves the
-    all-gathers per micro-batch."""
+    """FSDP2 per decoder layer + root: the one wrapping of the policy, the reference, the critic and LoRA models
+    (frozen and trainable parameters share the per-layer groups). Resharding after forward (ZeRO-3) saves memory on
+    big models; the default keeps small models (< 1B params) gathered between forward and backward (ZeRO-2-like),
+    which halves the all-gathers per micro-batch."""
     mesh = torch.distributed.device_mesh.init_device_mesh(info.device.type, (info.world,))
     mp = (
         MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if info.is_cuda else None
@@ -58,7 +68,7 @@ def shard_model(model, info: DistInfo, reshard_after_forward: bool | None = None
     if reshard_after_forward is None:
         reshard_after_forward = sum(p.numel() for p in model.parameters()) > 1e9
     kw = {"mesh": mesh, "reshard_after_forward": reshard_after_forward} | ({"mp_policy": mp} if mp else {})
-    for layer in model.model.layers:
+    for layer in decoder_layers(model):
         fully_shard(layer, **kw)
     fully_shard(model, **kw)
     return model.to(info.device) if info.is_cuda else model

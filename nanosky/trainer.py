@@ -11,13 +11,21 @@ import statistics
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 import algos
 from nanosky import dist
 from nanosky.agent import EngineBackend, Trajectory
-from nanosky.batch import Batch, balanced_split, compute_advantages, gather_trajectories, to_batch
+from nanosky.batch import (
+    Batch,
+    compute_advantages,
+    gather_trajectories,
+    split_groups,
+    to_batch,
+    token_rewards,
+)
 from nanosky.checkpoint import (
     check_compatible,
     load_checkpoint,
@@ -26,102 +34,93 @@ from nanosky.checkpoint import (
     save_checkpoint,
 )
 from nanosky.config import TrainConfig
-from nanosky.critic import critic_update, forward_values, load_critic
+from nanosky.critic import Critic, CriticUpdate, forward_values, load_critic
 from nanosky.engine import Engine, StaleWeightsError
-from nanosky.envpool import make_pool
+from nanosky.envpool import EnvPool, InProcessPool, make_pool
 from nanosky.evaluate import evaluate, probe, probe_sequence
 from nanosky.logger import RunLogger
-from nanosky.lora import (
-    check_platform,
-    iter_merged_params,
-    load_lora_model,
-    save_adapter,
-    save_merged,
-    trainable_parameters,
-)
+from nanosky.lora import check_platform, iter_merged_params, load_lora_model, save_adapter, save_merged
 from nanosky.policy import load_model, resolve_model_path, save_hf
 from nanosky.rollout import Rollout
 from nanosky.seeds import derive_seed
-from nanosky.update import forward_logprobs, policy_update
+from nanosky.update import PolicyUpdate, forward_logprobs
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 
 def collect(cfg: TrainConfig, rollout: Rollout, step: int, version: int) -> tuple[list[Trajectory], dict]:
-    """Generate this step's global batch. With dynamic sampling (DAPO), groups whose rewards are all equal carry no
-    signal and are dropped; more rounds are generated until the batch is full or `max_gen_rounds` is reached."""
-    info, P, n = dist.get_info(), cfg.rollout.prompts_per_step, cfg.rollout.group_size
+    """Generate this step's global batch (every rank's rollouts, gathered). With DAPO's dynamic sampling, more
+    rounds are generated until `filter_groups` keeps a full batch or `max_gen_rounds` is reached."""
+    info, a, P, n = dist.get_info(), cfg.algorithm, cfg.rollout.prompts_per_step, cfg.rollout.group_size
     kept: list[Trajectory] = []
     dropped: list[Trajectory] = []
-    rounds = 0
-    for rnd in range(cfg.algorithm.max_gen_rounds if cfg.algorithm.dynamic_sampling else 1):
-        rounds += 1
+    rounds = a.max_gen_rounds if a.dynamic_sampling else 1
+    for rnd in range(rounds):
         js = list(range(info.rank, P, info.world))
         seeds = [derive_seed(cfg.seed, step, rnd, j) for j in js for _ in range(n)]
         groups = [rnd * P + j for j in js for _ in range(n)]
         sample_seed = derive_seed(cfg.seed, step, rnd, "sample", info.rank)
-        local = rollout.run(cfg.env, cfg.env_args(), "train", seeds, version, groups, sample_seed)
-        new = gather_trajectories(local)
-        if cfg.algorithm.overlong_cache_len:  # DAPO soft overlong punishment, on the policy's own tokens
-            pen = algos.overlong_penalty(
-                torch.tensor([t.n_policy_tokens for t in new]),
-                cfg.rollout.max_new_tokens,
-                cfg.algorithm.overlong_cache_len,
-            )
-            for t, p in zip(new, pen.tolist()):
-                t.reward += p
-        if not cfg.algorithm.dynamic_sampling:
+        new = gather_trajectories(
+            rollout.run(cfg.env, cfg.env_args(), "train", seeds, version, groups, sample_seed)
+        )
+        if a.overlong_cache_len:
+            overlong_penalty(new, cfg.rollout.max_new_tokens, a.overlong_cache_len)
+        if not a.dynamic_sampling:
             kept = new
             break
-        by_group: dict[int, list[Trajectory]] = {}
-        for t in new:
-            by_group.setdefault(t.group, []).append(t)
-        for g in by_group.values():
-            (kept if len({round(t.reward, 6) for t in g}) > 1 else dropped).extend(g)
+        k, d = filter_groups(new)
+        kept, dropped = kept + k, dropped + d
         if len(kept) >= P * n:
+            rounds = rnd + 1
             break
     # Fixed batch size: truncate to P groups, or top up with dropped groups (zero advantage: no gradient signal).
     batch = (kept + dropped)[: P * n]
     return batch, {"train/dropped_groups": len(dropped) / n, "train/gen_rounds": rounds} | rollout.metrics
 
 
-def _to_global(local: torch.Tensor, local_idx: list[int], like: torch.Tensor) -> torch.Tensor:
-    """Place this rank's rows at their global positions; the sum over ranks is the global tensor."""
-    out = torch.zeros_like(like)
-    out[local_idx, : local.shape[1]] = local
-    torch.distributed.all_reduce(out)
-    return out
+def overlong_penalty(trajs: list[Trajectory], max_len: int, cache_len: int) -> None:
+    """DAPO's soft overlong punishment, added to each reward, on the policy's own tokens (not tool outputs)."""
+    pen = algos.overlong_penalty(torch.tensor([t.n_policy_tokens for t in trajs]), max_len, cache_len)
+    for t, p in zip(trajs, pen.tolist()):
+        t.reward += p
 
 
-def prepare(cfg: TrainConfig, trajs: list[Trajectory], policy, ref, critic, tok) -> Batch:
-    """This rank's token-balanced share, with old/ref logprobs and advantages over the global batch."""
-    info = dist.get_info()
-    parts = balanced_split([len(t.ids) for t in trajs], info.world)
-    local_idx = parts[info.rank]
-    batch = to_batch([trajs[i] for i in local_idx], tok.pad_token_id, info.device)
-    a, mbs = cfg.algorithm, cfg.optim.micro_batch_size
+def filter_groups(trajs: list[Trajectory]) -> tuple[list[Trajectory], list[Trajectory]]:
+    """DAPO's dynamic sampling: a group whose rewards are all equal has zero advantage everywhere (no signal).
+    Returns (kept, dropped), whole groups each."""
+    by_group: dict[int, list[Trajectory]] = {}
+    for t in trajs:
+        by_group.setdefault(t.group, []).append(t)
+    kept, dropped = [], []
+    for g in by_group.values():
+        (kept if len({round(t.reward, 6) for t in g}) > 1 else dropped).extend(g)
+    return kept, dropped
+
+
+def prepare(run: Run, trajs: list[Trajectory]) -> Batch:
+    """This rank's whole groups as a padded batch, with the logprobs and values the update needs, and advantages."""
+    info, a, mbs = run.info, run.cfg.algorithm, run.cfg.optim.micro_batch_size
+    local = [trajs[i] for i in split_groups(trajs, info.world)[info.rank]]
+    batch = to_batch(local, run.tok.pad_token_id, info.device)
     if a.ppo_epochs > 1 or a.mini_batches > 1:  # otherwise the update's first forward is the behaviour policy
-        batch.old_logprobs = forward_logprobs(policy, batch, mbs)
-    if ref is not None:
-        batch.ref_logprobs = forward_logprobs(ref, batch, mbs)
-    full = to_batch(trajs, tok.pad_token_id, info.device)  # global, for group statistics and whitening
-    token_rewards = algos.scalar_to_token_rewards(full.rewards, full.loss_mask)
-    if (
-        a.kl_in_reward and ref is not None
-    ):  # k1 KL (engine logprobs vs reference) subtracted from token rewards
-        kl = algos.kl_penalty(batch.rollout_logprobs, batch.ref_logprobs, "k1") * batch.loss_mask
-        token_rewards = token_rewards - a.kl_coef * _to_global(kl, local_idx, full.loss_mask)
-    rows = {
-        "token_rewards": token_rewards,
-        "response_mask": full.loss_mask,
-        "group_index": full.group_index,
-        "local_index": torch.tensor(local_idx, device=info.device),
-    }
-    if critic is not None:
-        batch.values = forward_values(critic, batch, mbs)
-        rows["values"] = _to_global(batch.values, local_idx, full.loss_mask)
-    compute_advantages(batch, a, rows)
-    T = batch.loss_mask.shape[1]
-    batch.advantages, batch.returns = batch.advantages[:, :T], batch.returns[:, :T]
+        batch.old_logprobs = forward_logprobs(run.policy, batch, mbs)
+    if run.ref is not None:
+        batch.ref_logprobs = forward_logprobs(run.ref, batch, mbs)
+    if run.critic is not None:
+        batch.values = forward_values(run.critic, batch, mbs)
+    rewards = token_rewards(batch)  # [B, L-1]
+    if a.kl_in_reward and run.ref is not None:
+        rewards = kl_in_reward(rewards, batch, a.kl_coef)
+    compute_advantages(batch, a, rewards)
     return batch
+
+
+def kl_in_reward(rewards: torch.Tensor, batch: Batch, coef: float) -> torch.Tensor:
+    """Token rewards minus β·k1 KL (engine logprobs vs the reference), as REINFORCE++ and PPO-RLHF shape them."""
+    return (
+        rewards - coef * algos.kl_penalty(batch.rollout_logprobs, batch.ref_logprobs, "k1") * batch.loss_mask
+    )
 
 
 def sync_weights(cfg: TrainConfig, policy, engine, version: int, probe_ids: list[int]) -> dict[str, float]:
@@ -145,26 +144,26 @@ class Run:
 
     cfg: TrainConfig
     info: dist.DistInfo
-    tok: object
-    policy: object
-    opt: torch.optim.Optimizer
-    sched: object
+    tok: PreTrainedTokenizerBase
+    policy: torch.nn.Module
+    update: PolicyUpdate  # the policy's optimizer, schedule and loss
     engine: Engine
-    pool: object
+    pool: EnvPool | InProcessPool
     rollout: Rollout
     log: RunLogger
     probe_ids: list[int]
-    norm_const: int
-    ref: object = None
-    critic: object = None
-    critic_opt: torch.optim.Optimizer | None = None
+    ref: torch.nn.Module | None = None
+    critic: Critic | None = None
+    critic_update: CriticUpdate | None = None
     version: int = 0
     step: int = 0  # last completed step (non-zero after a resume)
     acc0: float | None = None  # held-out accuracy before training
 
 
 def build(cfg: TrainConfig) -> Run:
-    info = dist.init_distributed(cfg.dist.timeout_s)  # run.py may have joined already; train(cfg) alone must too
+    info = dist.init_distributed(
+        cfg.dist.timeout_s
+    )  # run.py may have joined already; train(cfg) alone must too
     cfg.validate_for_world(info.world)
     dist.seed_everything(cfg.seed + info.rank)
     from transformers import AutoTokenizer
@@ -176,38 +175,28 @@ def build(cfg: TrainConfig) -> Run:
     tok = AutoTokenizer.from_pretrained(path)
     check_platform(cfg.lora, info.device.type)  # e.g. QLoRA on CPU fails here, not at step 1
     policy = load_lora_model(path, cfg.lora, info) if cfg.lora.enabled else load_model(path, info)
-    opt = torch.optim.AdamW(
-        trainable_parameters(policy),
-        lr=cfg.optim.lr,
-        betas=cfg.optim.betas,
-        weight_decay=cfg.optim.weight_decay,
-    )
-    warm = cfg.optim.warmup_steps
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warm) if warm else 1.0)
     run = Run(
         cfg=cfg,
         info=info,
         tok=tok,
         policy=policy,
-        opt=opt,
-        sched=sched,
+        update=PolicyUpdate(cfg.optim, cfg.algorithm, policy),
         engine=(engine := Engine(cfg.engine, path, info)),
         pool=(pool := make_pool(cfg.envpool.workers, cfg.envpool.step_timeout_s)),
         rollout=Rollout(cfg.rollout, EngineBackend(engine, tok), pool, tok),
         log=RunLogger(cfg.run_dir, info.is_main, cfg.steps, cfg.log.tqdm),
         probe_ids=probe_sequence(tok, cfg.env, cfg.env_args()),
-        norm_const=cfg.algorithm.norm_const or cfg.rollout.max_new_tokens * (cfg.rollout.max_turns or 1),
     )
     if cfg.algorithm.needs_ref:  # frozen copy of the starting policy (the base model when training LoRA)
         run.ref = load_model(path, info, trainable=False)
     if cfg.algorithm.needs_critic:
         run.critic = load_critic(path, info)
-        run.critic_opt = torch.optim.AdamW(run.critic.parameters(), lr=cfg.algorithm.critic_lr)
+        run.critic_update = CriticUpdate(cfg.optim, cfg.algorithm, run.critic)
     run.log.write_json("config.json", dataclasses.asdict(cfg))
     P, n, r = cfg.rollout.prompts_per_step, cfg.rollout.group_size, cfg.rollout
     n_params = sum(p.numel() for p in policy.parameters()) / 1e6
     run.log.print(  # the derived values, once
-        f"nanosky: {cfg.algo} on {cfg.env} | world {info.world} ({info.backend}, {info.device.type}) | model {path} "
+        f"nanosky: {cfg.algorithm.name} on {cfg.env} | world {info.world} ({info.backend}, {info.device.type}) | model {path} "
         f"({n_params:.1f}M params) | {P} prompts x {n} = {P * n} trajectories/step ({P * n // info.world}/rank) | "
         f"micro-batch {cfg.optim.micro_batch_size} | tokens/turn {r.max_new_tokens}, total {r.max_total_tokens} | "
         f"engine {run.engine.dtype} | env pool {cfg.envpool.workers} workers/rank | run dir {cfg.run_dir}"
@@ -225,7 +214,9 @@ RESUME_FIELDS = [
     "lora.rank",
     "lora.alpha",
     "lora.target_modules",
-    "algo",
+    "algorithm.name",
+    "algorithm.adv_estimator",
+    "algorithm.policy_loss",
     "env",
     "seed",
     "rollout.prompts_per_step",
@@ -243,7 +234,9 @@ def resume(run: Run) -> None:
         dataclasses.asdict(cfg) | {"world_size": info.world},
         RESUME_FIELDS,
     )
-    state = load_checkpoint(path, model=run.policy, optimizer=run.opt, scheduler=run.sched, **_extras(run))
+    state = load_checkpoint(
+        path, model=run.policy, optimizer=run.update.opt, scheduler=run.update.sched, **_extras(run)
+    )
     run.step, run.version, run.acc0 = state["step"], state["version"], state["acc0"]
     run.log.print(f"resumed from {path} at step {run.step}")
 
@@ -251,7 +244,7 @@ def resume(run: Run) -> None:
 def _extras(run: Run) -> dict:
     if run.critic is None:
         return {}
-    return {"extra_models": {"critic": run.critic}, "extra_optimizers": {"critic": run.critic_opt}}
+    return {"extra_models": {"critic": run.critic}, "extra_optimizers": {"critic": run.critic_update.opt}}
 
 
 def checkpoint(run: Run, step: int) -> str:
@@ -276,8 +269,8 @@ def checkpoint(run: Run, step: int) -> str:
         os.path.join(cfg.run_dir, "checkpoints"),
         step,
         model=run.policy,
-        optimizer=run.opt,
-        scheduler=run.sched,
+        optimizer=run.update.opt,
+        scheduler=run.update.sched,
         state=state,
         keep=cfg.log.keep_ckpts,
         export=export,
@@ -310,31 +303,10 @@ def run_eval(run: Run, step: int) -> float:
 
 
 def update(run: Run, batch: Batch, step: int) -> dict[str, float]:
-    cfg, a = run.cfg, run.cfg.algorithm
-    out: dict[str, float] = {}
-    if run.critic is not None:
-        out = critic_update(
-            run.critic,
-            run.critic_opt,
-            batch,
-            a,
-            cfg.optim.micro_batch_size,
-            cfg.optim.grad_clip,
-            run.norm_const,
-        )
-    if (
-        run.critic is None or step > a.critic_warmup_steps
-    ):  # PPO: let the critic settle before moving the policy
-        out |= policy_update(
-            run.policy,
-            run.opt,
-            run.sched,
-            batch,
-            a,
-            cfg.optim.micro_batch_size,
-            cfg.optim.grad_clip,
-            run.norm_const,
-        )
+    """The critic's steps, then the policy's (PPO: the policy waits `critic_warmup_steps` for the critic)."""
+    out = run.critic_update(batch) if run.critic_update is not None else {}
+    if run.critic_update is None or step > run.cfg.algorithm.critic_warmup_steps:
+        out |= run.update(batch)
     return out
 
 
@@ -384,7 +356,7 @@ class Phases:
 
 
 def train(cfg: TrainConfig) -> dict:
-    cfg.apply_dry_run()
+    cfg.finalize()
     run = build(cfg)
     ph = Phases(cfg.run_dir, run.info.rank)
     if run.acc0 is None:
@@ -400,8 +372,10 @@ def train(cfg: TrainConfig) -> dict:
             run.engine.wake()
             trajs, gen_m = collect(cfg, run.rollout, step, run.version)
             run.engine.sleep()
-        with ph(step, "logprob"):  # token-balanced share, old/ref logprobs, values, global advantages
-            batch = prepare(cfg, trajs, run.policy, run.ref, run.critic, run.tok)
+        with ph(
+            step, "logprob"
+        ):  # this rank's whole groups, old/ref logprobs, values, KL-in-reward, advantages
+            batch = prepare(run, trajs)
         with ph(step, "train"):  # critic + policy optimizer steps
             upd = update(run, batch, step)
         with ph(step, "sync"):  # full tensors → vLLM, version += 1, probe

@@ -46,6 +46,9 @@ class ExpertBackend:
     def __init__(self, experts: dict[str, list[dict]], delay_s: float = 0.0, fail_on: str | None = None):
         self.experts, self.delay_s, self.fail_on, self.calls = experts, delay_s, fail_on, 0
 
+    async def aclose(self) -> None:
+        pass
+
     async def generate(self, req: Request) -> GenerationResult:
         messages = req.messages
         self.calls += 1
@@ -84,6 +87,9 @@ class TimedTask(Task):
 class SleepBackend:
     def __init__(self, log: list, delay_s: float):
         self.log, self.delay_s = log, delay_s
+
+    async def aclose(self) -> None:
+        pass
 
     async def generate(self, req: Request):
         t0 = time.monotonic()

@@ -210,3 +210,36 @@ def test_expert_demo_and_pickling():
     assert (
         clone.available_actions() == env.available_actions() and clone.expert_action() == env.expert_action()
     )
+
+
+def test_show_actions_lists_admissible_commands_and_changes_nothing_else():
+    plain, shown = AlfWorldEnv("test", 3), AlfWorldEnv("test", 3, show_actions=True)
+    a, b = plain.reset(), shown.reset()
+    assert b[1]["content"].startswith(a[1]["content"])
+    assert b[1]["content"].endswith("[" + " | ".join(shown.available_actions()) + "]")
+    while not plain.done:
+        action = plain.expert_action()
+        r1, r2 = plain.step(action), shown.step(action)
+        assert (r1.reward, r1.done, r1.info["state_key"]) == (r2.reward, r2.done, r2.info["state_key"])
+        if not r1.done:
+            assert r2.observations[0]["content"].startswith(r1.observations[0]["content"])
+            assert " | ".join(shown.available_actions()) in r2.observations[0]["content"]
+    assert plain.won and shown.won
+
+
+def test_state_key_is_the_state_not_the_path():
+    env = AlfWorldEnv("test", 0)
+    r1, r2 = [c.removeprefix("go to ") for c in env.available_actions()[:2]]
+
+    def key_after(commands: list[str]):
+        env.reset()
+        for c in commands:
+            env.step(c)
+        return env.state_key()
+
+    same = key_after([f"go to {r1}", f"go to {r2}", f"go to {r1}"])
+    assert same == key_after([f"go to {r2}", f"go to {r1}"])  # both: at r1, having seen r1 and r2
+    assert same == key_after([f"go to {r2}", f"go to {r1}", "look", "inventory"])  # no-op commands
+    assert key_after([f"go to {r1}"]) != key_after([f"go to {r2}"])
+    assert key_after([f"go to {r1}"]) != same  # same place, but r2 not seen yet
+    hash(same)

@@ -1,7 +1,8 @@
+import pytest
 import torch
 
 from nanosky.agent.trajectory import Trajectory
-from nanosky.batch import balanced_split, to_batch
+from nanosky.batch import balanced_split, split_groups, to_batch
 
 
 def test_balanced_split_equal_counts_and_even_tokens():
@@ -35,3 +36,21 @@ def test_to_batch_aligns_masks_with_next_token():
     assert b.loss_mask.tolist() == [[0, 1, 1], [0, 1, 0]]
     assert torch.allclose(b.rollout_logprobs, torch.tensor([[0, -0.5, -0.25], [0, -1.0, 0]]))
     assert b.rewards.tolist() == [1.0, 0.0] and b.group_index.tolist() == [0, 1]
+
+
+def test_split_groups_keeps_groups_whole_and_rows_equal():
+    lengths = [30, 30, 5, 5, 20, 20, 10, 10]  # 4 groups of 2, group totals 60, 10, 40, 20
+    trajs = [
+        Trajectory(ids=[1] * n, loss_mask=[1] * n, logprobs=[0.0] * n, group=i // 2)
+        for i, n in enumerate(lengths)
+    ]
+    parts = split_groups(trajs, 2)
+    assert sorted(i for p in parts for i in p) == list(range(8)) and [len(p) for p in parts] == [4, 4]
+    for p in parts:  # each group's two members sit on the same rank
+        assert all(sum(trajs[j].group == trajs[i].group for j in p) == 2 for i in p)
+    assert sorted(sum(lengths[i] for i in p) for p in parts) == [
+        60,
+        70,
+    ]  # {60, 10} and {40, 20}, not 100 vs 30
+    with pytest.raises(ValueError, match="evenly"):
+        split_groups(trajs[:6], 2)  # 3 groups over 2 ranks

@@ -141,7 +141,8 @@ def test_probe_catches_a_skipped_sync(tmp_path):
         (["--env", "nope"], "env"),
         (["--algorithm.clip-low", "-0.1"], "clip_low"),
         (["--engine.max-model-len", "4"], "engine.max_model_len"),
-        (["--algorithm.loss-agg-mode", "token-meen"], "loss-agg-mode"),  # tyro rejects a typo in a Literal
+        (["--algorithm.loss-agg-mode", "token-meen"], "loss_agg_mode"),
+        (["--algorithm.policy-loss", "ppo2"], "cispo, gspo, ppo, sapo"),  # the registered names
         (["--algo", "grpoo"], "--algo"),
     ],
 )
@@ -160,7 +161,7 @@ def test_algo_preset_and_overrides():
     cfg = parse_args(
         ["--algo", "dapo", "--algorithm.clip-high", "0.3", "--rollout.group-size", "4"], console=False
     )
-    assert cfg.algo == "dapo" and cfg.algorithm.dynamic_sampling and cfg.algorithm.clip_high == 0.3
+    assert cfg.algorithm.name == "dapo" and cfg.algorithm.dynamic_sampling and cfg.algorithm.clip_high == 0.3
     assert cfg.rollout.group_size == 4
     assert parse_args(["--algo", "sapo"], console=False).algorithm.policy_loss == "sapo"
 
@@ -219,7 +220,7 @@ def test_agent_env_without_preset_starts_from_its_preset():
     from nanosky.config import parse_args
 
     cfg = parse_args(["--algo", "grpo", "--env", "tool_use"], console=False)
-    assert cfg.env == "tool_use" and cfg.model.path == "tiny-tool" and cfg.algo == "grpo"
+    assert cfg.env == "tool_use" and cfg.model.path == "tiny-tool" and cfg.algorithm.name == "grpo"
     assert cfg.algorithm.adv_estimator == "grpo"
     assert parse_args(["--env=alfworld_lite"], console=False).engine.max_model_len == 1536
     assert parse_args(["--env", "tool_use", "--model.path", "x"], console=False).model.path == "x"

@@ -36,6 +36,15 @@ def test_grad_invariant_to_micro_batch_and_world_size(tmp_path, mode):
 
 
 @pytest.mark.slow
+def test_batch_wide_estimator_sees_every_rank(tmp_path):
+    """reinforce_pp_baseline whitens over the whole batch: with 2 ranks each holding half the groups, the gathered
+    statistics must give the 1-rank gradient (whitening per rank would not)."""
+    ref = _run(tmp_path, 1, 16, "token-mean", "ppo", "adv=reinforce_pp_baseline")
+    assert max(v.abs().max().item() for v in ref.values()) > 0
+    assert _close(ref, _run(tmp_path, 2, 8, "token-mean", "ppo", "adv=reinforce_pp_baseline")) < 1e-4
+
+
+@pytest.mark.slow
 def test_track_ref_kl_logs_kl_without_changing_the_update(tmp_path):
     import json
 

@@ -259,3 +259,36 @@ def test_short_pages_expert_demo_and_pickling():
     env.step(demo[2]["content"])
     clone = pickle.loads(pickle.dumps(env))  # env pools may ship envs to worker processes
     assert clone.render() == env.render() and clone.expert_action() == env.expert_action()
+
+
+def test_show_actions_lists_valid_actions_and_changes_nothing_else():
+    plain, shown = WebShopEnv("test", 4, page_size=3), WebShopEnv("test", 4, page_size=3, show_actions=True)
+    a, b = plain.reset(), shown.reset()
+    assert b[1]["content"].startswith(a[1]["content"]) and shown.available_actions()[0] in b[1]["content"]
+    while not plain.done:
+        action = plain.expert_action()
+        r1, r2 = plain.step(action), shown.step(action)
+        assert (r1.reward, r1.done, r1.info["state_key"]) == (r2.reward, r2.done, r2.info["state_key"])
+        if not r1.done:
+            suffix = "[" + " | ".join(shown.available_actions()) + "]"
+            obs_plain, obs_shown = r1.observations[0]["content"], r2.observations[0]["content"]
+            assert obs_shown.startswith(obs_plain) and obs_shown.endswith(suffix)
+    assert plain.done and shown.done
+
+
+def test_state_key_is_the_page_not_the_path():
+    env = WebShopEnv("test", 4, page_size=3)
+
+    def key_after(actions: list[str]):
+        env.reset()
+        for a in actions:
+            assert env.step(a).info["valid"], a
+        return env.state_key()
+
+    query = env.goal.query
+    results = key_after([f"search[{query}]"])
+    first = env.clickables()[-1]  # a product id on the first results page
+    assert key_after([f"search[{query}]", f"click[{first}]", "click[< prev]"]) == results
+    assert key_after([f"search[{query}]", f"click[{first}]"]) != results
+    assert key_after(["search[something else entirely]"]) != results
+    assert key_after([]) == key_after([f"search[{query}]", "click[back to search]"])  # the search page

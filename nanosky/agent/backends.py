@@ -58,6 +58,9 @@ class ContextLengthError(BackendError):
 class Backend(Protocol):
     async def generate(self, req: Request) -> GenerationResult: ...
 
+    async def aclose(self) -> None:
+        """Release what is bound to the event loop (HTTP clients); the runner calls it when a run ends."""
+
 
 # ---------------------------------------------------------------------------------------------- colocated engine
 
@@ -73,6 +76,9 @@ class EngineBackend:
         self._waiting: dict[str, asyncio.Future] = {}
         self._pump: asyncio.Task | None = None
         self.busy_s, self.engine_steps, self.requests = 0.0, 0, 0
+
+    async def aclose(self) -> None:  # the engine outlives a run: nothing to release
+        pass
 
     async def generate(self, req: Request) -> GenerationResult:
         from nanosky.engine import SamplingSpec  # imports torch; the HTTP path does not need it

@@ -103,8 +103,7 @@ class AgentRunner:
             try:
                 return await self.arun(tasks, groups, seeds, sample_seed)
             finally:
-                if hasattr(self.backend, "aclose"):
-                    await self.backend.aclose()
+                await self.backend.aclose()
 
         return asyncio.run(main())
 

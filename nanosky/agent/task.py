@@ -55,8 +55,8 @@ class EnvTask(Task):
 
     def __init__(self, env: Env, task_id: str = ""):
         self.env, self.task_id = env, task_id
-        self.tools = [t.schema for t in (getattr(env, "tools", None) or [])]
-        self.max_turns = int(getattr(env, "max_turns", 1))
+        self.tools = [t.schema for t in env.tools]
+        self.max_turns = int(env.max_turns)
         self._messages: list[dict] | None = None
         self._rewards: list[float] = []
         self._info: dict = {}

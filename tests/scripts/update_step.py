@@ -1,9 +1,9 @@
-"""One policy_update on a fixed synthetic batch; rank 0 saves the parameter change. Used by tests/test_update.py to
+"""One PolicyUpdate step on a fixed synthetic batch; rank 0 saves the parameter change. Used by tests/test_update.py to
 check that the gradient does not depend on micro-batch size or world size.
 
-    torchrun --nproc_per_node 2 tests/scripts/update_step.py OUT.pt MICRO_BS MODE POLICY_LOSS [ref_kl]
+    torchrun --nproc_per_node 2 tests/scripts/update_step.py OUT.pt MICRO_BS MODE POLICY_LOSS [ref_kl] [adv=NAME]
 
-With `ref_kl`, the batch carries reference logprobs and `track_ref_kl` is on (kl_coef stays 0): the update must
+With `adv=NAME`, advantages come from that estimator (default grpo). With `ref_kl`, the batch carries reference logprobs and `track_ref_kl` is on (kl_coef stays 0): the update must
 be unchanged and train/kl logged. The metrics go to OUT.json.
 """
 
@@ -16,13 +16,13 @@ import torch
 import algos
 from nanosky import dist
 from nanosky.agent.trajectory import Trajectory
-from nanosky.batch import balanced_split, compute_advantages, to_batch
+from nanosky.batch import compute_advantages, split_groups, to_batch, token_rewards
 from nanosky.policy import iter_full_params, load_model
 from nanosky.tiny import ensure_tiny_model
-from nanosky.update import policy_update
+from nanosky.update import OptimConfig, PolicyUpdate
 
 
-def main(out: str, micro_bs: int, mode: str, loss: str, ref_kl: bool = False) -> None:
+def main(out: str, micro_bs: int, mode: str, loss: str, ref_kl: bool = False, adv: str = "grpo") -> None:
     info = dist.init_distributed()
     torch.use_deterministic_algorithms(True)
     path = str(ensure_tiny_model())
@@ -43,24 +43,19 @@ def main(out: str, micro_bs: int, mode: str, loss: str, ref_kl: bool = False) ->
                 group=i // 4,
             )
         )
-    cfg = algos.preset("grpo", loss_agg_mode=mode, policy_loss=loss, track_ref_kl=ref_kl)
-    local = balanced_split([len(t.ids) for t in trajs], info.world)[info.rank]
+    cfg = algos.preset(
+        "grpo", adv_estimator=adv, loss_agg_mode=mode, policy_loss=loss, track_ref_kl=ref_kl, norm_const=16
+    )
+    local = split_groups(trajs, info.world)[info.rank]
     batch = to_batch([trajs[i] for i in local], 0, info.device)
-    full = to_batch(trajs, 0, info.device)
-    rows = {
-        "token_rewards": algos.scalar_to_token_rewards(full.rewards, full.loss_mask),
-        "response_mask": full.loss_mask,
-        "group_index": full.group_index,
-        "local_index": torch.tensor(local),
-    }
-    compute_advantages(batch, cfg, rows)
-    T = batch.loss_mask.shape[1]
-    batch.advantages = batch.advantages[:, :T]
+    compute_advantages(batch, cfg, token_rewards(batch))
     if ref_kl:  # a reference that differs from the policy by a fixed offset per token
         batch.ref_logprobs = torch.full_like(batch.rollout_logprobs, -2.0)
-    opt = torch.optim.SGD(model.parameters(), lr=1.0)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
-    metrics = policy_update(model, opt, sched, batch, cfg, micro_bs, grad_clip=0.0, norm_const=16)
+    update = PolicyUpdate(OptimConfig(lr=1.0, grad_clip=0.0, micro_batch_size=micro_bs), cfg, model)
+    # plain SGD at lr 1: the parameter change is the gradient itself
+    update.opt = torch.optim.SGD(model.parameters(), lr=1.0)
+    update.sched = torch.optim.lr_scheduler.LambdaLR(update.opt, lambda s: 1.0)
+    metrics = update(batch)
     delta = {k: (v - before[k]) for k, v in iter_full_params(model)}
     if info.is_main:
         torch.save(delta, out)
@@ -71,4 +66,5 @@ def main(out: str, micro_bs: int, mode: str, loss: str, ref_kl: bool = False) ->
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], "ref_kl" in sys.argv[5:])
+    adv = next((a.split("=", 1)[1] for a in sys.argv[5:] if a.startswith("adv=")), "grpo")
+    main(sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], "ref_kl" in sys.argv[5:], adv)
