@@ -14,7 +14,14 @@ from algos import advantages as _advantages  # noqa: F401  (registers the built-
 from algos.agg import AGG_MODES, agg_loss, agg_scale
 from algos.config import PRESETS, AlgoConfig, PolicyLossConfig, preset
 from algos.correction import mismatch_metrics, rollout_correction
-from algos.gigpo import GIGPO_MODES, anchor_stats, discounted_returns, gigpo_advantages, step_group_advantages
+from algos.gigpo import (
+    GIGPO_MODES,
+    StepInfo,
+    anchor_stats,
+    discounted_returns,
+    gigpo_advantages,
+    step_group_advantages,
+)
 from algos.kl import entropy_from_logits, kl_penalty
 from algos.policy_losses import gspo_token_log_ratio
 from algos.registry import (
@@ -36,6 +43,7 @@ __all__ = [
     "PRESETS",
     "AlgoConfig",
     "PolicyLossConfig",
+    "StepInfo",
     "UnknownNameError",
     "adv_estimator_names",
     "agg_loss",

@@ -14,6 +14,7 @@ import algos.advantages  # noqa: F401  (registers the built-in estimators before
 import algos.policy_losses  # noqa: F401  (registers the built-in losses)
 from algos.agg import AGG_MODES
 from algos.correction import LEVELS, MODES
+from algos.gigpo import GIGPO_MODES
 from algos.kl import KL_KINDS
 from algos.registry import ADV_ESTIMATORS, POLICY_LOSSES, UnknownNameError
 
@@ -59,9 +60,13 @@ class AlgoConfig:
     track_ref_kl: bool = False
     """Load the reference model even when kl_coef = 0, only to log train/kl (drift from the start policy)."""
     gamma: float = 1.0
-    """Discount for reinforce_pp and gae."""
+    """Discount for reinforce_pp and gae (per token) and gigpo (per step; its preset uses 0.95)."""
     lam: float = 1.0
     """GAE lambda."""
+    step_adv_weight: float = 1.0
+    """GiGPO's ω: weight of the step-level (anchor-state) advantage added to the episode-level one."""
+    step_adv_mode: Literal["mean_norm", "mean_std_norm"] = "mean_norm"
+    """GiGPO's normalisation F of both levels: 1 (mean_norm) or the group's std (mean_std_norm)."""
     dynamic_sampling: bool = False
     """Drop groups whose rewards are all equal and generate more until the batch is full (DAPO)."""
     max_gen_rounds: int = 3
@@ -95,6 +100,7 @@ class AlgoConfig:
         _check_name("policy_loss", self.policy_loss, POLICY_LOSSES.names())
         _check_name("loss_agg_mode", self.loss_agg_mode, AGG_MODES)
         _check_name("kl_kind", self.kl_kind, KL_KINDS)
+        _check_name("step_adv_mode", self.step_adv_mode, GIGPO_MODES)
         _check_name("rollout_correction_level", self.rollout_correction_level, LEVELS)
         _check_name("rollout_correction_mode", self.rollout_correction_mode, MODES)
         checks = {
@@ -109,6 +115,7 @@ class AlgoConfig:
             "kl_coef": self.kl_coef >= 0,
             "gamma": 0 <= self.gamma <= 1,
             "lam": 0 <= self.lam <= 1,
+            "step_adv_weight": self.step_adv_weight >= 0,
             "max_gen_rounds": self.max_gen_rounds >= 1,
             "overlong_cache_len": self.overlong_cache_len >= 0,
             "rollout_correction_threshold": self.rollout_correction_threshold > 0,
@@ -187,6 +194,9 @@ PRESETS: dict[str, AlgoConfig] = {
         tau_neg=1.05,
     ),
     "cispo": AlgoConfig(adv_estimator="grpo", policy_loss="cispo", loss_agg_mode="token-mean"),
+    # GiGPO (arXiv 2505.10978): episode-level group advantage + step-level advantage over anchor states, γ = 0.95
+    # over steps, mean_norm (no std division), as verl-agent's defaults.
+    "gigpo": AlgoConfig(adv_estimator="gigpo", policy_loss="ppo", loss_agg_mode="token-mean", gamma=0.95),
 }
 
 for _name, _cfg in PRESETS.items():

@@ -18,9 +18,12 @@ mean 0 and std 1, the convention of `algos.advantages` (GRPO). Defaults ω = 1, 
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
+
+from algos.registry import register_adv_estimator
 
 GIGPO_MODES = ("mean_norm", "mean_std_norm")
 
@@ -113,3 +116,59 @@ def anchor_stats(group: Tensor, state_keys: Sequence[Hashable]) -> dict[str, flo
         "anchor_size_mean": sum(sizes.values()) / max(len(sizes), 1),
         "anchor_nonsingleton_frac": sum(sizes[k] > 1 for k in keys) / n,
     }
+
+
+@dataclass
+class StepInfo:
+    """The steps of each row of a `(B, T)` batch, for step-level estimators. Per row i, one entry per step t:
+    `spans[i][t]` = (start, end) response positions of that step's action tokens, `rewards[i][t]` = r_{i,t} (they
+    sum to the row's outcome reward), `state_keys[i][t]` = the state before the action."""
+
+    spans: list[list[tuple[int, int]]]
+    rewards: list[list[float]]
+    state_keys: list[list[Hashable]]
+
+
+@register_adv_estimator("gigpo", per_group=True, needs_steps=True)
+@torch.no_grad()
+def gigpo(
+    token_rewards: Tensor,
+    response_mask: Tensor,
+    group_index: Tensor,
+    values: Tensor | None = None,
+    gamma: float = 0.95,
+    lam: float = 1.0,
+    steps: StepInfo | None = None,
+    omega: float = 1.0,
+    mode: str = "mean_norm",
+) -> tuple[Tensor, Tensor]:
+    """GiGPO on a batch of multi-step episodes, one row each: A_{i,t} = A^E_i + ω·A^S_{i,t} on the tokens of step t.
+
+    `steps` carries each row's step spans, rewards and state keys (`nanosky.steps.step_info` builds it); returns are
+    the discounted step returns Q_{i,t} on the same tokens."""
+    if steps is None:
+        raise ValueError("adv_estimator 'gigpo' needs steps= (step spans, rewards and state keys per row)")
+    B = token_rewards.shape[0]
+    if not len(steps.spans) == len(steps.rewards) == len(steps.state_keys) == B:
+        raise ValueError(f"steps must describe all {B} rows")
+    rows = [(i, t) for i in range(B) for t in range(len(steps.spans[i]))]
+    if not rows:
+        return torch.zeros_like(token_rewards), torch.zeros_like(token_rewards)
+    groups = group_index.tolist()
+    adv = gigpo_advantages(
+        torch.tensor([steps.rewards[i][t] for i, t in rows], dtype=torch.float64),
+        episode=torch.tensor([i for i, _ in rows]),
+        step=torch.tensor([t for _, t in rows]),
+        group=torch.tensor([groups[i] for i, _ in rows]),
+        state_keys=[steps.state_keys[i][t] for i, t in rows],
+        gamma=gamma,
+        omega=omega,
+        mode=mode,
+    ).tolist()
+    q = {i: discounted_returns(steps.rewards[i], gamma) for i in range(B)}
+    out_adv, out_ret = torch.zeros_like(token_rewards), torch.zeros_like(token_rewards)  # [B, T]
+    for (i, t), a in zip(rows, adv):
+        start, end = steps.spans[i][t]
+        out_adv[i, start:end], out_ret[i, start:end] = a, q[i][t]
+    m = response_mask.to(out_adv.dtype)
+    return out_adv * m, out_ret * m

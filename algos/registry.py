@@ -58,15 +58,19 @@ POLICY_LOSSES = Registry("policy loss")
 
 
 def register_adv_estimator(
-    name: str, per_group: bool = False, needs_values: bool = False
+    name: str, per_group: bool = False, needs_values: bool = False, needs_steps: bool = False
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorator: register `fn(token_rewards, response_mask, group_index, values=None, gamma=1.0, lam=1.0)`.
 
     per_group: a row's advantage depends only on the rows of its group (grpo, rloo), so each rank computes it on its
     own whole groups; otherwise (the default, e.g. batch whitening) the trainer gathers every rank's rows first.
     needs_values: the estimator reads `values` (gae), so the trainer builds and trains a critic.
+    needs_steps: the estimator also takes `steps=` (`algos.gigpo.StepInfo`: each row's step spans, rewards and state
+    keys) and `omega=`, `mode=` (AlgoConfig.step_adv_weight / step_adv_mode), as GiGPO does.
     """
-    return ADV_ESTIMATORS.register(name, per_group=per_group, needs_values=needs_values)
+    return ADV_ESTIMATORS.register(
+        name, per_group=per_group, needs_values=needs_values, needs_steps=needs_steps
+    )
 
 
 def get_adv_estimator(name: str) -> Callable[..., Any]:

@@ -5,9 +5,10 @@
 
 One process, the env's training preset (model, context, budgets), an env pool of 2 workers. First the agent loop
 plays `episodes` episodes (after a warm-up round); then every assistant turn it sampled is replayed as one raw
-`LLM.generate` call: the same prompt ids, the same number of new tokens (min_tokens = max_tokens, eos ignored), all
-turns at once. Raw generate has no env steps and no turn dependencies, so it is the ceiling the loop is measured
-against. Printed: tokens/s of each, their ratio, and the engine's busy share during the loop.
+`LLM.generate` request: the same prompt ids, the same number of new tokens (min_tokens = max_tokens, eos ignored).
+Two replays: turn by turn (every episode's k-th turn in one call: the loop's own dependencies with zero env time
+and perfect batches, the target of issue 12) and all turns at once (no dependencies: an upper bound no multi-turn
+loop can reach). Printed: tokens/s of each, the ratios, and the engine's busy share during the loop.
 """
 
 from __future__ import annotations
@@ -73,30 +74,56 @@ def main(args: Args) -> None:
         return trajs, time.perf_counter() - t0
 
     play(list(range(10_000, 10_000 + args.warmup)))  # compile paths, fill the worker pool
+    steps0 = rollout.backend.engine_steps
     trajs, wall = play(list(range(args.episodes)))
+    loop_steps = rollout.backend.engine_steps - steps0
     loop_tokens = sum(t.completion_tokens for t in trajs)
     busy = rollout.metrics["rollout/engine_busy_frac"]
 
     reqs = [t for traj in trajs for t in turns(traj)]
     prompts = [TokensPrompt(prompt_token_ids=p) for p, _ in reqs]
     params = [
-        SamplingParams(max_tokens=n, min_tokens=n, ignore_eos=True, temperature=1.0, seed=args.seed + i)
+        # as the engine samples in the loop (sampled-token logprobs, special tokens kept), plus a fixed length
+        SamplingParams(
+            max_tokens=n,
+            min_tokens=n,
+            ignore_eos=True,
+            temperature=1.0,
+            seed=args.seed + i,
+            logprobs=0,
+            skip_special_tokens=False,
+        )  # fmt: skip
         for i, (_, n) in enumerate(reqs)
     ]
     engine.llm.generate(prompts[:8], params[:8], use_tqdm=False)  # warm-up
-    t0 = time.perf_counter()
-    outs = engine.llm.generate(prompts, params, use_tqdm=False)
-    raw_wall = time.perf_counter() - t0
-    raw_tokens = sum(len(o.outputs[0].token_ids) for o in outs)
+
+    def raw(idx: list[list[int]]) -> tuple[float, int]:
+        """Wall time and tokens of one `generate` call per index list, back to back."""
+        t0, n = time.perf_counter(), 0
+        for ids in idx:
+            outs = engine.llm.generate([prompts[i] for i in ids], [params[i] for i in ids], use_tqdm=False)
+            n += sum(len(o.outputs[0].token_ids) for o in outs)
+        return time.perf_counter() - t0, n
+
+    # Raw, by turn: every episode's k-th turn in one call (the loop's dependencies, zero env time, perfect batches).
+    turn_no = [k for traj in trajs for k in range(len(turns(traj)))]
+    by_turn = [[i for i, k in enumerate(turn_no) if k == t] for t in range(max(turn_no) + 1)]
+    turn_wall, turn_tokens = raw(by_turn)
+    min_steps = sum(
+        max(reqs[i][1] for i in ids) for ids in by_turn
+    )  # the longest turn of each call, in tokens
+    all_wall, all_tokens = raw([list(range(len(reqs)))])  # raw, all turns at once: no dependencies at all
     pool.shutdown()
 
-    loop_tps, raw_tps = loop_tokens / wall, raw_tokens / raw_wall
+    loop_tps = loop_tokens / wall
     print(
-        f"{args.env}: {args.episodes} episodes, {len(reqs)} turns, {loop_tokens} sampled tokens "
-        f"(raw replay {raw_tokens})\n"
-        f"  agent loop      {wall:7.2f} s  {loop_tps:8.1f} tokens/s  engine busy {busy:.0%}\n"
-        f"  raw generate    {raw_wall:7.2f} s  {raw_tps:8.1f} tokens/s\n"
-        f"  loop / raw      {loop_tps / raw_tps:.2f}"
+        f"{args.env}: {args.episodes} episodes, {len(reqs)} turns, {loop_tokens} sampled tokens\n"
+        f"  agent loop (envs, tools)        {wall:7.2f} s  {loop_tps:8.1f} tokens/s  engine busy {busy:.0%}  "
+        f"engine steps {loop_steps} (turn by turn needs >= {min_steps})\n"
+        f"  raw generate, turn by turn      {turn_wall:7.2f} s  {turn_tokens / turn_wall:8.1f} tokens/s  "
+        f"loop / raw {loop_tps / (turn_tokens / turn_wall):.2f}\n"
+        f"  raw generate, all turns at once {all_wall:7.2f} s  {all_tokens / all_wall:8.1f} tokens/s  "
+        f"loop / raw {loop_tps / (all_tokens / all_wall):.2f}"
     )
     dist.shutdown()
 

@@ -115,17 +115,30 @@ def token_rewards(batch: Batch) -> torch.Tensor:
     return algos.scalar_to_token_rewards(batch.rewards, batch.loss_mask)
 
 
-def compute_advantages(batch: Batch, cfg: algos.AlgoConfig, rewards: torch.Tensor) -> None:
+def compute_advantages(
+    batch: Batch, cfg: algos.AlgoConfig, rewards: torch.Tensor, steps: algos.StepInfo | None = None
+) -> None:
     """Advantages and returns of this rank's rows from its token rewards `rewards` [B, L-1], stored on `batch`.
 
     A per-group estimator (grpo, dr_grpo, rloo) runs on this rank's own whole groups (`split_groups`). Any other
-    (whitening over the batch, a user's estimator) sees every rank's rows: one all_gather of its inputs.
+    (whitening over the batch, a user's estimator) sees every rank's rows: one all_gather of its inputs. A step-level
+    estimator (gigpo) also gets `steps` (`nanosky.steps.step_info` of this rank's trajectories).
     """
     fn = algos.get_adv_estimator(cfg.adv_estimator)
+    meta = algos.registry.ADV_ESTIMATORS.meta(cfg.adv_estimator)
     inputs = [rewards, batch.loss_mask, batch.group_index, batch.values]
-    if algos.registry.ADV_ESTIMATORS.meta(cfg.adv_estimator)["per_group"]:
-        batch.advantages, batch.returns = fn(*inputs[:3], values=inputs[3], gamma=cfg.gamma, lam=cfg.lam)
+    extra = (
+        {"steps": steps, "omega": cfg.step_adv_weight, "mode": cfg.step_adv_mode}
+        if meta["needs_steps"]
+        else {}
+    )
+    if meta["per_group"]:
+        batch.advantages, batch.returns = fn(
+            *inputs[:3], values=inputs[3], gamma=cfg.gamma, lam=cfg.lam, **extra
+        )
         return
+    if extra:
+        raise ValueError(f"{cfg.adv_estimator}: a step-level estimator must be registered per_group=True")
     parts = dist.all_gather_objects([None if x is None else x.cpu() for x in inputs])
     T = max(p[0].shape[1] for p in parts)
     glob = [

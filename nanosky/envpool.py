@@ -30,6 +30,7 @@ import queue
 import signal
 import sys
 import threading
+from collections.abc import Hashable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -89,6 +90,8 @@ def _worker_main(conn) -> None:
                 reply = ("ok", live[handle].reset())
             elif op == "step":
                 reply = ("ok", live[handle].step(payload))
+            elif op == "state_key":
+                reply = ("ok", live[handle].state_key())
             elif op == "replay":  # payload: (spec, log) -> digest of every reset (None) / step (action)
                 spec, log = payload
                 env = live[handle] = _build(spec)
@@ -243,6 +246,10 @@ class EnvPool:
         futs = [self.step_async(h, a) for h, a in pairs]
         return [f.result() for f in futs]
 
+    def state_key(self, handle: int) -> Hashable | EnvFailure:
+        """The env's `state_key()` now (None = it defines none)."""
+        return self._submit(handle, "state_key", None).result()
+
     def tools(self, handle: int) -> list[dict]:
         r = self._records.get(handle)
         return list(r.tools) if r else []
@@ -321,7 +328,7 @@ class EnvPool:
         if status == "ok":
             if op == "make":
                 r.tools, r.max_turns = value
-            else:
+            elif op != "state_key":  # a read changes nothing: not replayed
                 r.log.append((payload if op == "step" else None, _digest(value)))
                 with self._lock:
                     self.stats["steps"] += op == "step"
@@ -430,6 +437,9 @@ class InProcessPool:
 
     def step(self, pairs: list[tuple[int, str]]) -> list[StepResult | EnvFailure]:
         return [self.step_async(h, a).result() for h, a in pairs]
+
+    def state_key(self, handle: int) -> Hashable | EnvFailure:
+        return self._do(handle, lambda e: e.state_key())
 
     def tools(self, handle: int) -> list[dict]:
         return _describe(self._envs[handle])[0] if handle in self._envs else []

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import torch
 
 import algos
+from algos.registry import ADV_ESTIMATORS
 from nanosky import dist
 from nanosky.agent import EngineBackend, Trajectory
 from nanosky.batch import (
@@ -43,6 +44,7 @@ from nanosky.lora import check_platform, iter_merged_params, load_lora_model, sa
 from nanosky.policy import load_model, resolve_model_path, save_hf
 from nanosky.rollout import Rollout
 from nanosky.seeds import derive_seed
+from nanosky.steps import anchor_metrics, step_info
 from nanosky.update import PolicyUpdate, forward_logprobs
 
 if TYPE_CHECKING:
@@ -98,8 +100,9 @@ def filter_groups(trajs: list[Trajectory]) -> tuple[list[Trajectory], list[Traje
     return kept, dropped
 
 
-def prepare(run: Run, trajs: list[Trajectory]) -> Batch:
-    """This rank's whole groups as a padded batch, with the logprobs and values the update needs, and advantages."""
+def prepare(run: Run, trajs: list[Trajectory]) -> tuple[Batch, dict[str, float]]:
+    """This rank's whole groups as a padded batch, with the logprobs and values the update needs, and advantages.
+    Returns it and the step-level metrics of a step-level estimator (GiGPO's anchors), averaged over ranks."""
     info, a, mbs = run.info, run.cfg.algorithm, run.cfg.optim.micro_batch_size
     local = [trajs[i] for i in split_groups(trajs, info.world)[info.rank]]
     batch = to_batch(local, run.tok.pad_token_id, info.device)
@@ -112,8 +115,13 @@ def prepare(run: Run, trajs: list[Trajectory]) -> Batch:
     rewards = token_rewards(batch)  # [B, L-1]
     if a.kl_in_reward and run.ref is not None:
         rewards = kl_in_reward(rewards, batch, a.kl_coef)
-    compute_advantages(batch, a, rewards)
-    return batch
+    steps, metrics = None, {}
+    if ADV_ESTIMATORS.meta(a.adv_estimator)["needs_steps"]:
+        steps = step_info(local)
+        m = anchor_metrics(steps, [t.group for t in local], a.gamma, a.step_adv_mode)
+        metrics = dict(zip(m, (v / info.world for v in dist.all_reduce_sum(list(m.values())))))
+    compute_advantages(batch, a, rewards, steps)
+    return batch, metrics
 
 
 def kl_in_reward(rewards: torch.Tensor, batch: Batch, coef: float) -> torch.Tensor:
@@ -375,7 +383,7 @@ def train(cfg: TrainConfig) -> dict:
         with ph(
             step, "logprob"
         ):  # this rank's whole groups, old/ref logprobs, values, KL-in-reward, advantages
-            batch = prepare(run, trajs)
+            batch, adv_m = prepare(run, trajs)
         with ph(step, "train"):  # critic + policy optimizer steps
             upd = update(run, batch, step)
         with ph(step, "sync"):  # full tensors → vLLM, version += 1, probe
@@ -386,7 +394,9 @@ def train(cfg: TrainConfig) -> dict:
         step_times.append(time.perf_counter() - t0)
         times = {"step": step_times[-1]} | {k: ph.times[k] for k in ("generate", "logprob", "train", "sync")}
         upd_m = {"train/" + k: v for k, v in upd.items()}
-        run.log.scalars(step, step_metrics(run, trajs, batch, times) | ph.metrics() | gen_m | sync_m | upd_m)
+        run.log.scalars(
+            step, step_metrics(run, trajs, batch, times) | ph.metrics() | gen_m | sync_m | upd_m | adv_m
+        )
         run.log.rollouts(step, trajs, run.tok, cfg.log.samples_per_step)
         run.log.progress(
             {"reward": sum(x.reward for x in trajs) / len(trajs), "acc": acc, "s/step": times["step"]}

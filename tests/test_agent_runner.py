@@ -312,3 +312,47 @@ def test_engine_and_server_give_identical_trajectories_at_temperature_0(vllm_ser
     rows = load_jsonl(save_jsonl(served, tmp_path / "http.jsonl"))
     assert len(rows) == 8 and json.dumps(rows)
     print("http eval:", summarize(served))
+
+
+class ScriptBackend:
+    """Replies with the next scripted action, the same script for every episode."""
+
+    def __init__(self, actions: list[str]):
+        self.actions = actions
+
+    async def aclose(self) -> None:
+        pass
+
+    async def generate(self, req: Request) -> GenerationResult:
+        k = sum(m["role"] == "assistant" for m in req.messages)
+        return GenerationResult(self.actions[k], None, None, "stop", 10, 3)
+
+
+@pytest.mark.parametrize("pooled", [False, True])
+def test_runner_records_the_state_before_each_action(pooled):
+    """GiGPO's anchors: state_keys[k] is the env's key before action k, the same key for the same state ("look"
+    changes nothing), read from the env inside a pool worker too."""
+    env = envs.make("alfworld_lite", split="test", seed=1)
+    first = env.state_key()
+    recep = env.layout.receptacles[0]
+    actions = ["look", f"go to {recep}", "inventory"]
+    keys = [first]
+    for a in actions:
+        keys.append(env.step(a).info["state_key"])
+    with EnvPool(n_workers=1) as pool:
+        task = (
+            PooledEnvTask(pool, "alfworld_lite", "test", seed=1)
+            if pooled
+            else EnvTask.make("alfworld_lite", "test", 1)
+        )
+        [t] = AgentRunner(ScriptBackend(actions), max_turns=3).run([task])
+    assert t.stop_reason == "max_turns" and t.turns == 3
+    assert t.state_keys == keys[:3]
+    assert t.state_keys[0] == t.state_keys[1] != t.state_keys[2]  # "look" stays in the same state
+
+
+def test_runner_keys_states_by_observation_without_env_keys():
+    tasks, experts = _tool_tasks(1)
+    [t] = AgentRunner(ExpertBackend(experts)).run(tasks)
+    user = [m for m in t.messages if m["role"] != "assistant"]
+    assert len(t.state_keys) == t.turns and t.state_keys[0] == user[1]["content"]  # the opening question

@@ -7,7 +7,7 @@ import tyro
 import algos
 from algos import AlgoConfig
 
-PRESET_NAMES = ["grpo", "dr_grpo", "rloo", "reinforce_pp", "ppo", "dapo", "gspo", "sapo", "cispo"]
+PRESET_NAMES = ["grpo", "dr_grpo", "rloo", "reinforce_pp", "ppo", "dapo", "gspo", "sapo", "cispo", "gigpo"]
 
 
 def test_presets_exist_and_construct():
@@ -157,12 +157,18 @@ def test_each_preset_runs_its_pieces(name):
     if cfg.kl_in_reward:
         rewards = rewards - cfg.kl_coef * algos.kl_penalty(old, old - 0.1, "k1") * mask
     values = torch.randn(4, 4, generator=g, requires_grad=True) if cfg.needs_critic else None
+    extra = {}
+    if algos.registry.ADV_ESTIMATORS.meta(cfg.adv_estimator)["needs_steps"]:  # one step per row, keys shared
+        extra["steps"] = algos.StepInfo(
+            [[(0, int(m.sum()))] for m in mask], [[1.0], [0.0], [0.0], [1.0]], [["s"]] * 4
+        )
     adv, ret = algos.get_adv_estimator(cfg.adv_estimator)(
         rewards,
         mask,
         torch.tensor([0, 0, 1, 1]),
         values=None if values is None else values.detach(),
         gamma=cfg.gamma,
+        **extra,
     )
     loss, metrics = algos.get_policy_loss(cfg.policy_loss)(log_prob, old, adv, mask, cfg)
     if cfg.needs_ref:

@@ -75,3 +75,49 @@ def test_anchor_stats():
     s = algos.anchor_stats(T_([0, 0, 0, 1]), ["a", "a", "b", "a"])
     assert s["anchor_size_mean"] == pytest.approx(4 / 3)
     assert s["anchor_nonsingleton_frac"] == pytest.approx(0.5)
+
+
+def test_registered_gigpo_paints_each_step_on_its_tokens():
+    # The hand example above as a [2, 12] batch: each step's action tokens get A^E + ω·A^S of that step.
+    spans = [[(0, 2), (4, 6), (8, 9)], [(1, 3), (5, 7), (9, 12)]]
+    steps = algos.StepInfo(spans, [[0.0, 0.0, 1.0], [0.0, 0.0, 0.0]], [["A", "B", "C"], ["A", "B", "B"]])
+    mask = torch.zeros(2, 12)
+    for i, row in enumerate(spans):
+        for a, b in row:
+            mask[i, a:b] = 1
+    fn = algos.get_adv_estimator("gigpo")
+    adv, ret = fn(torch.zeros(2, 12), mask, T_([7, 7]), gamma=0.5, steps=steps, omega=2.0, mode="mean_norm")
+    per_step = [
+        [0.5 + 2 * 0.125, 0.5 + 2 * (0.5 - 1 / 6), 0.5 + 2 * 1.0],
+        [-0.5 - 2 * 0.125, -0.5 - 2 / 6, -0.5 - 2 / 6],
+    ]
+    expected, q = torch.zeros(2, 12), torch.zeros(2, 12)
+    for i, row in enumerate(spans):
+        for (a, b), v, r in zip(row, per_step[i], algos.discounted_returns(steps.rewards[i], 0.5)):
+            expected[i, a:b], q[i, a:b] = v, r
+    torch.testing.assert_close(adv, expected)
+    torch.testing.assert_close(ret, q)
+    assert adv[mask == 0].abs().max() == 0  # observation tokens get nothing
+    with pytest.raises(ValueError, match="needs steps"):
+        fn(torch.zeros(2, 12), mask, T_([7, 7]))
+    with pytest.raises(ValueError, match="all 2 rows"):
+        fn(torch.zeros(2, 12), mask, T_([7, 7]), steps=algos.StepInfo(spans[:1], [[0.0] * 3], [["A"] * 3]))
+
+
+def test_gigpo_preset_and_config():
+    cfg = algos.preset("gigpo")
+    assert (cfg.adv_estimator, cfg.gamma, cfg.step_adv_weight, cfg.step_adv_mode) == (
+        "gigpo",
+        0.95,
+        1.0,
+        "mean_norm",
+    )
+    assert algos.registry.ADV_ESTIMATORS.meta("gigpo") == {
+        "per_group": True,
+        "needs_values": False,
+        "needs_steps": True,
+    }
+    with pytest.raises(ValueError, match="step_adv_mode"):
+        algos.AlgoConfig(adv_estimator="gigpo", step_adv_mode="std")
+    with pytest.raises(ValueError, match="step_adv_weight"):
+        algos.AlgoConfig(adv_estimator="gigpo", step_adv_weight=-1.0)

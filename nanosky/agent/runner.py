@@ -172,6 +172,9 @@ class AgentRunner:
         """Generate / step until the task is done or a limit is hit; returns the stop reason."""
         tok, tools = self.tok, task.tools or None
         max_turns = self.max_turns or task.max_turns
+        state = task.state_key()  # before the first action
+        if state is None:
+            state = _observation_key(t.messages[-1:])
         for turn in range(1, max_turns + 1):
             budget = self.max_tokens_per_turn
             if tok is not None and self.max_total_tokens:
@@ -201,6 +204,10 @@ class AgentRunner:
                     "reward": float(res.reward),
                 }
             t.turn_rewards.append(float(res.reward))
+            t.state_keys.append(state)
+            state = res.info.get("state_key")
+            if state is None:  # an env without state keys: the observation text names the state
+                state = _observation_key(res.observations)
             t.info.update({k: v for k, v in res.info.items() if k != "calls"})
             t.info.setdefault("calls", []).extend({**c, "turn": turn} for c in res.info.get("calls", []))
             t.tool_calls = int(res.info.get("tool_calls", len(t.info["calls"])))
@@ -261,3 +268,8 @@ def _stop_reason(e: BaseException) -> str:
     if isinstance(e, asyncio.TimeoutError | TimeoutError):
         return "timeout"
     return "error"
+
+
+def _observation_key(messages: list[dict]) -> str:
+    """The state key of an env that defines none: the observation text."""
+    return "\n".join(str(m.get("content", "")) for m in messages)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 from abc import ABC, abstractmethod
+from collections.abc import Hashable
 from typing import Any
 
 import envs
@@ -38,6 +39,11 @@ class Task(ABC):
     @abstractmethod
     def get_instruction(self) -> list[dict]: ...
 
+    def state_key(self) -> Hashable | None:
+        """The state before the first action, read after `initialize_runtime` (GiGPO's anchors; later states come
+        from each step's `info["state_key"]`). None: the runner keys states by the observation text."""
+        return None
+
     async def step(self, action: str) -> StepResult:
         """React to one assistant turn. Default: a single-turn task, judged by `evaluate_result`."""
         return StepResult(observations=[], reward=0.0, done=True)
@@ -58,6 +64,7 @@ class EnvTask(Task):
         self.tools = [t.schema for t in env.tools]
         self.max_turns = int(env.max_turns)
         self._messages: list[dict] | None = None
+        self._state_key: Hashable | None = None
         self._rewards: list[float] = []
         self._info: dict = {}
 
@@ -67,9 +74,13 @@ class EnvTask(Task):
 
     async def initialize_runtime(self) -> None:
         self._messages = await asyncio.to_thread(self.env.reset)
+        self._state_key = self.env.state_key()
 
     def get_instruction(self) -> list[dict]:
         return list(self._messages or [])
+
+    def state_key(self) -> Hashable | None:
+        return self._state_key
 
     async def step(self, action: str) -> StepResult:
         res = await asyncio.to_thread(self.env.step, action)
@@ -88,7 +99,7 @@ class PooledEnvTask(EnvTask):
         self.pool, self.spec = pool, (name, split, seed, kwargs)
         self.task_id, self.handle = f"{name}/{split}/{seed}", None
         self.tools, self.max_turns = [], 1
-        self._messages, self._rewards, self._info = None, [], {}
+        self._messages, self._rewards, self._info, self._state_key = None, [], {}, None
 
     async def initialize_runtime(self) -> None:
         name, split, seed, kwargs = self.spec
@@ -96,6 +107,7 @@ class PooledEnvTask(EnvTask):
         self.tools, self.max_turns = self.pool.tools(self.handle), self.pool.max_turns(self.handle)
         [msgs] = await asyncio.to_thread(self.pool.reset, [self.handle])
         self._messages = _ok(msgs)
+        self._state_key = _ok(await asyncio.to_thread(self.pool.state_key, self.handle))
 
     async def step(self, action: str) -> StepResult:
         res = _ok(await asyncio.wrap_future(self.pool.step_async(self.handle, action)))

@@ -25,6 +25,9 @@ class Trajectory:
     prompt_len: int = 0
     reward: float = 0.0
     turn_rewards: list[float] = field(default_factory=list)
+    state_keys: list = field(
+        default_factory=list
+    )  # per turn: the env's state key before the action (GiGPO anchors)
     success: bool = False
     stop_reason: str = ""  # one of STOP_REASONS
     turns: int = 0

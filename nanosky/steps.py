@@ -1,0 +1,70 @@
+"""The steps inside multi-turn trajectories, for step-level credit (GiGPO's anchor states).
+
+A concatenated multi-turn trajectory holds every assistant turn as one run of loss-mask-1 tokens, separated by
+observation tokens (mask 0). `step_info` finds those runs and pairs each with the turn's env reward and the state
+key the runner recorded before the action (`Trajectory.state_keys`), in the batch's response coordinates.
+"""
+
+from __future__ import annotations
+
+import torch
+
+import algos
+from algos import StepInfo
+from nanosky.agent.trajectory import Trajectory
+
+
+def action_spans(loss_mask: list[int]) -> list[tuple[int, int]]:
+    """(start, end) of each run of 1s in a token-level loss mask."""
+    spans, start = [], None
+    for p, m in enumerate([*loss_mask, 0]):
+        if m and start is None:
+            start = p
+        elif not m and start is not None:
+            spans.append((start, p))
+            start = None
+    return spans
+
+
+def step_info(trajs: list[Trajectory]) -> StepInfo:
+    """StepInfo of a batch built by `to_batch(trajs)`: spans shifted by one (position p of the batch's [B, L-1]
+    tensors scores token p+1). Step rewards sum to each trajectory's reward: what the env paid per turn, with the
+    rest (the final verdict, shaping, a failed episode's 0) on the last step. Tokens sampled in a turn that never
+    reached its env step form a step of their own, with a key no other step has."""
+    spans, rewards, keys = [], [], []
+    for i, t in enumerate(trajs):
+        s = [(a - 1, b - 1) for a, b in action_spans(t.loss_mask)]
+        r = list(t.turn_rewards[: len(s)]) + [0.0] * (len(s) - len(t.turn_rewards))
+        k = list(t.state_keys[: len(s)]) + [
+            ("unstepped", t.group, i, n) for n in range(len(t.state_keys), len(s))
+        ]
+        if r:
+            r[-1] += t.reward - sum(r)
+        spans.append(s)
+        rewards.append(r)
+        keys.append(k)
+    return StepInfo(spans, rewards, keys)
+
+
+def anchor_metrics(steps: StepInfo, groups: list[int], gamma: float, mode: str) -> dict[str, float]:
+    """What GiGPO's step term sees: mean anchor-group size, the share of steps in non-singleton anchors, and the
+    std of the step-level advantages A^S."""
+    rows = [(i, t) for i in range(len(steps.spans)) for t in range(len(steps.spans[i]))]
+    if not rows:  # same keys on every rank: the caller all-reduces them
+        return {
+            "gigpo/anchor_size_mean": 0.0,
+            "gigpo/anchor_nonsingleton_frac": 0.0,
+            "gigpo/step_adv_std": 0.0,
+        }
+    g = torch.tensor([groups[i] for i, _ in rows])
+    keys = [steps.state_keys[i][t] for i, t in rows]
+    q = [algos.discounted_returns(steps.rewards[i], gamma)[t] for i, t in rows]
+    a_step = algos.step_group_advantages(
+        torch.tensor(q, dtype=torch.float64), list(zip(g.tolist(), keys)), mode
+    )
+    stats = algos.anchor_stats(g, keys)
+    return {
+        "gigpo/anchor_size_mean": stats["anchor_size_mean"],
+        "gigpo/anchor_nonsingleton_frac": stats["anchor_nonsingleton_frac"],
+        "gigpo/step_adv_std": float(a_step.std()) if len(rows) > 1 else 0.0,
+    }
