@@ -33,6 +33,7 @@ def rollout(model, tok, envs: list[Env], cfg: EvalConfig, desc: str = "eval") ->
         max_tokens_per_turn=cfg.max_new_tokens,
         temperature=cfg.temperature,  # 0 = greedy
         max_total_tokens=cfg.max_model_len if engine else None,
+        history_window=cfg.history_window,
     )
     tasks = [EnvTask(e, task_id=str(i)) for i, e in enumerate(envs)]
     with tqdm(total=len(envs), desc=desc) as bar:

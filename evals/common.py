@@ -43,7 +43,10 @@ class EvalConfig:
     max_new_tokens: int = 128
     """Tokens per assistant turn."""
     max_model_len: int = 512
-    """--ckpt: context length the engine serves (prompt + all turns)."""
+    """--ckpt: context length the engine serves (prompt + all turns; step-wise: one turn's prompt + response)."""
+    history_window: int | None = None
+    """Step-wise prompts, as a model trained with --rollout.mode stepwise saw them: the opening messages and the
+    last K turns. None: the whole conversation."""
     batch_size: int = 32
     """--ckpt: episodes rolled out together (one progress-bar tick per batch)."""
     concurrency: int = 4
@@ -64,6 +67,8 @@ class EvalConfig:
                 raise ValueError(f"{f} must be >= 1, got {getattr(self, f)}")
         if not 0.0 <= self.temperature <= 10.0:
             raise ValueError(f"temperature must be in [0, 10], got {self.temperature}")
+        if self.history_window is not None and self.history_window < 1:
+            raise ValueError(f"history_window must be >= 1, got {self.history_window}")
         if self.n_samples > 1 and self.temperature == 0.0:
             raise ValueError(
                 "n_samples > 1 with temperature 0 draws the same sample n times; set --temperature"

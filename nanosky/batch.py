@@ -48,6 +48,9 @@ class Batch:
     rollout_logprobs: torch.Tensor  # [B, L-1] engine logprobs of the sampled tokens
     rewards: torch.Tensor  # [B]
     group_index: torch.Tensor  # [B]
+    row_mask: (
+        torch.Tensor
+    )  # [B] 1 = a sample, 0 = a padding row (step-wise rows do not split evenly over ranks)
     advantages: torch.Tensor | None = None  # [B, L-1]
     returns: torch.Tensor | None = None  # [B, L-1]
     old_logprobs: torch.Tensor | None = None  # [B, L-1]
@@ -73,7 +76,12 @@ def micro_slices(n: int, size: int) -> list[slice]:
     return [slice(i, min(i + size, n)) for i in range(0, n, size)]
 
 
-def to_batch(trajs: list[Trajectory], pad_id: int, device) -> Batch:
+def to_batch(trajs: list[Trajectory | None], pad_id: int, device) -> Batch:
+    """Padded tensors of `trajs`; a None is a padding row: one pad token, fully masked, row_mask 0."""
+    row_mask = torch.tensor([float(t is not None) for t in trajs], device=device)
+    trajs = [
+        Trajectory(ids=[pad_id], loss_mask=[0], logprobs=[0.0], group=-1) if t is None else t for t in trajs
+    ]
     L = max(len(t.ids) for t in trajs)
     B = len(trajs)
     ids = torch.full((B, L), pad_id, dtype=torch.long)
@@ -93,6 +101,7 @@ def to_batch(trajs: list[Trajectory], pad_id: int, device) -> Batch:
         rollout_logprobs=lps[:, 1:].to(device),
         rewards=torch.tensor([t.reward for t in trajs], dtype=torch.float32, device=device),
         group_index=torch.tensor([t.group for t in trajs], dtype=torch.long, device=device),
+        row_mask=row_mask,
     )
 
 

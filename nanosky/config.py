@@ -153,12 +153,13 @@ class TrainConfig:
 
     def finalize(self) -> None:
         """Derived values, set once when training starts (and so recorded in config.json): the dry run's overrides
-        and the constant C of seq-mean-token-sum-norm (the max response length, unless given)."""
+        and the constant C of seq-mean-token-sum-norm (the max response length of a row, unless given)."""
         if self.dry_run:
             self.steps, self.eval.every, self.eval.limit, self.log.ckpt_every = 1, 0, 1, 0
             self.rollout.ignore_eos = True
-        if self.algorithm.norm_const is None:
-            self.algorithm.norm_const = self.rollout.max_new_tokens * (self.rollout.max_turns or 1)
+        if self.algorithm.norm_const is None:  # a step-wise row holds one turn, a concatenated one all of them
+            turns = 1 if self.rollout.mode == "stepwise" else (self.rollout.max_turns or 1)
+            self.algorithm.norm_const = self.rollout.max_new_tokens * turns
 
     def validate_for_world(self, world: int) -> None:
         if self.rollout.prompts_per_step % world:

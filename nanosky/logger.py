@@ -36,7 +36,7 @@ class RunLogger:
             return
         for t in trajs[:n]:
             rec = {"step": step, "split": tag} | t.to_json(with_ids=False)
-            self.samples.write(json.dumps(rec) + "\n")
+            self.samples.write(json.dumps(rec, default=repr) + "\n")  # state keys may hold sets
         self.samples.flush()
         text = "\n\n---\n\n".join(
             f"reward={t.reward:.2f} stop={t.stop_reason}\n\n    " + tok.decode(t.ids).replace("\n", "\n    ")

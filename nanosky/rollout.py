@@ -11,6 +11,7 @@ holds the last call's rollout throughput and the engine's busy share.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from nanosky.agent import AgentRunner, EngineBackend, PooledEnvTask, Trajectory
 
@@ -31,11 +32,21 @@ class RolloutConfig:
     top_p: float = 1.0
     ignore_eos: bool = False
     """Never stop at the end-of-turn token (set by --dry-run to produce the longest sequences)."""
+    mode: Literal["concat", "stepwise"] = "concat"
+    """concat: one training row per episode (every turn, observations masked). stepwise: one row per assistant turn,
+    sampled from the opening messages and the last `history_window` turns (long episodes in a short context;
+    `nanosky/stepwise.py`). In step-wise mode max_total_tokens bounds each turn's prompt + response."""
+    history_window: int = 2
+    """stepwise: turns (action + observation) shown before the current one; older turns are dropped."""
 
     def __post_init__(self):
         for f in ("group_size", "prompts_per_step", "max_new_tokens", "max_total_tokens"):
             if getattr(self, f) < 1:
                 raise ValueError(f"rollout.{f} must be >= 1, got {getattr(self, f)}")
+        if self.mode not in ("concat", "stepwise"):
+            raise ValueError(f"rollout.mode must be 'concat' or 'stepwise', got {self.mode!r}")
+        if self.history_window < 1:
+            raise ValueError(f"rollout.history_window must be >= 1, got {self.history_window}")
         if self.max_turns is not None and self.max_turns < 1:
             raise ValueError(f"rollout.max_turns must be >= 1, got {self.max_turns}")
         if not 0.0 < self.temperature <= 10.0:

@@ -26,22 +26,27 @@ def action_spans(loss_mask: list[int]) -> list[tuple[int, int]]:
     return spans
 
 
+def step_rewards(t: Trajectory, n: int) -> list[float]:
+    """r_{t,k} for the trajectory's n steps: what the env paid per turn, with the rest of `t.reward` (the final
+    verdict, shaping, a failed episode's 0) on the last step, so they sum to the trajectory's reward."""
+    r = list(t.turn_rewards[:n]) + [0.0] * (n - len(t.turn_rewards))
+    if r:
+        r[-1] += t.reward - sum(r)
+    return r
+
+
 def step_info(trajs: list[Trajectory]) -> StepInfo:
     """StepInfo of a batch built by `to_batch(trajs)`: spans shifted by one (position p of the batch's [B, L-1]
-    tensors scores token p+1). Step rewards sum to each trajectory's reward: what the env paid per turn, with the
-    rest (the final verdict, shaping, a failed episode's 0) on the last step. Tokens sampled in a turn that never
+    tensors scores token p+1), `step_rewards` per step. Tokens sampled in a turn that never
     reached its env step form a step of their own, with a key no other step has."""
     spans, rewards, keys = [], [], []
     for i, t in enumerate(trajs):
         s = [(a - 1, b - 1) for a, b in action_spans(t.loss_mask)]
-        r = list(t.turn_rewards[: len(s)]) + [0.0] * (len(s) - len(t.turn_rewards))
         k = list(t.state_keys[: len(s)]) + [
             ("unstepped", t.group, i, n) for n in range(len(t.state_keys), len(s))
         ]
-        if r:
-            r[-1] += t.reward - sum(r)
         spans.append(s)
-        rewards.append(r)
+        rewards.append(step_rewards(t, len(s)))
         keys.append(k)
     return StepInfo(spans, rewards, keys)
 

@@ -45,6 +45,8 @@ from nanosky.policy import load_model, resolve_model_path, save_hf
 from nanosky.rollout import Rollout
 from nanosky.seeds import derive_seed
 from nanosky.steps import anchor_metrics, step_info
+from nanosky.stepwise import assign_advantages, split_rows
+from nanosky.stepwise import samples as stepwise_samples
 from nanosky.update import PolicyUpdate, forward_logprobs
 
 if TYPE_CHECKING:
@@ -101,10 +103,17 @@ def filter_groups(trajs: list[Trajectory]) -> tuple[list[Trajectory], list[Traje
 
 
 def prepare(run: Run, trajs: list[Trajectory]) -> tuple[Batch, dict[str, float]]:
-    """This rank's whole groups as a padded batch, with the logprobs and values the update needs, and advantages.
-    Returns it and the step-level metrics of a step-level estimator (GiGPO's anchors), averaged over ranks."""
+    """This rank's whole groups (step-wise: its share of the turns) as a padded batch, with the logprobs and values
+    the update needs, and advantages. Returns it and a step-level estimator's metrics (GiGPO's anchors)."""
     info, a, mbs = run.info, run.cfg.algorithm, run.cfg.optim.micro_batch_size
-    local = [trajs[i] for i in split_groups(trajs, info.world)[info.rank]]
+    meta = ADV_ESTIMATORS.meta(a.adv_estimator)
+    stepwise = run.cfg.rollout.mode == "stepwise"
+    if stepwise:  # one row per turn; advantages come from the episodes, so rows may go to any rank
+        rows = stepwise_samples(trajs)
+        mine = split_rows(rows, info.world)[info.rank]
+        local = [None if j is None else rows[j] for j in mine]
+    else:
+        local = [trajs[i] for i in split_groups(trajs, info.world)[info.rank]]
     batch = to_batch(local, run.tok.pad_token_id, info.device)
     if a.ppo_epochs > 1 or a.mini_batches > 1:  # otherwise the update's first forward is the behaviour policy
         batch.old_logprobs = forward_logprobs(run.policy, batch, mbs)
@@ -115,8 +124,11 @@ def prepare(run: Run, trajs: list[Trajectory]) -> tuple[Batch, dict[str, float]]
     rewards = token_rewards(batch)  # [B, L-1]
     if a.kl_in_reward and run.ref is not None:
         rewards = kl_in_reward(rewards, batch, a.kl_coef)
+    if stepwise and not meta["needs_values"]:  # the estimator runs on the episodes (nanosky/stepwise.py)
+        penalty = (token_rewards(batch) - rewards).sum(-1) if a.kl_in_reward else None  # [B]
+        return batch, assign_advantages(batch, trajs, rows, mine, a, penalty)
     steps, metrics = None, {}
-    if ADV_ESTIMATORS.meta(a.adv_estimator)["needs_steps"]:
+    if meta["needs_steps"]:
         steps = step_info(local)
         m = anchor_metrics(steps, [t.group for t in local], a.gamma, a.step_adv_mode)
         metrics = dict(zip(m, (v / info.world for v in dist.all_reduce_sum(list(m.values())))))

@@ -66,8 +66,9 @@ def minibatches(batch: Batch, algo: AlgoConfig, micro_bs: int) -> Iterator[list[
     for _epoch in range(algo.ppo_epochs):
         for ms in micro_slices(len(batch), math.ceil(len(batch) / algo.mini_batches)):
             mb = batch.slice(ms)
-            # Global normalisers of this mini-batch: every rank's tokens and rows (fully masked rows count in B).
-            g_tokens, g_seqs = dist.all_reduce_sum([float(mb.loss_mask.sum()), float(len(mb))])
+            # Global normalisers of this mini-batch: every rank's tokens and rows (fully masked rows count in B;
+            # padding rows do not).
+            g_tokens, g_seqs = dist.all_reduce_sum([float(mb.loss_mask.sum()), float(mb.row_mask.sum())])
             micro = [mb.slice(s) for s in micro_slices(len(mb), micro_bs)]
             yield [(m, algos.agg_scale(mode, m.loss_mask, g_tokens, g_seqs) * world) for m in micro]
 

@@ -10,7 +10,9 @@ tokens is reached. With a tokenizer the loop is token-in/token-out: the ids trai
 backend sampled, with its per-token logprobs. Episodes advance independently: a sampled turn's env step is
 submitted at once, and when it returns, the episode's next request joins the backend's queue at once (no wave
 barrier). With `sample_seed`, request k of episode i gets the seed derive_seed(sample_seed, i, turn), so the same
-call samples the same tokens however the batches happened to form (exact resume).
+call samples the same tokens however the batches happened to form (exact resume). With `history_window=K`
+(step-wise mode) each turn is sampled from its own prompt instead: the opening messages and the last K turns,
+re-rendered (`nanosky.stepwise.window`); the sampled ids and that prompt are kept per turn in `Trajectory.steps`.
 
 A task that hangs, crashes or raises, or a backend error, costs that episode only (stop_reason env_error /
 timeout / error / backend_error). Any other exception from the backend (stale weights, a bug) stops the run.
@@ -27,7 +29,7 @@ from typing import TYPE_CHECKING
 from nanosky.agent.backends import Backend, BackendError, ContextLengthError, Request
 from nanosky.agent.dispatcher import STAGES, Dispatcher
 from nanosky.agent.task import EnvError, Task
-from nanosky.agent.trajectory import Trajectory
+from nanosky.agent.trajectory import Step, Trajectory
 from nanosky.seeds import derive_seed
 
 if TYPE_CHECKING:
@@ -57,9 +59,12 @@ class AgentRunner:
         task_timeout_s: float | None = None,
         stage_limits: dict[str, int] | None = None,
         ignore_eos: bool = False,
+        history_window: int | None = None,
     ):
         if max_tokens_per_turn < 1 or (max_turns is not None and max_turns < 1):
             raise ValueError("max_tokens_per_turn and max_turns must be >= 1")
+        if history_window is not None and history_window < 1:
+            raise ValueError("history_window must be >= 1 (or None: the whole conversation)")
         if max_parallel_agents is not None and max_parallel_agents < 1:
             raise ValueError("max_parallel_agents must be >= 1 (or None: no bound)")
         self.backend, self.tok, self.max_turns = backend, tok, max_turns
@@ -70,6 +75,7 @@ class AgentRunner:
             ignore_eos,
         )
         self.max_parallel_agents, self.stage_limits = max_parallel_agents, dict(stage_limits or {})
+        self.history_window = history_window
         self.last_dispatcher: Dispatcher | None = None  # inspect .peak after a run
         self.on_episode_done: Callable[[Trajectory], None] | None = None  # e.g. a progress bar's update
         self.last_wall_s = 0.0
@@ -82,7 +88,8 @@ class AgentRunner:
         return cls(backend, tok=tok, max_parallel_agents=None, max_turns=cfg.max_turns,
                    max_tokens_per_turn=cfg.max_new_tokens, max_total_tokens=cfg.max_total_tokens,
                    temperature=cfg.temperature if temperature is None else temperature, top_p=cfg.top_p,
-                   ignore_eos=cfg.ignore_eos)  # fmt: skip
+                   ignore_eos=cfg.ignore_eos,
+                   history_window=cfg.history_window if cfg.mode == "stepwise" else None)  # fmt: skip
 
     def run(
         self,
@@ -176,14 +183,21 @@ class AgentRunner:
         if state is None:
             state = _observation_key(t.messages[-1:])
         for turn in range(1, max_turns + 1):
+            # Step-wise: this turn's prompt is the opening and the last K turns, re-rendered; else the conversation.
+            shown, ids = list(t.messages), t.ids if tok is not None else None
+            if self.history_window:
+                from nanosky.chat import prompt_ids
+                from nanosky.stepwise import window
+
+                shown = window(t.messages, self.history_window)
+                ids = prompt_ids(tok, shown, tools) if tok is not None else None
             budget = self.max_tokens_per_turn
-            if tok is not None and self.max_total_tokens:
-                budget = min(budget, self.max_total_tokens - len(t.ids))
+            if ids is not None and self.max_total_tokens:
+                budget = min(budget, self.max_total_tokens - len(ids))
                 if budget < 1:
                     return "max_tokens"
             seed = None if sample_seed is None else derive_seed(sample_seed, i, turn - 1)
-            req = Request(list(t.messages), tools, budget, self.temperature, t.ids if tok is not None else None,
-                          self.top_p, seed, self.ignore_eos)  # fmt: skip
+            req = Request(shown, tools, budget, self.temperature, ids, self.top_p, seed, self.ignore_eos)
             async with d.stage("generate"):
                 t1 = time.perf_counter()
                 try:
@@ -193,7 +207,7 @@ class AgentRunner:
                 except Exception as e:  # stale weights, a bug in the backend: stop the run, not the episode
                     raise _Fatal() from e
                 gen_s = time.perf_counter() - t1
-            ended_at_eos = self._append_turn(t, g)
+            ended_at_eos = self._append_turn(t, g, ids if self.history_window else None)
             t.turn_log.append({"finish_reason": g.finish_reason, "prompt_tokens": g.prompt_tokens,
                                "completion_tokens": g.completion_tokens, "latency_s": round(gen_s, 4)})  # fmt: skip
             async with d.stage("step"):
@@ -229,7 +243,12 @@ class AgentRunner:
                 from nanosky.chat import observation_ids
 
                 obs = observation_ids(tok, t.messages, res.observations, tools)
-                if self.max_total_tokens and len(t.ids) + len(obs) >= self.max_total_tokens:
+                # (step-wise: each turn's own prompt is checked against the limit before it is sampled)
+                if (
+                    not self.history_window
+                    and self.max_total_tokens
+                    and len(t.ids) + len(obs) >= self.max_total_tokens
+                ):
                     return "max_tokens"
                 t.ids += obs
                 t.loss_mask += [0] * len(obs)
@@ -237,8 +256,9 @@ class AgentRunner:
             t.messages += res.observations
         return "max_turns"
 
-    def _append_turn(self, t: Trajectory, g) -> bool:
-        """Record one assistant turn; returns whether it ended with the end-of-turn token."""
+    def _append_turn(self, t: Trajectory, g, prompt: list[int] | None = None) -> bool:
+        """Record one assistant turn (and, step-wise, the `prompt` it was sampled from as a `Step`); returns whether
+        it ended with the end-of-turn token."""
         t.turns += 1
         t.messages.append({"role": "assistant", "content": g.text})
         t.prompt_tokens += g.prompt_tokens
@@ -255,6 +275,8 @@ class AgentRunner:
         t.ids += ids
         t.loss_mask += [1] * len(ids)
         t.logprobs += lps
+        if prompt is not None:
+            t.steps.append(Step(prompt, list(ids), list(lps)))
         return ids[-1:] == [eos]
 
 

@@ -3,7 +3,9 @@
 `ids`, `loss_mask` and `logprobs` are aligned token by token: the rendered opening (mask 0), then each assistant
 turn exactly as sampled (mask 1, with the backend's logprobs), then each observation turn (mask 0, logprob 0).
 A backend that reports no token ids (a plain OpenAI-compatible server) leaves them empty unless the runner has a
-tokenizer (see `nanosky.agent.backends`).
+tokenizer (see `nanosky.agent.backends`). In step-wise mode (`AgentRunner(history_window=K)`) each turn was sampled
+from its own, shorter prompt, kept in `steps` (`nanosky.stepwise` turns them into training rows); `ids` is still
+the whole conversation, for the logs.
 """
 
 from __future__ import annotations
@@ -18,6 +20,16 @@ STOP_REASONS = ("done", "max_turns", "max_tokens", "timeout", "env_error", "back
 
 
 @dataclass
+class Step:
+    """One assistant turn of a step-wise episode (`history_window` set): the prompt it was sampled from (the opening
+    messages and the last K turns, re-rendered) and the sampled ids with their logprobs."""
+
+    prompt_ids: list[int]
+    ids: list[int]
+    logprobs: list[float]
+
+
+@dataclass
 class Trajectory:
     ids: list[int] = field(default_factory=list)
     loss_mask: list[int] = field(default_factory=list)
@@ -28,6 +40,7 @@ class Trajectory:
     state_keys: list = field(
         default_factory=list
     )  # per turn: the env's state key before the action (GiGPO anchors)
+    steps: list[Step] = field(default_factory=list)  # step-wise mode: each turn's own prompt + sampled ids
     success: bool = False
     stop_reason: str = ""  # one of STOP_REASONS
     turns: int = 0
@@ -55,7 +68,7 @@ class Trajectory:
     def to_json(self, with_ids: bool = True) -> dict:
         d = asdict(self)
         if not with_ids:
-            for k in ("ids", "loss_mask", "logprobs"):
+            for k in ("ids", "loss_mask", "logprobs", "steps"):
                 d.pop(k)
         return d
 

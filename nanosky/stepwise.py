@@ -1,0 +1,156 @@
+"""Step-wise samples: each assistant turn of a multi-turn episode is its own training row (`--rollout.mode stepwise`).
+
+A 30-step alfworld episode does not fit a small context as one concatenated row. In step-wise mode the runner
+samples every turn from a short prompt (`window`: the opening messages, then the last K turns) and keeps that prompt
+with the sampled ids (`Trajectory.steps`). Here the episodes become rows:
+
+    rows = samples(trajs)                      # one Trajectory per step: prompt (mask 0) + sampled ids (mask 1)
+    adv = advantages(trajs, rows, cfg)         # [N] one advantage per row, from the registered estimator
+
+Token-in/token-out holds inside each row: its response ids are exactly the sampled ids, with the engine's
+logprobs. Advantages are computed on the *episode view*, a [E, S] matrix with one row per episode and one column
+per step holding that step's reward (the per-turn env rewards, the rest of the episode's reward on its last step):
+an outcome estimator (grpo, rloo, dr_grpo) sees each episode's return once, whatever its length, so every step of
+an episode gets its episode's advantage; GiGPO reads the columns as steps (`needs_steps`); reinforce_pp's
+reward-to-go runs over steps. GAE (a critic) instead runs on the rows themselves, each row's reward being its
+episode's return. The loss then treats rows like any other: token-mean normalises by the action tokens of all
+rows in the global batch, seq-mean-* by the number of rows (steps), not episodes.
+"""
+
+from __future__ import annotations
+
+import torch
+
+import algos
+from algos import AlgoConfig, StepInfo
+from algos.registry import ADV_ESTIMATORS
+from nanosky import dist
+from nanosky.agent.trajectory import Trajectory
+from nanosky.batch import Batch, balanced_split
+from nanosky.steps import anchor_metrics, step_rewards
+
+
+def window(messages: list[dict], k: int) -> list[dict]:
+    """The opening messages (everything before the first assistant turn), then the last `k` turns (an assistant
+    message and the observations that answered it). When turns are dropped, the opening's last message says how
+    many, so the model knows the episode did not just start."""
+    first = next((i for i, m in enumerate(messages) if m["role"] == "assistant"), len(messages))
+    opening, turns = list(messages[:first]), []
+    for m in messages[first:]:
+        if m["role"] == "assistant":
+            turns.append([m])
+        else:
+            turns[-1].append(m)
+    hidden = len(turns) - k
+    if hidden <= 0:
+        return list(messages)
+    last = opening[-1] if opening else None
+    if last is not None and isinstance(last.get("content"), str):
+        s = "s" if hidden > 1 else ""
+        opening[-1] = {**last, "content": f"{last['content']}\n\n[{hidden} earlier step{s} not shown]"}
+    return opening + [m for turn in turns[-k:] for m in turn]
+
+
+def samples(trajs: list[Trajectory]) -> list[Trajectory]:
+    """One row per step of every episode, in episode then step order. A row records its episode (index in `trajs`)
+    and step in `info`, the step's reward in `turn_rewards`, its state key in `state_keys`, and the episode's
+    return in `reward`."""
+    rows = []
+    for i, t in enumerate(trajs):
+        rewards = step_rewards(t, len(t.steps))
+        for k, s in enumerate(t.steps):
+            n = len(s.prompt_ids)
+            key = t.state_keys[k] if k < len(t.state_keys) else ("unstepped", t.group, i, k)
+            rows.append(
+                Trajectory(
+                    ids=s.prompt_ids + s.ids,
+                    loss_mask=[0] * n + [1] * len(s.ids),
+                    logprobs=[0.0] * n + list(s.logprobs),
+                    prompt_len=n,
+                    reward=t.reward,
+                    turn_rewards=[rewards[k]],
+                    state_keys=[key],
+                    success=t.success,
+                    stop_reason=t.stop_reason,
+                    turns=1,
+                    group=t.group,
+                    env_seed=t.env_seed,
+                    task_id=t.task_id,
+                    info={"episode": i, "step": k},
+                )
+            )
+    return rows
+
+
+def split_rows(rows: list[Trajectory], world: int) -> list[list[int | None]]:
+    """Row indices for each rank, token-balanced, the same count on every rank (FSDP runs the same number of
+    passes everywhere): the last ranks get a `None` (a padding row, masked and not counted) where N % world != 0."""
+    per = -(-len(rows) // world)
+    lengths = [len(r.ids) for r in rows] + [0] * (per * world - len(rows))
+    return [[i if i < len(rows) else None for i in part] for part in balanced_split(lengths, world)]
+
+
+def episode_view(
+    trajs: list[Trajectory], rows: list[Trajectory], penalties: list[float] | None = None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, StepInfo]:
+    """The estimator's input over episodes: step rewards [E, S] (minus each row's `penalties`, e.g. KL in the
+    reward), the step mask [E, S], group ids [E], and the same steps as a StepInfo (step t of episode i is column
+    t)."""
+    E, S = len(trajs), max([len(t.steps) for t in trajs] + [1])
+    rewards, mask = torch.zeros(E, S), torch.zeros(E, S)
+    info = StepInfo([[] for _ in trajs], [[] for _ in trajs], [[] for _ in trajs])
+    for n, r in enumerate(rows):
+        i, k = r.info["episode"], r.info["step"]
+        rewards[i, k] = r.turn_rewards[0] - (penalties[n] if penalties else 0.0)
+        mask[i, k] = 1.0
+        info.spans[i].append((k, k + 1))
+        info.rewards[i].append(float(rewards[i, k]))
+        info.state_keys[i].append(r.state_keys[0])
+    return rewards, mask, torch.tensor([t.group for t in trajs]), info
+
+
+def advantages(
+    trajs: list[Trajectory], rows: list[Trajectory], cfg: AlgoConfig, penalties: list[float] | None = None
+) -> torch.Tensor:
+    """[N] the advantage of every row, from the registered estimator run on the episode view (identical on every
+    rank: every rank holds all episodes). Not for estimators that need values (GAE runs on the rows)."""
+    meta = ADV_ESTIMATORS.meta(cfg.adv_estimator)
+    if meta["needs_values"]:
+        raise ValueError(f"{cfg.adv_estimator} needs a critic's values: compute it on the rows")
+    rewards, mask, groups, steps = episode_view(trajs, rows, penalties)
+    extra = (
+        {"steps": steps, "omega": cfg.step_adv_weight, "mode": cfg.step_adv_mode}
+        if meta["needs_steps"]
+        else {}
+    )
+    adv, _ = algos.get_adv_estimator(cfg.adv_estimator)(
+        rewards, mask, groups, gamma=cfg.gamma, lam=cfg.lam, **extra
+    )
+    return torch.stack([adv[r.info["episode"], r.info["step"]] for r in rows]) if rows else torch.zeros(0)
+
+
+def assign_advantages(
+    batch: Batch,
+    trajs: list[Trajectory],
+    rows: list[Trajectory],
+    mine: list[int | None],
+    cfg: AlgoConfig,
+    penalty: torch.Tensor | None = None,
+) -> dict[str, float]:
+    """Set `batch.advantages` / `returns` (this rank's rows `mine`, None = padding) from `advantages`. `penalty`
+    [B] is what KL-in-reward took from each local row; every rank's are gathered so the episode view is whole.
+    Returns GiGPO's anchor metrics for a step-level estimator (over all episodes: the same on every rank)."""
+    pen = None
+    if penalty is not None:
+        pen = [0.0] * len(rows)
+        pairs = [(j, p) for j, p in zip(mine, penalty.tolist()) if j is not None]
+        for part in dist.all_gather_objects(pairs):
+            for j, p in part:
+                pen[j] = p
+    adv = advantages(trajs, rows, cfg, pen)  # [N]
+    a = torch.tensor([0.0 if j is None else float(adv[j]) for j in mine], device=batch.loss_mask.device)
+    batch.advantages = batch.returns = a[:, None] * batch.loss_mask  # [B, L-1]
+    if not ADV_ESTIMATORS.meta(cfg.adv_estimator)["needs_steps"]:
+        return {}
+    *_, steps = episode_view(trajs, rows, pen)
+    return anchor_metrics(steps, [t.group for t in trajs], cfg.gamma, cfg.step_adv_mode)
