@@ -1,0 +1,180 @@
+"""Start-up checks, run before anything heavy is built (no model, no engine, no process group): each failure is one
+line that names the flag, and run.py exits with status 2 and no traceback.
+
+    preflight.check(cfg)   # raises UsageError("--model.path /x: no such directory")
+
+Checked: the model path (a local directory holds a config and weights; a hub id is cached or the hub is reachable),
+`--env-data` (exists, parses, rows fit the env's schema, bad rows named by line), `--resume` (a complete, compatible
+checkpoint), the run dir (writable) and the disk (room for `keep_ckpts` checkpoints).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import socket
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from nanosky.config import TrainConfig
+
+CKPT_BYTES_PER_PARAM = 16  # fp32 weights (4) + AdamW moments (8) + the HF export (4)
+DATA_ROWS_CHECKED = 1000
+
+
+class UsageError(Exception):
+    """A bad flag or input: printed as one line, exit status 2."""
+
+
+def check(cfg: TrainConfig, world: int | None = None) -> None:
+    check_model("--model.path", cfg.model.path)
+    check_env_data(cfg.env, cfg.env_data)
+    check_run_dir(cfg.run_dir)
+    if cfg.resume:
+        check_resume(cfg, int(os.environ.get("WORLD_SIZE", "1")) if world is None else world)
+    check_disk(cfg)
+
+
+def check_model(flag: str, path: str) -> None:
+    from nanosky.policy import BUNDLED
+
+    if path in BUNDLED:
+        return
+    p = Path(path).expanduser()
+    if p.exists():
+        if not p.is_dir():
+            raise UsageError(f"{flag} {path}: not a directory")
+        if not (p / "config.json").is_file():
+            raise UsageError(f"{flag} {path}: no config.json in that directory")
+        if not _weight_files(p):
+            raise UsageError(
+                f"{flag} {path}: no weights in that directory (*.safetensors or pytorch_model*.bin)"
+            )
+        return
+    if path.startswith(("/", ".", "~")) or path.count("/") != 1:
+        raise UsageError(f"{flag} {path}: no such directory (and not a hub id of the form org/name)")
+    if _hub_cached(path):
+        return
+    if os.environ.get("HF_HUB_OFFLINE") == "1" or not _reachable("huggingface.co"):
+        raise UsageError(
+            f"{flag} {path}: not a local directory, not in the Hugging Face cache, and the hub cannot be reached "
+            "(no network); download it elsewhere and pass its directory"
+        )
+
+
+def check_env_data(env: str, path: str | None) -> None:
+    """The file exists and its first rows parse and fit the env's schema (text_math: GSM8K rows)."""
+    if path is None:
+        return
+    if env != "math":
+        raise UsageError(f"--env-data: env {env!r} takes no data file (only math reads GSM8K-style JSONL)")
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise UsageError(f"--env-data {path}: no such file")
+    bad, n = [], 0
+    with p.open(encoding="utf-8", errors="replace") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            n += 1
+            if why := _gsm8k_row_error(line):
+                bad.append(f"line {lineno}: {why}")
+            if n >= DATA_ROWS_CHECKED:
+                break
+    if n == 0:
+        raise UsageError(f"--env-data {path}: the file has no rows")
+    if len(bad) == n:
+        raise UsageError(f"--env-data {path}: no valid row among the first {n} ({'; '.join(bad[:3])})")
+    if bad:
+        shown = "; ".join(bad[:5]) + (f"; … {len(bad) - 5} more" if len(bad) > 5 else "")
+        raise UsageError(f"--env-data {path}: {len(bad)} bad row(s) among the first {n}: {shown}")
+
+
+def _gsm8k_row_error(line: str) -> str | None:
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as e:
+        return f"not JSON ({e.msg})"
+    if not isinstance(row, dict) or not isinstance(row.get("question"), str) or not row["question"].strip():
+        return 'no "question" string'
+    if not isinstance(row.get("answer"), str) or "####" not in row["answer"]:
+        return 'no "answer" string with "#### <final answer>"'
+    if not row["answer"].rsplit("####", 1)[1].strip():
+        return 'empty final answer after "####"'
+    return None
+
+
+def check_run_dir(run_dir: str) -> None:
+    try:
+        os.makedirs(run_dir, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=run_dir):
+            pass
+    except OSError as e:
+        raise UsageError(f"--log.run-dir {run_dir}: not writable ({e.strerror or e})") from None
+
+
+def check_resume(cfg: TrainConfig, world: int) -> None:
+    from nanosky.checkpoint import check_compatible, read_state, resolve_checkpoint
+    from nanosky.trainer import RESUME_FIELDS
+
+    try:
+        path = resolve_checkpoint(os.path.join(cfg.run_dir, "checkpoints"), cfg.resume)
+        saved = read_state(path)
+        check_compatible(
+            saved["config"] | {"world_size": saved["world_size"]},
+            dataclasses.asdict(cfg) | {"world_size": world},
+            RESUME_FIELDS,
+        )
+    except (FileNotFoundError, ValueError) as e:
+        raise UsageError(str(e) if str(e).startswith("--resume") else f"--resume {cfg.resume}: {e}") from None
+
+
+def check_disk(cfg: TrainConfig, free_bytes: int | None = None) -> None:
+    """Room for keep_ckpts checkpoints, plus the one being written before the oldest is pruned."""
+    need = (cfg.log.keep_ckpts + 1) * CKPT_BYTES_PER_PARAM * _param_estimate(cfg.model.path)
+    free = shutil.disk_usage(cfg.run_dir).free if free_bytes is None else free_bytes
+    if need > free:
+        raise UsageError(
+            f"--log.run-dir {cfg.run_dir}: {free / 2**30:.1f} GiB free, but {cfg.log.keep_ckpts} checkpoints "
+            f"(--log.keep-ckpts) need about {need / 2**30:.1f} GiB"
+        )
+
+
+def _param_estimate(path: str) -> int:
+    """Parameters from the weight files' size and the config's dtype (0 when the model is not local)."""
+    from nanosky.policy import BUNDLED
+
+    p = Path(path).expanduser()
+    if path in BUNDLED or not p.is_dir():
+        return 0  # the bundled models are a few MB; a hub model's size is unknown until it is loaded
+    try:
+        dtype = json.loads((p / "config.json").read_text()).get("torch_dtype") or "float32"
+    except (OSError, json.JSONDecodeError):
+        dtype = "float32"
+    size = {"float32": 4, "float16": 2, "bfloat16": 2}.get(str(dtype), 2)
+    return sum(f.stat().st_size for f in _weight_files(p)) // size
+
+
+def _weight_files(p: Path) -> list[Path]:
+    return [*p.glob("*.safetensors"), *p.glob("pytorch_model*.bin")]
+
+
+def _hub_cached(repo_id: str) -> bool:
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        return isinstance(try_to_load_from_cache(repo_id, "config.json"), str)
+    except Exception:  # noqa: BLE001 - a malformed id is "not cached"
+        return False
+
+
+def _reachable(host: str, timeout_s: float = 3.0) -> bool:
+    try:
+        socket.create_connection((host, 443), timeout=timeout_s).close()
+        return True
+    except OSError:
+        return False
