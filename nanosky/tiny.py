@@ -20,6 +20,12 @@ continues from the base model on mostly agent data: tool_use expert conversation
 expert episodes, with some math replay, and a longer context (multi-turn episodes run to ~1,500 tokens). The base
 model saw too few tool calls to emit valid ones (93 % malformed), so tool-use RL had no signal to amplify.
 
+The step-wise data options (`n_steps`, `step_noise`, `history_window`, `n_action_copy`) build examples as
+`--rollout.mode stepwise` prompts them: each turn of a noisy expert's webshop_lite / alfworld_lite episode with the
+admissible actions shown, trained on that turn's action only, plus copy drills on admissible actions. Two from-scratch
+builds with them (35-39 CPU-minutes each, 2,048-token BPE) did not yet reach a success above 0 (README, issue 13), so
+the shipped `tiny-agent` is still the recipe above.
+
 The `tool` variant (`--model.path tiny-tool`, what the tool_use preset starts from) is trained from scratch on the
 base model's tokenizer, on tool_use demonstrations and copy drills only, with 8 attention heads of 32 dims. Tool use
 is mostly copying (the question's numbers into the call, the tool's output into the answer); the agent variant,
@@ -40,7 +46,7 @@ from pathlib import Path
 
 import torch
 
-from nanosky.chat import encode_conversation
+from nanosky.chat import encode_conversation, prompt_ids
 from nanosky.tokenizer import build_tokenizer
 
 ASSET_DIR = Path(__file__).parent / "assets" / "tiny"
@@ -86,6 +92,19 @@ class TinyConfig:
     n_agent2: int = 0
     n_copy2: int = 0
     """Second-stage agent episodes and copy drills."""
+    n_steps: int = 0
+    """Step-wise webshop_lite / alfworld_lite episodes (half each, actions shown): every turn is one example, its
+    prompt rendered as `--rollout.mode stepwise` renders it (`history_window` turns)."""
+    step_noise: float = 0.25
+    """Share of those turns where the demonstrator takes a random admissible action instead of the expert's (the
+    expert re-plans from wherever that leads): the imitation is a noisy expert, so RL has headroom."""
+    history_window: int = 2
+    """The step-wise examples' history window (the agent presets' `--rollout.history-window`)."""
+    n_action_copy: int = 0
+    """Copy drills on admissible actions, product titles and ids of the two envs."""
+    n_steps2: int = 0
+    n_action_copy2: int = 0
+    """Second-stage step-wise episodes and action copy drills."""
     batch_tokens: int = 0
     """Cap a batch's padded tokens (long episodes get smaller batches); 0 = always batch_size sequences."""
     tokenizer: str | None = None
@@ -173,23 +192,65 @@ def _agent_examples(n: int, seed: int) -> list[tuple[list[dict], None]]:
     return out
 
 
+def _step_examples(n: int, seed: int, noise: float, k: int) -> list[tuple[list[dict], None, str]]:
+    """One example per turn of `n` episodes of a noisy expert (see TinyConfig.step_noise), rendered step-wise."""
+    if n <= 0:
+        return []
+    import envs
+    from nanosky.stepwise import window
+
+    rng, out = random.Random(seed + 31), []
+    for i in range(n):
+        name, kw = [("webshop_lite", {"page_size": 3}), ("alfworld_lite", {})][i % 2]
+        env = envs.make(name, split="train", seed=seed * 1_000_003 + 700_000 + i, show_actions=True, **kw)
+        messages = env.reset()
+        while not env.done:
+            acts = env.available_actions()
+            action = rng.choice(acts) if acts and rng.random() < noise else env.expert_action()
+            out.append((window(messages, k) + [{"role": "assistant", "content": action}], None, "last"))
+            messages += [{"role": "assistant", "content": action}, *env.step(action).observations]
+    return out
+
+
+def _action_copy_texts(n: int, seed: int) -> list[str]:
+    """Admissible actions (alfworld: go to / take / put …; webshop: click[...] on ids and options, search[...] on
+    instructions) to copy, drawn from random states of train-split episodes."""
+    import envs
+
+    rng, out = random.Random(seed + 53), []
+    while len(out) < n:
+        name, kw = [("webshop_lite", {"page_size": 3}), ("alfworld_lite", {})][len(out) % 2]
+        env = envs.make(name, split="train", seed=seed * 1_000_003 + 900_000 + len(out), **kw)
+        env.reset()
+        for _ in range(rng.randint(0, 6)):
+            if env.done or not env.available_actions():
+                break
+            env.step(env.expert_action() if rng.random() < 0.7 else rng.choice(env.available_actions()))
+        acts = env.available_actions() or [env.expert_action()]
+        out.append(" | ".join(rng.sample(acts, min(len(acts), rng.randint(1, 3)))))
+    return out
+
+
 COPY_PROMPT = "Repeat the text exactly."
 
 
-def _copy_examples(n: int, seed: int) -> list[tuple[list[dict], None]]:
+def _copy_examples(n: int, seed: int, texts: list[str] | None = None) -> list[tuple[list[dict], None]]:
     """Copy drills: tool use is mostly copying (the question's numbers into the call, the tool's output into the
     answer), and in a mixed corpus the base model never learned to copy; dense copy targets teach it fast. Sources
-    are train-split tool_use questions, arguments and answers, digit strings and made-up words."""
-    if n <= 0:
+    are train-split tool_use questions, arguments and answers, digit strings and made-up words, or the given
+    `texts`."""
+    if n <= 0 and not texts:
         return []
     from envs.tool_use import train_task
 
     rng = random.Random(seed + 77)
     out = []
-    for i in range(n):
+    for i in range(n if texts is None else len(texts)):
         task = train_task(seed * 1_000_003 + 500_000 + i)
         pick = rng.randrange(5)
-        if pick == 0:
+        if texts is not None:
+            text = texts[i]
+        elif pick == 0:
             text = task.question
         elif pick == 1:
             text = " ".join(str(v) for _, args in task.calls for v in args.values())
@@ -218,23 +279,38 @@ def _copy_examples(n: int, seed: int) -> list[tuple[list[dict], None]]:
 
 
 def _conversations(
-    n_math: int, n_tool: int, seed: int, n_agent: int = 0, n_copy: int = 0
-) -> tuple[list, random.Random]:
+    n_math: int, n_tool: int, seed: int, n_agent: int = 0, n_copy: int = 0, cfg: TinyConfig | None = None,
+    stage: int = 1,
+) -> tuple[list, random.Random]:  # fmt: skip
     rng = random.Random(seed)
     torch.manual_seed(seed)
     convs = [(_math_example(rng), None) for _ in range(n_math)] + _tool_examples(n_tool, seed)
     convs += _agent_examples(n_agent, seed) + _copy_examples(n_copy, seed)
+    if cfg is not None:  # the step-wise agent data
+        n_steps, n_act = (
+            (cfg.n_steps, cfg.n_action_copy) if stage == 1 else (cfg.n_steps2, cfg.n_action_copy2)
+        )
+        convs += _step_examples(n_steps, seed, cfg.step_noise, cfg.history_window)
+        convs += _copy_examples(0, seed, _action_copy_texts(n_act, seed)) if n_act else []
     rng.shuffle(convs)
     return convs, rng
+
+
+def _encode(tok, example: tuple) -> tuple[list[int], list[int]]:
+    """(messages, tool schemas) → ids and a loss mask on every assistant turn; (messages, None, "last") → on the
+    last turn only (a step-wise example: the history's actions were sampled from other prompts)."""
+    messages, schemas, *last = example
+    ids, mask = encode_conversation(tok, messages, schemas)
+    if last:
+        head = len(prompt_ids(tok, messages[:-1], schemas))
+        mask = [0] * head + mask[head:]
+    return ids, mask
 
 
 def _sft(model, tok, convs: list, rng: random.Random, steps: int, cfg: TinyConfig, t0: float) -> None:
     """Supervised training on assistant tokens only; AdamW, linear warm-up then cosine to 10 %."""
     # A conversation longer than the context is cut: its head is still a valid next-token example.
-    data = [
-        (ids[: cfg.max_len], mask[: cfg.max_len])
-        for ids, mask in (encode_conversation(tok, c, s) for c, s in convs)
-    ]
+    data = [(ids[: cfg.max_len], mask[: cfg.max_len]) for ids, mask in (_encode(tok, c) for c in convs)]
     print(
         f"tiny: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M params, vocab {len(tok)}, "
         f"{len(data)} examples, {steps} steps",
@@ -287,7 +363,7 @@ def build(cfg: TinyConfig) -> Path:
     # One intra-op thread: on a shared 2-core box OpenMP spin-waiting makes 2 threads much slower than 1.
     torch.set_num_threads(cfg.threads)
     out = Path(cfg.out) if cfg.out else ASSET_DIR
-    convs, rng = _conversations(cfg.n_math, cfg.n_tool, cfg.seed, cfg.n_agent, cfg.n_copy)
+    convs, rng = _conversations(cfg.n_math, cfg.n_tool, cfg.seed, cfg.n_agent, cfg.n_copy, cfg)
     if cfg.init:
         init = _model_dir(cfg.init)
         tok = AutoTokenizer.from_pretrained(init)
@@ -298,8 +374,8 @@ def build(cfg: TinyConfig) -> Path:
         if cfg.tokenizer:
             tok = AutoTokenizer.from_pretrained(_model_dir(cfg.tokenizer))
         else:  # BPE over the conversations' text (every message plus the tool schemas)
-            corpus = [m["content"] for c, _ in convs for m in c] + [
-                json.dumps(x) for _, ss in convs if ss for x in ss
+            corpus = [m["content"] for c in convs for m in c[0]] + [
+                json.dumps(x) for c in convs if c[1] for x in c[1]
             ]
             tok = build_tokenizer(corpus, cfg.vocab_size)
         model = Qwen2ForCausalLM(
@@ -324,7 +400,9 @@ def build(cfg: TinyConfig) -> Path:
         with torch.no_grad():  # the first stage was saved in bf16 and reloaded when this recipe was found
             for p in model.parameters():
                 p.copy_(p.to(torch.bfloat16).float())
-        convs, rng = _conversations(cfg.n_math2, cfg.n_tool2, cfg.seed + 1, cfg.n_agent2, cfg.n_copy2)
+        convs, rng = _conversations(
+            cfg.n_math2, cfg.n_tool2, cfg.seed + 1, cfg.n_agent2, cfg.n_copy2, cfg, stage=2
+        )
         _sft(model, tok, convs, rng, cfg.steps2, cfg, t0)
     n_params = sum(p.numel() for p in model.parameters())
 

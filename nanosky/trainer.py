@@ -44,7 +44,7 @@ from nanosky.lora import check_platform, iter_merged_params, load_lora_model, sa
 from nanosky.policy import load_model, resolve_model_path, save_hf
 from nanosky.rollout import Rollout
 from nanosky.seeds import derive_seed
-from nanosky.steps import anchor_metrics, step_info
+from nanosky.steps import action_spans, anchor_metrics, step_info
 from nanosky.stepwise import assign_advantages, split_rows
 from nanosky.stepwise import samples as stepwise_samples
 from nanosky.update import PolicyUpdate, forward_logprobs
@@ -84,8 +84,10 @@ def collect(cfg: TrainConfig, rollout: Rollout, step: int, version: int) -> tupl
 
 
 def overlong_penalty(trajs: list[Trajectory], max_len: int, cache_len: int) -> None:
-    """DAPO's soft overlong punishment, added to each reward, on the policy's own tokens (not tool outputs)."""
-    pen = algos.overlong_penalty(torch.tensor([t.n_policy_tokens for t in trajs]), max_len, cache_len)
+    """DAPO's soft overlong punishment, added to each reward, on the policy's own tokens (not tool outputs): a turn
+    that nears `max_len` (rollout.max_new_tokens, a per-turn cap) costs its episode; the longest turn counts."""
+    longest = [max((b - a for a, b in action_spans(t.loss_mask)), default=0) for t in trajs]
+    pen = algos.overlong_penalty(torch.tensor(longest), max_len, cache_len)
     for t, p in zip(trajs, pen.tolist()):
         t.reward += p
 

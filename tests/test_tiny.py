@@ -80,6 +80,27 @@ def test_agent_variant_continues_from_a_model_with_a_longer_context(tmp_path):
     assert max(len(b) for b in batches) == 32
 
 
+def test_step_wise_examples_train_only_the_current_action(tok):
+    """The agent variant's data: each turn of a noisy expert's episode, prompted as `--rollout.mode stepwise`
+    prompts it (actions shown), with the loss on that turn's action only."""
+    from nanosky.stepwise import window
+    from nanosky.tiny import _action_copy_texts, _encode, _step_examples
+
+    examples = _step_examples(4, 0, noise=0.25, k=2)
+    assert examples == _step_examples(4, 0, noise=0.25, k=2)  # deterministic from the seed
+    for messages, schemas, last in examples:
+        assert last == "last" and schemas is None and messages[-1]["role"] == "assistant"
+        assert window(messages[:-1], 2) == messages[:-1]  # already a window of two turns
+        assert "admissible actions" in messages[-2]["content"]
+    messages = next(m for m, *_ in examples if sum(x["role"] == "assistant" for x in m) == 3)
+    ids, mask = _encode(tok, (messages, None, "last"))
+    trained = tok.decode([i for i, m in zip(ids, mask) if m])
+    assert trained == messages[-1]["content"] + tok.eos_token  # not the history's actions
+    assert sum(mask) < sum(_encode(tok, (messages, None))[1])
+    texts = _action_copy_texts(6, 0)
+    assert len(texts) == 6 and all(t.strip() for t in texts)
+
+
 def test_from_scratch_with_a_shared_tokenizer(tmp_path):
     """`tokenizer=<dir>` trains new weights (its own shape) on the given vocabulary instead of a new BPE."""
     base = build(_small(tmp_path / "base"))
