@@ -53,7 +53,9 @@ def test_anchor_metrics_counts_shared_states():
 def test_overlong_penalty_reads_the_longest_turn_not_the_episode():
     from nanosky.trainer import overlong_penalty
 
-    short_turns = _traj([0, 1, 1, 1, 0, 1, 1, 1, 0, 1, 1, 1], [], [], reward=1.0)  # 9 policy tokens, turns of 3
+    short_turns = _traj(
+        [0, 1, 1, 1, 0, 1, 1, 1, 0, 1, 1, 1], [], [], reward=1.0
+    )  # 9 policy tokens, turns of 3
     long_turn = _traj([0, 1, 1, 1, 1, 1, 0, 1], [], [], reward=1.0)  # a turn of 5 = max_new_tokens
     overlong_penalty([short_turns, long_turn], max_len=5, cache_len=2)  # the band starts at 3 tokens
     assert short_turns.reward == 1.0 and long_turn.reward == pytest.approx(0.0)
