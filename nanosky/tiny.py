@@ -47,13 +47,13 @@ from pathlib import Path
 import torch
 
 from nanosky.chat import encode_conversation, prompt_ids
+from nanosky.tiny_data import conversations
 from nanosky.tokenizer import build_tokenizer
 
 ASSET_DIR = Path(__file__).parent / "assets" / "tiny"
 AGENT_DIR = Path(__file__).parent / "assets" / "tiny-agent"
 TOOL_DIR = Path(__file__).parent / "assets" / "tiny-tool"
 CACHE_DIR = Path.home() / ".cache" / "nanosky"
-STYLES = {"think": 0.3, "direct": 0.3, "plain": 0.4}
 
 
 @dataclass(kw_only=True)
@@ -119,39 +119,6 @@ class TinyConfig:
     """Rebuild even if the output exists."""
 
 
-def _math_example(rng: random.Random) -> list[dict]:
-    from envs.text_math import SYSTEM_PROMPT, sample_problem
-
-    p = sample_problem(rng)
-    style = rng.choices(list(STYLES), weights=list(STYLES.values()))[0]
-    if style == "think":
-        reply = "\n".join(p.steps) + f"\n<answer>{p.answer}</answer>"
-    elif style == "direct":
-        reply = f"<answer>{p.answer}</answer>"
-    else:
-        reply = f"The answer is {p.answer}."
-    return [
-        {"role": "system", "content": SYSTEM_PROMPT},
-        {"role": "user", "content": p.question},
-        {"role": "assistant", "content": reply},
-    ]
-
-
-def _tool_examples(n: int, seed: int) -> list[tuple[list[dict], list[dict]]]:
-    """(conversation, tool schemas) from the tool_use env's scripted expert; empty if that env is unavailable."""
-    if n <= 0:
-        return []
-    try:
-        import envs
-    except ImportError:
-        return []
-    out = []
-    for i in range(n):
-        env = envs.make("tool_use", split="train", seed=seed * 1_000_003 + i)
-        out.append((env.expert_conversation(), [t.schema for t in env.tools]))
-    return out
-
-
 def _length_bucketed_batches(
     data: list, batch_size: int, rng: random.Random, batch_tokens: int = 0
 ) -> list[list[int]]:
@@ -176,124 +143,6 @@ def _length_bucketed_batches(
         batches += [cur] if cur else []
     rng.shuffle(batches)
     return batches
-
-
-def _agent_examples(n: int, seed: int) -> list[tuple[list[dict], None]]:
-    """Expert episodes of the text-game envs (webshop_lite with 3 results per page, as its preset runs it)."""
-    if n <= 0:
-        return []
-    import envs
-    from envs.base import expert_episode
-
-    out = []
-    for i in range(n):
-        name, kw = [("webshop_lite", {"page_size": 3}), ("alfworld_lite", {})][i % 2]
-        out.append((expert_episode(envs.make(name, split="train", seed=seed * 1_000_003 + i, **kw)), None))
-    return out
-
-
-def _step_examples(n: int, seed: int, noise: float, k: int) -> list[tuple[list[dict], None, str]]:
-    """One example per turn of `n` episodes of a noisy expert (see TinyConfig.step_noise), rendered step-wise."""
-    if n <= 0:
-        return []
-    import envs
-    from nanosky.stepwise import window
-
-    rng, out = random.Random(seed + 31), []
-    for i in range(n):
-        name, kw = [("webshop_lite", {"page_size": 3}), ("alfworld_lite", {})][i % 2]
-        env = envs.make(name, split="train", seed=seed * 1_000_003 + 700_000 + i, show_actions=True, **kw)
-        messages = env.reset()
-        while not env.done:
-            acts = env.available_actions()
-            action = rng.choice(acts) if acts and rng.random() < noise else env.expert_action()
-            out.append((window(messages, k) + [{"role": "assistant", "content": action}], None, "last"))
-            messages += [{"role": "assistant", "content": action}, *env.step(action).observations]
-    return out
-
-
-def _action_copy_texts(n: int, seed: int) -> list[str]:
-    """Admissible actions (alfworld: go to / take / put …; webshop: click[...] on ids and options, search[...] on
-    instructions) to copy, drawn from random states of train-split episodes."""
-    import envs
-
-    rng, out = random.Random(seed + 53), []
-    while len(out) < n:
-        name, kw = [("webshop_lite", {"page_size": 3}), ("alfworld_lite", {})][len(out) % 2]
-        env = envs.make(name, split="train", seed=seed * 1_000_003 + 900_000 + len(out), **kw)
-        env.reset()
-        for _ in range(rng.randint(0, 6)):
-            if env.done or not env.available_actions():
-                break
-            env.step(env.expert_action() if rng.random() < 0.7 else rng.choice(env.available_actions()))
-        acts = env.available_actions() or [env.expert_action()]
-        out.append(" | ".join(rng.sample(acts, min(len(acts), rng.randint(1, 3)))))
-    return out
-
-
-COPY_PROMPT = "Repeat the text exactly."
-
-
-def _copy_examples(n: int, seed: int, texts: list[str] | None = None) -> list[tuple[list[dict], None]]:
-    """Copy drills: tool use is mostly copying (the question's numbers into the call, the tool's output into the
-    answer), and in a mixed corpus the base model never learned to copy; dense copy targets teach it fast. Sources
-    are train-split tool_use questions, arguments and answers, digit strings and made-up words, or the given
-    `texts`."""
-    if n <= 0 and not texts:
-        return []
-    from envs.tool_use import train_task
-
-    rng = random.Random(seed + 77)
-    out = []
-    for i in range(n if texts is None else len(texts)):
-        task = train_task(seed * 1_000_003 + 500_000 + i)
-        pick = rng.randrange(5)
-        if texts is not None:
-            text = texts[i]
-        elif pick == 0:
-            text = task.question
-        elif pick == 1:
-            text = " ".join(str(v) for _, args in task.calls for v in args.values())
-        elif pick == 2:
-            text = task.answer
-        elif pick == 3:
-            text = "".join(rng.choice("0123456789") for _ in range(rng.randint(3, 14)))
-        else:
-            text = " ".join(
-                "".join(
-                    rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(3, 9))
-                ).capitalize()
-                for _ in range(rng.randint(1, 3))
-            )
-        out.append(
-            (
-                [
-                    {"role": "system", "content": COPY_PROMPT},
-                    {"role": "user", "content": text},
-                    {"role": "assistant", "content": text},
-                ],
-                None,
-            )
-        )
-    return out
-
-
-def _conversations(
-    n_math: int, n_tool: int, seed: int, n_agent: int = 0, n_copy: int = 0, cfg: TinyConfig | None = None,
-    stage: int = 1,
-) -> tuple[list, random.Random]:  # fmt: skip
-    rng = random.Random(seed)
-    torch.manual_seed(seed)
-    convs = [(_math_example(rng), None) for _ in range(n_math)] + _tool_examples(n_tool, seed)
-    convs += _agent_examples(n_agent, seed) + _copy_examples(n_copy, seed)
-    if cfg is not None:  # the step-wise agent data
-        n_steps, n_act = (
-            (cfg.n_steps, cfg.n_action_copy) if stage == 1 else (cfg.n_steps2, cfg.n_action_copy2)
-        )
-        convs += _step_examples(n_steps, seed, cfg.step_noise, cfg.history_window)
-        convs += _copy_examples(0, seed, _action_copy_texts(n_act, seed)) if n_act else []
-    rng.shuffle(convs)
-    return convs, rng
 
 
 def _encode(tok, example: tuple) -> tuple[list[int], list[int]]:
@@ -363,7 +212,7 @@ def build(cfg: TinyConfig) -> Path:
     # One intra-op thread: on a shared 2-core box OpenMP spin-waiting makes 2 threads much slower than 1.
     torch.set_num_threads(cfg.threads)
     out = Path(cfg.out) if cfg.out else ASSET_DIR
-    convs, rng = _conversations(cfg.n_math, cfg.n_tool, cfg.seed, cfg.n_agent, cfg.n_copy, cfg)
+    convs, rng = conversations(cfg.n_math, cfg.n_tool, cfg.seed, cfg.n_agent, cfg.n_copy, cfg)
     if cfg.init:
         init = _model_dir(cfg.init)
         tok = AutoTokenizer.from_pretrained(init)
@@ -400,7 +249,7 @@ def build(cfg: TinyConfig) -> Path:
         with torch.no_grad():  # the first stage was saved in bf16 and reloaded when this recipe was found
             for p in model.parameters():
                 p.copy_(p.to(torch.bfloat16).float())
-        convs, rng = _conversations(
+        convs, rng = conversations(
             cfg.n_math2, cfg.n_tool2, cfg.seed + 1, cfg.n_agent2, cfg.n_copy2, cfg, stage=2
         )
         _sft(model, tok, convs, rng, cfg.steps2, cfg, t0)

@@ -51,7 +51,8 @@ def test_bundled_model_is_small_and_warm_started(tiny_path):
 def test_agent_variant_continues_from_a_model_with_a_longer_context(tmp_path):
     import random
 
-    from nanosky.tiny import _copy_examples, _length_bucketed_batches
+    from nanosky.tiny import _length_bucketed_batches
+    from nanosky.tiny_data import _copy_examples
 
     base = build(_small(tmp_path / "base"))
     cfg = TinyConfig(
@@ -84,7 +85,8 @@ def test_step_wise_examples_train_only_the_current_action(tok):
     """The agent variant's data: each turn of a noisy expert's episode, prompted as `--rollout.mode stepwise`
     prompts it (actions shown), with the loss on that turn's action only."""
     from nanosky.stepwise import window
-    from nanosky.tiny import _action_copy_texts, _encode, _step_examples
+    from nanosky.tiny import _encode
+    from nanosky.tiny_data import _action_copy_texts, _step_examples
 
     examples = _step_examples(4, 0, noise=0.25, k=2)
     assert examples == _step_examples(4, 0, noise=0.25, k=2)  # deterministic from the seed
@@ -121,7 +123,7 @@ def test_tool_variant_copies_digit_strings():
     import random
 
     from nanosky.policy import resolve_model_path
-    from nanosky.tiny import COPY_PROMPT
+    from nanosky.tiny_data import COPY_PROMPT
 
     def exact(path: str) -> int:
         tok = AutoTokenizer.from_pretrained(path)
