@@ -14,6 +14,7 @@ import torch
 import algos
 from nanosky import dist
 from nanosky.agent.trajectory import Trajectory
+from nanosky.steps import estimator_kwargs
 
 
 def gather_trajectories(local: list[Trajectory]) -> list[Trajectory]:
@@ -136,17 +137,11 @@ def compute_advantages(
     fn = algos.get_adv_estimator(cfg.adv_estimator)
     meta = algos.registry.ADV_ESTIMATORS.meta(cfg.adv_estimator)
     inputs = [rewards, batch.loss_mask, batch.group_index, batch.values]
-    extra = (
-        {"steps": steps, "omega": cfg.step_adv_weight, "mode": cfg.step_adv_mode}
-        if meta["needs_steps"]
-        else {}
-    )
+    kw = estimator_kwargs(cfg, steps)
     if meta["per_group"]:
-        batch.advantages, batch.returns = fn(
-            *inputs[:3], values=inputs[3], gamma=cfg.gamma, lam=cfg.lam, **extra
-        )
+        batch.advantages, batch.returns = fn(*inputs[:3], values=inputs[3], **kw)
         return
-    if extra:
+    if meta["needs_steps"]:
         raise ValueError(f"{cfg.adv_estimator}: a step-level estimator must be registered per_group=True")
     parts = dist.all_gather_objects([None if x is None else x.cpu() for x in inputs])
     T = max(p[0].shape[1] for p in parts)
@@ -154,7 +149,7 @@ def compute_advantages(
         None if parts[0][k] is None else torch.cat([_pad_cols(p[k], T) for p in parts]).to(rewards.device)
         for k in range(4)
     ]
-    adv, ret = fn(*glob[:3], values=glob[3], gamma=cfg.gamma, lam=cfg.lam)  # [N, T]
+    adv, ret = fn(*glob[:3], values=glob[3], **kw)  # [N, T]
     start = sum(len(p[2]) for p in parts[: dist.get_info().rank])
     rows, width = slice(start, start + len(batch)), rewards.shape[1]
     batch.advantages, batch.returns = adv[rows, :width], ret[rows, :width]

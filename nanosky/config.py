@@ -157,9 +157,8 @@ class TrainConfig:
         if self.dry_run:
             self.steps, self.eval.every, self.eval.limit, self.log.ckpt_every = 1, 0, 1, 0
             self.rollout.ignore_eos = True
-        if (
-            self.algorithm.norm_const is None
-        ):  # a step-wise row holds one turn, a concatenated one all of them
+        if self.algorithm.norm_const is None:
+            # a step-wise row holds one turn, a concatenated one all of them
             turns = 1 if self.rollout.mode == "stepwise" else (self.rollout.max_turns or 1)
             self.algorithm.norm_const = self.rollout.max_new_tokens * turns
 

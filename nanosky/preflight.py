@@ -10,7 +10,6 @@ checkpoint), the run dir (writable) and the disk (room for `keep_ckpts` checkpoi
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import shutil
@@ -118,17 +117,10 @@ def check_run_dir(run_dir: str) -> None:
 
 
 def check_resume(cfg: TrainConfig, world: int) -> None:
-    from nanosky.checkpoint import check_compatible, read_state, resolve_checkpoint
-    from nanosky.trainer import RESUME_FIELDS
+    from nanosky.trainer import resume_checkpoint
 
     try:
-        path = resolve_checkpoint(os.path.join(cfg.run_dir, "checkpoints"), cfg.resume)
-        saved = read_state(path)
-        check_compatible(
-            saved["config"] | {"world_size": saved["world_size"]},
-            dataclasses.asdict(cfg) | {"world_size": world},
-            RESUME_FIELDS,
-        )
+        resume_checkpoint(cfg, world)
     except (FileNotFoundError, ValueError) as e:
         raise UsageError(str(e) if str(e).startswith("--resume") else f"--resume {cfg.resume}: {e}") from None
 

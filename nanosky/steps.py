@@ -35,6 +35,21 @@ def step_rewards(t: Trajectory, n: int) -> list[float]:
     return r
 
 
+def step_keys(t: Trajectory, i: int, n: int) -> list:
+    """The state keys of trajectory i's n steps: a step whose turn never reached its env step (no key recorded)
+    gets a key no other step has."""
+    return list(t.state_keys[:n]) + [("unstepped", t.group, i, k) for k in range(len(t.state_keys), n)]
+
+
+def estimator_kwargs(cfg: algos.AlgoConfig, steps: StepInfo | None) -> dict:
+    """Keyword arguments of the registered estimator: γ, λ, and for a step-level one (`needs_steps`) the steps, ω
+    and the normalisation mode."""
+    kw = {"gamma": cfg.gamma, "lam": cfg.lam}
+    if algos.registry.ADV_ESTIMATORS.meta(cfg.adv_estimator)["needs_steps"]:
+        kw |= {"steps": steps, "omega": cfg.step_adv_weight, "mode": cfg.step_adv_mode}
+    return kw
+
+
 def step_info(trajs: list[Trajectory]) -> StepInfo:
     """StepInfo of a batch built by `to_batch(trajs)`: spans shifted by one (position p of the batch's [B, L-1]
     tensors scores token p+1), `step_rewards` per step. Tokens sampled in a turn that never
@@ -42,12 +57,9 @@ def step_info(trajs: list[Trajectory]) -> StepInfo:
     spans, rewards, keys = [], [], []
     for i, t in enumerate(trajs):
         s = [(a - 1, b - 1) for a, b in action_spans(t.loss_mask)]
-        k = list(t.state_keys[: len(s)]) + [
-            ("unstepped", t.group, i, n) for n in range(len(t.state_keys), len(s))
-        ]
         spans.append(s)
         rewards.append(step_rewards(t, len(s)))
-        keys.append(k)
+        keys.append(step_keys(t, i, len(s)))
     return StepInfo(spans, rewards, keys)
 
 

@@ -27,7 +27,7 @@ from algos.registry import ADV_ESTIMATORS
 from nanosky import dist
 from nanosky.agent.trajectory import Trajectory
 from nanosky.batch import Batch, balanced_split
-from nanosky.steps import anchor_metrics, step_rewards
+from nanosky.steps import anchor_metrics, estimator_kwargs, step_keys, step_rewards
 
 
 def window(messages: list[dict], k: int) -> list[dict]:
@@ -57,10 +57,9 @@ def samples(trajs: list[Trajectory]) -> list[Trajectory]:
     return in `reward`."""
     rows = []
     for i, t in enumerate(trajs):
-        rewards = step_rewards(t, len(t.steps))
+        rewards, keys = step_rewards(t, len(t.steps)), step_keys(t, i, len(t.steps))
         for k, s in enumerate(t.steps):
             n = len(s.prompt_ids)
-            key = t.state_keys[k] if k < len(t.state_keys) else ("unstepped", t.group, i, k)
             rows.append(
                 Trajectory(
                     ids=s.prompt_ids + s.ids,
@@ -69,7 +68,7 @@ def samples(trajs: list[Trajectory]) -> list[Trajectory]:
                     prompt_len=n,
                     reward=t.reward,
                     turn_rewards=[rewards[k]],
-                    state_keys=[key],
+                    state_keys=[keys[k]],
                     success=t.success,
                     stop_reason=t.stop_reason,
                     turns=1,
@@ -114,18 +113,15 @@ def advantages(
 ) -> torch.Tensor:
     """[N] the advantage of every row, from the registered estimator run on the episode view (identical on every
     rank: every rank holds all episodes). Not for estimators that need values (GAE runs on the rows)."""
-    meta = ADV_ESTIMATORS.meta(cfg.adv_estimator)
-    if meta["needs_values"]:
+    return _estimate(episode_view(trajs, rows, penalties), rows, cfg)
+
+
+def _estimate(view: tuple, rows: list[Trajectory], cfg: AlgoConfig) -> torch.Tensor:
+    if ADV_ESTIMATORS.meta(cfg.adv_estimator)["needs_values"]:
         raise ValueError(f"{cfg.adv_estimator} needs a critic's values: compute it on the rows")
-    rewards, mask, groups, steps = episode_view(trajs, rows, penalties)
-    extra = (
-        {"steps": steps, "omega": cfg.step_adv_weight, "mode": cfg.step_adv_mode}
-        if meta["needs_steps"]
-        else {}
-    )
-    adv, _ = algos.get_adv_estimator(cfg.adv_estimator)(
-        rewards, mask, groups, gamma=cfg.gamma, lam=cfg.lam, **extra
-    )
+    rewards, mask, groups, steps = view
+    fn = algos.get_adv_estimator(cfg.adv_estimator)
+    adv, _ = fn(rewards, mask, groups, **estimator_kwargs(cfg, steps))  # [E, S]
     return torch.stack([adv[r.info["episode"], r.info["step"]] for r in rows]) if rows else torch.zeros(0)
 
 
@@ -147,10 +143,10 @@ def assign_advantages(
         for part in dist.all_gather_objects(pairs):
             for j, p in part:
                 pen[j] = p
-    adv = advantages(trajs, rows, cfg, pen)  # [N]
+    view = episode_view(trajs, rows, pen)
+    adv = _estimate(view, rows, cfg)  # [N]
     a = torch.tensor([0.0 if j is None else float(adv[j]) for j in mine], device=batch.loss_mask.device)
     batch.advantages = batch.returns = a[:, None] * batch.loss_mask  # [B, L-1]
     if not ADV_ESTIMATORS.meta(cfg.adv_estimator)["needs_steps"]:
         return {}
-    *_, steps = episode_view(trajs, rows, pen)
-    return anchor_metrics(steps, [t.group for t in trajs], cfg.gamma, cfg.step_adv_mode)
+    return anchor_metrics(view[3], [t.group for t in trajs], cfg.gamma, cfg.step_adv_mode)

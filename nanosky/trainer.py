@@ -123,11 +123,11 @@ def prepare(run: Run, trajs: list[Trajectory]) -> tuple[Batch, dict[str, float]]
         batch.ref_logprobs = forward_logprobs(run.ref, batch, mbs)
     if run.critic is not None:
         batch.values = forward_values(run.critic, batch, mbs)
-    rewards = token_rewards(batch)  # [B, L-1]
+    rewards = outcome = token_rewards(batch)  # [B, L-1]
     if a.kl_in_reward and run.ref is not None:
         rewards = kl_in_reward(rewards, batch, a.kl_coef)
     if stepwise and not meta["needs_values"]:  # the estimator runs on the episodes (nanosky/stepwise.py)
-        penalty = (token_rewards(batch) - rewards).sum(-1) if a.kl_in_reward else None  # [B]
+        penalty = (outcome - rewards).sum(-1) if rewards is not outcome else None  # [B] what the KL took
         return batch, assign_advantages(batch, trajs, rows, mine, a, penalty)
     steps, metrics = None, {}
     if meta["needs_steps"]:
@@ -246,16 +246,22 @@ RESUME_FIELDS = [
 ]
 
 
-def resume(run: Run) -> None:
-    """Restore model, optimizer, schedule, step, weight version and every RNG state; refuse incompatible configs."""
-    cfg, info = run.cfg, run.info
+def resume_checkpoint(cfg: TrainConfig, world: int) -> str:
+    """The checkpoint `--resume` names; raises FileNotFoundError if there is none, ValueError if its config differs
+    in a field that breaks resume (also run by `nanosky.preflight` before anything is built)."""
     path = resolve_checkpoint(os.path.join(cfg.run_dir, "checkpoints"), cfg.resume)
     saved = read_state(path)
     check_compatible(
         saved["config"] | {"world_size": saved["world_size"]},
-        dataclasses.asdict(cfg) | {"world_size": info.world},
+        dataclasses.asdict(cfg) | {"world_size": world},
         RESUME_FIELDS,
     )
+    return path
+
+
+def resume(run: Run) -> None:
+    """Restore model, optimizer, schedule, step, weight version and every RNG state; refuse incompatible configs."""
+    path = resume_checkpoint(run.cfg, run.info.world)
     state = load_checkpoint(
         path, model=run.policy, optimizer=run.update.opt, scheduler=run.update.sched, **_extras(run)
     )
