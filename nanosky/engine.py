@@ -11,6 +11,8 @@ On CUDA, `sleep()` frees weights + KV cache (level 1 keeps a CPU copy of the wei
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 from collections import deque
 from collections.abc import Iterable
@@ -75,10 +77,66 @@ class StaleWeightsError(RuntimeError):
     pass
 
 
+class _ReloadNoise(logging.Filter):
+    """Drops vLLM's "RotaryEmbedding: Failed to load weights" on every weight sync. The rotary layer's cos/sin cache
+    is a buffer vLLM computes, not a checkpoint weight, so a reload never brings it; vLLM counts it as loadable,
+    warns, and keeps the cache it had, which is right (the sync probe checks the engine's logprobs after every
+    sync). Read as an error, it made users think the sync was broken."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return (
+            "Failed to load weights" not in record.getMessage()
+            or "RotaryEmbedding" not in record.getMessage()
+        )
+
+
+def log_to_file(path: str) -> None:
+    """Send vLLM's log lines (start-up, prefix-cache resets and weight reloads on every step) to `path` instead of
+    the console, where they buried the progress bar. Every rank appends to the same file; vLLM's format names the
+    process. Done through vLLM's own logging config file (VLLM_LOGGING_CONFIG_PATH, written beside `path`), which
+    vLLM re-applies whenever it configures logging, as its engine does on start-up."""
+    from vllm.config.logging import LoggingConfig
+    from vllm.logger import _DATE_FORMAT, _FORMAT, configure_logging
+
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    config = {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {
+            "vllm": {"()": "vllm.logging_utils.NewLineFormatter", "format": _FORMAT, "datefmt": _DATE_FORMAT}
+        },
+        "filters": {"reload_noise": {"()": f"{__name__}._ReloadNoise"}},
+        "handlers": {
+            "file": {
+                "class": "logging.FileHandler",
+                "filename": os.path.abspath(path),
+                "formatter": "vllm",
+                "filters": ["reload_noise"],
+            }
+        },
+        "loggers": {"vllm": {"handlers": ["file"], "level": "INFO", "propagate": False}},
+    }
+    config_path = os.path.splitext(path)[0] + ".logging.json"
+    with open(config_path, "w") as f:
+        json.dump(config, f, indent=1)
+    os.environ["VLLM_LOGGING_CONFIG_PATH"] = os.path.abspath(config_path)
+    configure_logging(LoggingConfig())
+
+
 class Engine:
-    def __init__(self, cfg: EngineConfig, model_path: str, info: DistInfo, tokenizer_path: str | None = None):
+    def __init__(
+        self,
+        cfg: EngineConfig,
+        model_path: str,
+        info: DistInfo,
+        tokenizer_path: str | None = None,
+        log_path: str | None = None,
+    ):
+        """`log_path`: where vLLM's log lines go (`log_to_file`); None leaves them on the console."""
         from vllm import LLM
 
+        if log_path:
+            log_to_file(log_path)
         self.cfg, self.info = cfg, info
         self.version = 0
         self.sleeping = False

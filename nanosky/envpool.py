@@ -21,6 +21,7 @@ of the original results — an env that does not replay identically is lost too,
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import hashlib
 import itertools
@@ -30,6 +31,7 @@ import queue
 import signal
 import sys
 import threading
+import weakref
 from collections.abc import Hashable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -69,7 +71,10 @@ def _build(spec: tuple) -> Any:
 
 def _worker_main(conn) -> None:
     """Serve (op, handle, payload) requests until "stop" or the parent goes away."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    # Ctrl-C and a scheduler's SIGTERM are the parent's to handle (it finishes its step, which needs these envs);
+    # a worker ends with its parent (EOF on the pipe) or by SIGKILL from the pool.
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
     conn.send(("ready", os.getpid()))
     live: dict[int, Any] = {}
     while True:
@@ -214,6 +219,10 @@ class EnvPool:
         self._threads = [threading.Thread(target=self._serve, args=(w,), daemon=True) for w in self._workers]
         for t in self._threads:
             t.start()
+        # Workers ignore SIGTERM (their parent finishes its step on it), so multiprocess's exit hook, which SIGTERMs
+        # and joins daemon children, would wait forever on them: this hook, registered later, runs first.
+        ref = weakref.ref(self)
+        atexit.register(lambda: (pool := ref()) is not None and pool.shutdown())
 
     # ---- public API ----------------------------------------------------------------------------------------
     def make(self, name: str, split: str = "train", seed: int = 0, **kwargs) -> int:

@@ -47,6 +47,7 @@ from nanosky.seeds import derive_seed
 from nanosky.steps import action_spans, anchor_metrics, step_info
 from nanosky.stepwise import assign_advantages, split_rows
 from nanosky.stepwise import samples as stepwise_samples
+from nanosky.stop import GracefulStop, resume_command
 from nanosky.update import PolicyUpdate, forward_logprobs
 
 if TYPE_CHECKING:
@@ -203,7 +204,7 @@ def build(cfg: TrainConfig) -> Run:
         tok=tok,
         policy=policy,
         update=PolicyUpdate(cfg.optim, cfg.algorithm, policy),
-        engine=(engine := Engine(cfg.engine, path, info)),
+        engine=(engine := Engine(cfg.engine, path, info, log_path=os.path.join(cfg.run_dir, "engine.log"))),
         pool=(pool := make_pool(cfg.envpool.workers, cfg.envpool.step_timeout_s)),
         rollout=Rollout(cfg.rollout, EngineBackend(engine, tok), pool, tok),
         log=RunLogger(cfg.run_dir, info.is_main, cfg.steps, cfg.log.tqdm),
@@ -371,7 +372,9 @@ class Phases:
 
     @contextmanager
     def __call__(self, step: int, name: str):
-        self.beat.write(f"{time.strftime('%H:%M:%S')} rank {self.rank} step {step} {name}\n")
+        self.beat.write(
+            f"{time.strftime('%H:%M:%S')} rank {self.rank} pid {os.getpid()} step {step} {name}\n"
+        )
         t0 = time.perf_counter()
         yield
         self.times[name] = time.perf_counter() - t0
@@ -385,52 +388,76 @@ class Phases:
 
 def train(cfg: TrainConfig) -> dict:
     cfg.finalize()
-    run = build(cfg)
-    ph = Phases(cfg.run_dir, run.info.rank)
-    if run.acc0 is None:
-        with ph(0, "eval"):
-            run.acc0 = run_eval(run, 0) if cfg.eval.every or not cfg.dry_run else 0.0
-    acc = run.acc0
-    step_times: list[float] = []
-    for step in range(run.step + 1, cfg.steps + 1):
-        if step == cfg.dist.fail_step and run.info.rank == cfg.dist.fail_rank:
-            raise RuntimeError(f"injected failure on rank {run.info.rank} at step {step} (--dist.fail-rank)")
-        t0 = time.perf_counter()
-        with ph(step, "generate"):  # rollouts on every rank, then the global gather (+ DAPO rounds)
-            run.engine.wake()
-            trajs, gen_m = collect(cfg, run.rollout, step, run.version)
-            run.engine.sleep()
-        with ph(
-            step, "logprob"
-        ):  # this rank's whole groups, old/ref logprobs, values, KL-in-reward, advantages
-            batch, adv_m = prepare(run, trajs)
-        with ph(step, "train"):  # critic + policy optimizer steps
-            upd = update(run, batch, step)
-        with ph(step, "sync"):  # full tensors → vLLM, version += 1, probe
-            run.engine.wake()
-            run.version += 1
-            sync_m = sync_weights(cfg, run.policy, run.engine, run.version, run.probe_ids)
-        run.step = step
-        step_times.append(time.perf_counter() - t0)
-        times = {"step": step_times[-1]} | {k: ph.times[k] for k in ("generate", "logprob", "train", "sync")}
-        upd_m = {"train/" + k: v for k, v in upd.items()}
-        run.log.scalars(
-            step, step_metrics(run, trajs, batch, times) | ph.metrics() | gen_m | sync_m | upd_m | adv_m
-        )
-        run.log.rollouts(step, trajs, run.tok, cfg.log.samples_per_step)
-        run.log.progress(
-            {"reward": sum(x.reward for x in trajs) / len(trajs), "acc": acc, "s/step": times["step"]}
-        )
-        if cfg.eval.every and step % cfg.eval.every == 0 and step != cfg.steps:
-            with ph(step, "eval"):
-                acc = run_eval(run, step)
-        if cfg.log.ckpt_every and step % cfg.log.ckpt_every == 0 and step != cfg.steps:
-            with ph(step, "checkpoint"):
-                checkpoint(run, step)
-    if cfg.dry_run:
-        run.log.print(f"dry run ok: {ph.metrics()}")
-        return close(run, run.acc0, run.acc0, step_times)
-    return close(run, run.acc0, run_eval(run, cfg.steps) if cfg.steps else run.acc0, step_times)
+    with GracefulStop(
+        announce=dist.launch_rank() == 0
+    ) as stop:  # SIGINT / SIGTERM: finish the step, then stop
+        run = build(cfg)
+        ph = Phases(cfg.run_dir, run.info.rank)
+        if run.acc0 is None:
+            with ph(0, "eval"):
+                run.acc0 = run_eval(run, 0) if cfg.eval.every or not cfg.dry_run else 0.0
+        acc, start = run.acc0, run.step
+        step_times: list[float] = []
+        for step in range(run.step + 1, cfg.steps + 1):
+            if stop.requested():  # on any rank: every rank stops here, after the same step
+                return stopped(run, ph, step - 1, step - 1 > start, stop.name)
+            if step == cfg.dist.fail_step and run.info.rank == cfg.dist.fail_rank:
+                raise RuntimeError(
+                    f"injected failure on rank {run.info.rank} at step {step} (--dist.fail-rank)"
+                )
+            t0 = time.perf_counter()
+            with ph(step, "generate"):  # rollouts on every rank, then the global gather (+ DAPO rounds)
+                run.engine.wake()
+                trajs, gen_m = collect(cfg, run.rollout, step, run.version)
+                run.engine.sleep()
+            # this rank's whole groups, old/ref logprobs, values, KL-in-reward, advantages
+            with ph(step, "logprob"):
+                batch, adv_m = prepare(run, trajs)
+            with ph(step, "train"):  # critic + policy optimizer steps
+                upd = update(run, batch, step)
+            with ph(step, "sync"):  # full tensors → vLLM, version += 1, probe
+                run.engine.wake()
+                run.version += 1
+                sync_m = sync_weights(cfg, run.policy, run.engine, run.version, run.probe_ids)
+            run.step = step
+            step_times.append(time.perf_counter() - t0)
+            times = {"step": step_times[-1]} | {
+                k: ph.times[k] for k in ("generate", "logprob", "train", "sync")
+            }
+            upd_m = {"train/" + k: v for k, v in upd.items()}
+            run.log.scalars(
+                step, step_metrics(run, trajs, batch, times) | ph.metrics() | gen_m | sync_m | upd_m | adv_m
+            )
+            run.log.rollouts(step, trajs, run.tok, cfg.log.samples_per_step)
+            run.log.progress(
+                {"reward": sum(x.reward for x in trajs) / len(trajs), "acc": acc, "s/step": times["step"]}
+            )
+            if cfg.eval.every and step % cfg.eval.every == 0 and step != cfg.steps:
+                with ph(step, "eval"):
+                    acc = run_eval(run, step)
+            if cfg.log.ckpt_every and step % cfg.log.ckpt_every == 0 and step != cfg.steps:
+                with ph(step, "checkpoint"):
+                    checkpoint(run, step)
+        if cfg.dry_run:
+            run.log.print(f"dry run ok: {ph.metrics()}")
+            return close(run, run.acc0, run.acc0, step_times)
+        return close(run, run.acc0, run_eval(run, cfg.steps) if cfg.steps else run.acc0, step_times)
+
+
+def stopped(run: Run, ph: Phases, step: int, new_work: bool, signal_name: str) -> dict:
+    """The graceful stop after `step`: its checkpoint (unless the schedule wrote it, or no step ran since the start)
+    and the resume command."""
+    cfg = run.cfg
+    if new_work and not (cfg.log.ckpt_every and step % cfg.log.ckpt_every == 0):
+        with ph(step, "checkpoint"):
+            checkpoint(run, step)
+    run.log.print(
+        f"stopped by {signal_name} after step {step} of {cfg.steps}; checkpoint in {cfg.run_dir}/checkpoints. "
+        f"Resume with:\n  {resume_command()}"
+    )
+    run.log.close()
+    run.pool.shutdown()
+    return {"stopped_at_step": step, "signal": signal_name}
 
 
 def close(run: Run, acc0: float, acc: float, step_times: list[float]) -> dict:

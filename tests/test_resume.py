@@ -1,14 +1,25 @@
-"""Exact resume (issue 7): N steps straight vs N/2 steps + resume + N/2 steps, 2 ranks, the bundled model."""
+"""Crash → resume and graceful stop → resume (issues 7 and 16), 2 ranks, the bundled model.
+
+One straight 6-step run is the reference. A second run has rank 1 killed -9 in the middle of step 5 (not during a
+save): torchrun must end the job promptly, naming the dead rank; `--resume latest` continues from step 4; a Ctrl-C
+(SIGINT to the whole process group, as a terminal sends it) during step 5 finishes that step, checkpoints it and
+prints the resume command; resuming again runs step 6. Steps 5 and 6 must equal the straight run's.
+"""
 
 import json
 import math
 import os
-import shutil
+import re
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
-from test_e2e import scalars, torchrun
+from test_e2e import ROOT, child_env, scalars, torchrun
 
-ARGS = ["--preset", "smoke", "--steps", "4", "--log.ckpt-every", "2", "--eval.limit", "8"]
+ARGS = ["--preset", "smoke", "--steps", "6", "--log.ckpt-every", "2", "--eval.limit", "8"]
+TAGS = ("train/pg_loss", "train/reward_mean", "train/response_len", "train/grad_norm")
 
 
 def _samples(run_dir: str, step: int) -> list:
@@ -16,31 +27,84 @@ def _samples(run_dir: str, step: int) -> list:
     return [r["messages"] for r in rows if r["split"] == "train" and r["step"] == step]
 
 
+def _launch(run_dir: str, *extra: str) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "run.py"]
+    return subprocess.Popen(
+        [*cmd, *ARGS, "--log.run-dir", run_dir, *extra],
+        cwd=ROOT,
+        env=child_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group, like a job in a terminal
+    )
+
+
+def _wait_for_beat(path: str, offset: int, pattern: str, proc: subprocess.Popen) -> re.Match:
+    """Poll a heartbeat file (`rank R pid P step S phase` lines, from byte `offset`) until a line matches."""
+    deadline = time.time() + 400
+    while time.time() < deadline:
+        if os.path.exists(path):
+            with open(path) as f:
+                f.seek(offset)
+                m = re.search(pattern, f.read())
+            if m:
+                return m
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        time.sleep(0.02)
+    raise TimeoutError(pattern)
+
+
 @pytest.mark.slow
-def test_resume_is_exact(tmp_path):
-    straight, resumed = str(tmp_path / "straight"), str(tmp_path / "resumed")
+def test_kill_9_mid_step_then_resume_and_sigint_stop_then_resume_are_exact(tmp_path):
+    straight, run = str(tmp_path / "straight"), str(tmp_path / "run")
     r = torchrun([*ARGS, "--log.run-dir", straight])
     assert r.returncode == 0, r.stderr[-3000:]
-    # the "crashed" run: keep only what existed after step 2 (its checkpoint), then resume it
-    os.makedirs(resumed)
-    shutil.copytree(
-        os.path.join(straight, "checkpoints", "step_000002"),
-        os.path.join(resumed, "checkpoints", "step_000002"),
-    )
-    with open(os.path.join(resumed, "checkpoints", "latest"), "w") as f:
-        f.write("step_000002")
-    r = torchrun([*ARGS, "--log.run-dir", resumed, "--resume", "latest"])
+    # a quiet console: vLLM's lines (start-up, every step's weight reload) go to run_dir/engine.log
+    vllm_line = re.compile(r"^\(\w+ pid=\d+\) (INFO|WARNING|DEBUG) ", re.M)
+    assert not vllm_line.search(r.stdout + r.stderr), vllm_line.findall(r.stdout + r.stderr)[:3]
+    engine_log = open(os.path.join(straight, "engine.log")).read()
+    assert "Reloading and processing weights" in engine_log and "Failed to load weights" not in engine_log
+
+    # kill -9 rank 1 once it is training step 5
+    proc = _launch(run)
+    m = _wait_for_beat(os.path.join(run, "heartbeat.rank1"), 0, r"rank 1 pid (\d+) step 5 train", proc)
+    os.kill(int(m.group(1)), signal.SIGKILL)
+    t_kill = time.time()
+    out, err = proc.communicate(timeout=120)
+    print(f"chaos: the job exited {time.time() - t_kill:.1f} s after the kill")
+    assert proc.returncode != 0 and time.time() - t_kill < 30
+    assert re.search(r"rank\s*:\s*1 \(local_rank: 1\)", err) and "SIGKILL" in err, err[-3000:]
+    with open(os.path.join(run, "checkpoints", "latest")) as f:
+        assert f.read().strip() == "step_000004"
+
+    # resume; Ctrl-C during step 5: the step finishes, is checkpointed, and the resume command is printed. Sent once
+    # both ranks are past the step's generation, where a resumed rank may still compile with a subprocess (in the
+    # process group, so the terminal's SIGINT kills it as it would any child)
+    beat0 = os.path.join(run, "heartbeat.rank0")
+    proc = _launch(run, "--resume", "latest")
+    _wait_for_beat(beat0, os.path.getsize(beat0), r"step 5 train", proc)
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=300)
+    assert "resumed from" in out + err and "step_000004" in out + err
+    assert "stopped by SIGINT after step 5 of 6" in out, out[-3000:] + err[-8000:]
+    assert "--resume latest" in out.split("Resume with:")[1]
+    with open(os.path.join(run, "checkpoints", "latest")) as f:
+        assert f.read().strip() == "step_000005"
+    print(f"graceful stop: torchrun exit status {proc.returncode}")
+
+    r = torchrun([*ARGS, "--log.run-dir", run, "--resume", "latest"])
     assert r.returncode == 0, r.stderr[-3000:]
-    assert "resumed from" in r.stdout + r.stderr
-    a, b = scalars(straight), scalars(resumed)
-    assert [s for s, _ in b["train/pg_loss"]] == [3, 4]  # only the steps after the resume ran
-    for tag in ("train/pg_loss", "train/reward_mean", "train/response_len", "train/grad_norm"):
-        for (sa, va), (sb, vb) in zip(a[tag][2:], b[tag]):
+    a, b = scalars(straight), scalars(run)
+    assert [s for s, _ in b["train/pg_loss"]] == [1, 2, 3, 4, 5, 6]  # step 5 logged once, by the stopped run
+    for tag in TAGS:
+        for (sa, va), (sb, vb) in zip(a[tag][4:], b[tag][4:]):
             assert sa == sb and math.isclose(va, vb, rel_tol=1e-5, abs_tol=1e-7), (tag, sa, va, vb)
-    for step in (3, 4):  # the same sampled tokens after the resume
-        assert _samples(straight, step) == _samples(resumed, step) and _samples(resumed, step)
+    for step in (5, 6):  # the same sampled tokens after each resume
+        assert _samples(straight, step) == _samples(run, step) and _samples(run, step)
+
     # a config change that breaks resume is refused with the field named
-    r = torchrun([*ARGS, "--log.run-dir", resumed, "--resume", "latest"], nproc=1)
+    r = torchrun([*ARGS, "--log.run-dir", run, "--resume", "latest"], nproc=1)
     assert r.returncode != 0 and "world_size differs" in r.stderr, r.stderr[-2000:]
 
 

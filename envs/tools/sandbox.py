@@ -216,6 +216,10 @@ def _read_capped(
 
 
 def _kill_tree(proc: subprocess.Popen) -> None:
+    """SIGKILL the program's process group and return only when every process in it is gone. SIGKILL is delivered
+    asynchronously: right after killpg a fork bomb's processes can still be running (and forking) for a moment on
+    a loaded box, so the group is polled and killed again until none is left. Zombies count as gone (only their
+    parent, or init, can reap them)."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)  # the pid-namespace init dies with its parent (PDEATHSIG)
     except (ProcessLookupError, PermissionError):
@@ -224,6 +228,39 @@ def _kill_tree(proc: subprocess.Popen) -> None:
         proc.wait(timeout=10)
     except subprocess.TimeoutExpired:  # unkillable (D state): do not hang the caller forever
         log.error("sandbox: process %d did not die after SIGKILL", proc.pid)
+        return
+    deadline = time.monotonic() + 10
+    while _group_alive(proc.pid):
+        if time.monotonic() > deadline:
+            log.error("sandbox: processes of group %d still alive 10 s after SIGKILL", proc.pid)
+            return
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        time.sleep(0.005)
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether a live (not zombie) process is in process group `pgid`."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False  # the usual case: nothing left at all, no /proc scan needed
+    except PermissionError:
+        pass
+    if not os.path.isdir("/proc"):
+        return False
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(b")") + 2 :].split()  # state, ppid, pgrp, ... (comm may hold spaces)
+        if int(fields[2]) == pgid and fields[0] != b"Z":
+            return True
+    return False
 
 
 def _feed(pipe, data: bytes) -> None:

@@ -1,0 +1,62 @@
+"""Graceful stop (nanosky/stop.py): a signal is noted and answered after the step, repeats within the debounce
+count once, a later one stops at once; the resume command. The 2-rank stop + resume runs in test_resume.py."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+from nanosky.stop import resume_command
+
+SCRIPT = textwrap.dedent(
+    """
+    import os, signal, sys, time
+    from nanosky.stop import GracefulStop
+
+    with GracefulStop(debounce_s=0.5) as stop:
+        assert not stop.requested()
+        os.kill(os.getpid(), signal.SIGINT)   # Ctrl-C: noted, not fatal
+        os.kill(os.getpid(), signal.SIGINT)   # torchrun's forwarded copy, within the debounce: the same stop
+        time.sleep(0.1)
+        print("alive", stop.requested(), stop.name, flush=True)
+        if sys.argv[1] == "twice":
+            time.sleep(0.6)
+            os.kill(os.getpid(), signal.SIGTERM)  # a deliberate second signal: at once, even from a blocked main
+            time.sleep(5)                         # the main thread waiting, as in a collective (GIL released)
+            print("not reached", flush=True)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored on exit
+    print("restored", flush=True)
+    """
+)
+
+
+def _run(mode: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", SCRIPT, mode], capture_output=True, text=True, timeout=60, cwd=os.getcwd()
+    )
+
+
+def test_a_signal_is_answered_after_the_step_and_a_second_one_stops_at_once():
+    r = _run("once")
+    assert r.returncode == 0, r.stderr
+    assert "nanosky: SIGINT: stopping after this step" in r.stdout
+    assert r.stdout.count("stopping after this step") == 1  # the repeat within the debounce is the same stop
+    assert "alive True SIGINT" in r.stdout and "restored" in r.stdout
+    t0 = time.monotonic()
+    r = _run("twice")
+    assert time.monotonic() - t0 < 4.5  # not after the main thread's 5 s wait
+    assert r.returncode == 128 + signal.SIGTERM and "not reached" not in r.stdout, (r.returncode, r.stdout)
+    assert "SIGTERM again: stopping now" in r.stdout
+
+
+def test_resume_command_repeats_the_flags_with_resume_latest(monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["run.py"])
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    assert (
+        resume_command(["--env", "math", "--resume", "step_2"]) == "python run.py --env math --resume latest"
+    )
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    cmd = resume_command(["--resume=latest", "--log.run-dir", "runs/a b"])
+    assert cmd == "torchrun --nproc_per_node 2 run.py --log.run-dir 'runs/a b' --resume latest"
