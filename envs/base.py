@@ -43,9 +43,13 @@ class Env:
         return None
 
 
+ACTIONS_HEADER = "\n\nYour admissible actions of the current situation are: ["
+"""Starts the `show_actions` suffix; step-wise prompts cut it from past observations (`nanosky.stepwise.window`)."""
+
+
 def admissible_actions_text(actions: list[str]) -> str:
     """The `show_actions` suffix of an observation, in the style of verl-agent's ALFWorld prompt."""
-    return "\n\nYour admissible actions of the current situation are: [" + " | ".join(actions) + "]"
+    return ACTIONS_HEADER + " | ".join(actions) + "]"
 
 
 _ACTION_TAG = re.compile(r"<action>(.*?)</action>", re.IGNORECASE | re.DOTALL)

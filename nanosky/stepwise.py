@@ -24,6 +24,7 @@ import torch
 import algos
 from algos import AlgoConfig, StepInfo
 from algos.registry import ADV_ESTIMATORS
+from envs.base import ACTIONS_HEADER
 from nanosky import dist
 from nanosky.agent.trajectory import Trajectory
 from nanosky.batch import Batch, balanced_split
@@ -33,7 +34,23 @@ from nanosky.steps import anchor_metrics, estimator_kwargs, step_keys, step_rewa
 def window(messages: list[dict], k: int) -> list[dict]:
     """The opening messages (everything before the first assistant turn), then the last `k` turns (an assistant
     message and the observations that answered it). When turns are dropped, the opening's last message says how
-    many, so the model knows the episode did not just start."""
+    many, so the model knows the episode did not just start. Only the current observation keeps its admissible-
+    action list (`show_actions`): past lists are stale, and a small model copies from them (as verl-agent's prompts
+    do, the history shows observations and actions only)."""
+    return _window(_drop_stale_actions(messages), k)
+
+
+def _drop_stale_actions(messages: list[dict]) -> list[dict]:
+    last = max((i for i, m in enumerate(messages) if m["role"] == "assistant"), default=-1)
+    return [
+        {**m, "content": m["content"].split(ACTIONS_HEADER)[0]}
+        if i < last and m["role"] != "assistant" and isinstance(m.get("content"), str)
+        else m
+        for i, m in enumerate(messages)
+    ]
+
+
+def _window(messages: list[dict], k: int) -> list[dict]:
     first = next((i for i, m in enumerate(messages) if m["role"] == "assistant"), len(messages))
     opening, turns = list(messages[:first]), []
     for m in messages[first:]:

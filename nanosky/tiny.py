@@ -105,6 +105,10 @@ class TinyConfig:
     n_steps2: int = 0
     n_action_copy2: int = 0
     """Second-stage step-wise episodes and action copy drills."""
+    lm_weight: float = 0.0
+    """Loss weight of every other token (prompts, observations, admissible lists) relative to the trained turns:
+    > 0 adds language modelling on the whole context, where entity names repeat (the room's receptacles, then the
+    same names in the action list), which is what builds copying heads; 0 = trained turns only."""
     batch_tokens: int = 0
     """Cap a batch's padded tokens (long episodes get smaller batches); 0 = always batch_size sequences."""
     tokenizer: str | None = None
@@ -188,7 +192,12 @@ def _sft(model, tok, convs: list, rng: random.Random, steps: int, cfg: TinyConfi
             att[i, : len(x)] = 1
             labels[i, : len(x)] = torch.where(torch.tensor(m) == 1, torch.tensor(x), -100)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.bf16):
-            loss = model(input_ids=ids, attention_mask=att, labels=labels).loss
+            if cfg.lm_weight:
+                loss = _weighted_lm_loss(
+                    model(input_ids=ids, attention_mask=att).logits, ids, att, labels, cfg
+                )
+            else:
+                loss = model(input_ids=ids, attention_mask=att, labels=labels).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
@@ -196,6 +205,16 @@ def _sft(model, tok, convs: list, rng: random.Random, steps: int, cfg: TinyConfi
         opt.zero_grad(set_to_none=True)
         if step % 50 == 0 or step == steps - 1:
             print(f"tiny sft step {step:5d} loss {loss.item():.4f} ({time.time() - t0:.0f}s)", flush=True)
+
+
+def _weighted_lm_loss(logits, ids, att, labels, cfg: TinyConfig) -> torch.Tensor:
+    """Next-token cross-entropy on every real token, trained turns weighted 1 and the rest `cfg.lm_weight`."""
+    # logits [B, L, V] predict position t+1 from t
+    ce = torch.nn.functional.cross_entropy(
+        logits[:, :-1].float().transpose(1, 2), ids[:, 1:], reduction="none"
+    )  # [B, L-1]
+    w = torch.where(labels[:, 1:] != -100, 1.0, cfg.lm_weight) * att[:, 1:]
+    return (ce * w).sum() / w.sum()
 
 
 def _model_dir(path: str) -> str:

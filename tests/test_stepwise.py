@@ -40,6 +40,25 @@ def test_window_keeps_the_opening_and_the_last_k_turns():
     assert _conv(4)[1]["content"] == "task"  # the caller's messages are not modified
 
 
+def test_window_shows_only_the_current_admissible_actions():
+    """Past observations lose their `show_actions` list (stale: a small model copies from it); the current one and
+    the hidden-steps note stay."""
+    from envs.base import admissible_actions_text
+
+    def obs(text, acts):
+        return {"role": "user", "content": text + admissible_actions_text(acts)}
+
+    conv = [SYS, obs("room", ["go to a 1", "look"])]
+    assert window(conv, 2) == conv  # the first step: its list is current
+    conv += [{"role": "assistant", "content": "go to a 1"}, obs("at a 1", ["take x 1 from a 1"])]
+    conv += [{"role": "assistant", "content": "take x 1 from a 1"}, obs("holding x 1", ["go to b 1"])]
+    w = window(conv, 1)
+    assert w[1]["content"] == "room\n\n[1 earlier step not shown]"
+    assert [m["content"] for m in w[2:]] == ["take x 1 from a 1", conv[-1]["content"]]
+    assert [m["content"] for m in window(conv, 2)[1:4]] == ["room", "go to a 1", "at a 1"]
+    assert "admissible" in conv[1]["content"]  # the caller's messages are not modified
+
+
 class IdsBackend:
     """Scripted alfworld commands with token ids and fake logprobs, recording each request's prompt ids."""
 
