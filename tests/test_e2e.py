@@ -222,7 +222,7 @@ def test_agent_env_without_preset_starts_from_its_preset():
     cfg = parse_args(["--algo", "grpo", "--env", "tool_use"], console=False)
     assert cfg.env == "tool_use" and cfg.model.path == "tiny-tool" and cfg.algorithm.name == "grpo"
     assert cfg.algorithm.adv_estimator == "grpo"
-    assert parse_args(["--env=alfworld_lite"], console=False).engine.max_model_len == 1536
+    assert parse_args(["--env=alfworld_lite"], console=False).engine.max_model_len == 768
     assert parse_args(["--env", "tool_use", "--model.path", "x"], console=False).model.path == "x"
     assert parse_args(["--preset", "default", "--env", "tool_use"], console=False).model.path == "tiny"
     assert parse_args(["--env", "math"], console=False).model.path == "tiny"

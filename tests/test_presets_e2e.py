@@ -148,7 +148,8 @@ def test_agent_env_presets_train(preset, tmp_path):
 
 @pytest.mark.slow
 def test_gigpo_trains_on_alfworld_lite_at_two_ranks(tmp_path):
-    """`--algo gigpo` end to end: state keys from the env pool, step spans, anchor metrics reduced over 2 ranks."""
+    """`--algo gigpo` end to end in concat mode (the preset's step-wise mode runs in test_stepwise_rollout_trains):
+    state keys from the env pool, step spans in concatenated rows, anchor metrics reduced over 2 ranks."""
     from test_e2e import torchrun
 
     run_dir = str(tmp_path / "gigpo")
@@ -156,7 +157,7 @@ def test_gigpo_trains_on_alfworld_lite_at_two_ranks(tmp_path):
         "--steps 2 --rollout.prompts-per-step 2 --rollout.group-size 2 --rollout.max-turns 6 --eval.every 0"
     )
     r = torchrun(["--preset", "alfworld_lite", "--algo", "gigpo", "--log.run-dir", run_dir, *small.split(),
-                  "--envpool.workers", "1", "--eval.limit", "2"])  # fmt: skip
+                  "--rollout.mode", "concat", "--envpool.workers", "1", "--eval.limit", "2"])  # fmt: skip
     assert r.returncode == 0, r.stderr[-4000:]
     s = scalars(run_dir)
     assert [step for step, _ in s["train/pg_loss"]] == [1, 2]
