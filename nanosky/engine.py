@@ -117,8 +117,10 @@ def log_to_file(path: str) -> None:
         "loggers": {"vllm": {"handlers": ["file"], "level": "INFO", "propagate": False}},
     }
     config_path = os.path.splitext(path)[0] + ".logging.json"
-    with open(config_path, "w") as f:
+    tmp = f"{config_path}.{os.getpid()}"  # every rank writes the same file: atomically, so none reads half of it
+    with open(tmp, "w") as f:
         json.dump(config, f, indent=1)
+    os.replace(tmp, config_path)
     os.environ["VLLM_LOGGING_CONFIG_PATH"] = os.path.abspath(config_path)
     configure_logging(LoggingConfig())
 
