@@ -83,6 +83,17 @@ def launch_rank() -> int:
     return int(os.environ.get("RANK", 0))
 
 
+def launch_local_world() -> int | None:
+    """The number of ranks torchrun started on this node (None for plain `python`)."""
+    n = os.environ.get("LOCAL_WORLD_SIZE")
+    return int(n) if n else None
+
+
+def is_initialized() -> bool:
+    """Whether init_distributed() has run in this process."""
+    return _INFO is not None
+
+
 def get_info() -> DistInfo:
     if _INFO is None:
         raise RuntimeError("init_distributed() has not been called")

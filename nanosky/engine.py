@@ -84,10 +84,8 @@ class _ReloadNoise(logging.Filter):
     sync). Read as an error, it made users think the sync was broken."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return (
-            "Failed to load weights" not in record.getMessage()
-            or "RotaryEmbedding" not in record.getMessage()
-        )
+        msg = record.getMessage()
+        return "Failed to load weights" not in msg or "RotaryEmbedding" not in msg
 
 
 def log_to_file(path: str) -> None:

@@ -3,9 +3,9 @@ prints the resume command and exits 0; a second signal stops at once.
 
     with GracefulStop() as stop:
         for step in ...:
+            if stop.requested():          # a collective: every rank calls it before every step
+                ...checkpoint the last step, print resume_command(), return
             ...one step...
-            if stop.requested():          # a collective: every rank calls it at the end of every step
-                ...checkpoint, print resume_command(), return
 
 Under torchrun a signal can reach the ranks unevenly: a Ctrl-C reaches every rank twice (from the terminal, then
 forwarded by torchrun), and a scheduler may signal only some. So repeats within `debounce_s` count as one, and
@@ -22,8 +22,6 @@ import signal
 import sys
 import threading
 import time
-
-import torch
 
 from nanosky import dist
 
@@ -87,7 +85,7 @@ class GracefulStop:
 
     def requested(self) -> bool:
         """Whether any rank got a signal. A collective when distributed: every rank calls it at the same point."""
-        if torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1:
+        if dist.is_initialized() and dist.get_info().world > 1:
             got = dist.all_reduce_sum([float(self.signum != 0)])[0] > 0
             if got and not self.signum:
                 self.signum = signal.SIGTERM  # another rank's signal: stop with it
@@ -98,7 +96,7 @@ class GracefulStop:
 def _local_rank_died() -> bool:
     """Whether a sibling worker of this torchrun agent is gone: torchrun then SIGTERMs the others, which may be
     blocked in a collective with the dead rank and could never finish their step."""
-    n = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    n = dist.launch_local_world() or 1
     if n <= 1 or not os.path.isdir("/proc"):
         return False
     parent, alive = os.getppid(), 0
@@ -124,6 +122,6 @@ def resume_command(argv: list[str] | None = None) -> str:
         elif not a.startswith("--resume="):
             args.append(a)
     script = shlex.quote(sys.argv[0] if sys.argv and sys.argv[0] else "run.py")
-    nproc = os.environ.get("LOCAL_WORLD_SIZE")
+    nproc = dist.launch_local_world()
     launch = f"torchrun --nproc_per_node {nproc} {script}" if nproc else f"python {script}"
     return " ".join([launch, *map(shlex.quote, args), "--resume", "latest"])
