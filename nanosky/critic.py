@@ -14,9 +14,16 @@ from torch import nn
 import algos
 from algos import AlgoConfig
 from nanosky import dist
-from nanosky.batch import Batch, micro_slices
+from nanosky.batch import Batch
 from nanosky.policy import shard_model
-from nanosky.update import OptimConfig, grad_norm_and_clip, make_optimizer, minibatches
+from nanosky.update import (
+    OptimConfig,
+    grad_norm_and_clip,
+    make_optimizer,
+    micro_batches,
+    minibatches,
+    pack_batch,
+)
 
 
 class Critic(nn.Module):
@@ -30,9 +37,26 @@ class Critic(nn.Module):
         nn.init.zeros_(self.value_head.weight)
         nn.init.zeros_(self.value_head.bias)
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        h = self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # [B, L, H]
-        return self.value_head(h[:, :-1]).squeeze(-1).float()  # [B, L-1]
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Padded rows (2-D mask): values [B, L-1]. Packed rows (4-D mask, `nanosky.packing`): every position's
+        value [R, Lp], for `Packed.gather`."""
+        h = self.model(
+            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids
+        ).last_hidden_state  # [B, L, H]
+        if attention_mask.dim() == 2:
+            h = h[:, :-1]
+        return self.value_head(h).squeeze(-1).float()
+
+
+def values(critic: Critic, m: Batch, optim: OptimConfig) -> tuple[torch.Tensor, int]:
+    """A micro-batch's values [b, T] (packed as `optim.packing` says), and T."""
+    ids, att, T = m.inputs()
+    if optim.packing == "none":
+        return critic(ids, att), T
+    p = pack_batch(m, T, optim)
+    return p.gather(critic(p.input_ids, p.attention_mask, p.position_ids)), T
 
 
 def load_critic(path: str, info: dist.DistInfo) -> Critic:
@@ -40,11 +64,12 @@ def load_critic(path: str, info: dist.DistInfo) -> Critic:
 
 
 @torch.no_grad()
-def forward_values(critic: Critic, batch: Batch, micro_bs: int) -> torch.Tensor:
+def forward_values(critic: Critic, batch: Batch, optim: OptimConfig) -> torch.Tensor:
     out = torch.zeros_like(batch.loss_mask)  # [B, L-1]
-    for s in micro_slices(len(batch), micro_bs):
-        ids, att, T = batch.slice(s).inputs()
-        out[s, :T] = critic(ids, att)
+    for ix, m in micro_batches(batch, optim):
+        v, T = values(critic, m, optim)
+        if ix:
+            out[ix, :T] = v
     return out
 
 
@@ -60,11 +85,10 @@ class CriticUpdate:
 
     def __call__(self, batch: Batch) -> dict[str, float]:
         a, losses, clip_fracs, norms = self.algo, [], [], []
-        for step in minibatches(batch, a, self.optim.micro_batch_size):
+        for step in minibatches(batch, a, self.optim):
             for m, scale in step:
-                ids, att, T = m.inputs()
+                v, T = values(self.critic, m, self.optim)  # [b, T]
                 mask = m.loss_mask[:, :T]
-                v = self.critic(ids, att)  # [b, T]
                 loss, met = algos.value_loss(
                     v,
                     m.values[:, :T],
@@ -75,6 +99,8 @@ class CriticUpdate:
                     norm_const=a.norm_const,
                 )
                 (a.vf_coef * loss * scale).backward()
+                if not m.row_mask.any():  # a blank pass: nothing to report
+                    continue
                 losses.append(float(loss.detach()))
                 clip_fracs.append(met["value_clip_frac"])
             norms.append(grad_norm_and_clip(self.critic, self.optim.grad_clip))

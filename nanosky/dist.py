@@ -123,6 +123,15 @@ def all_reduce_sum(values: list[float]) -> list[float]:
     return t.tolist()
 
 
+def all_reduce_max(values: list[float]) -> list[float]:
+    """Element-wise max over ranks (the values themselves outside a process group)."""
+    if not is_initialized():
+        return list(values)
+    t = torch.tensor(values, dtype=torch.float64, device=get_info().device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return t.tolist()
+
+
 def memory_gib() -> float:
     """Peak memory since the last call: device memory on GPU, process RSS high-water mark on CPU (GiB)."""
     if get_info().is_cuda:

@@ -48,7 +48,7 @@ from nanosky.steps import action_spans, anchor_metrics, step_info
 from nanosky.stepwise import assign_advantages, split_rows
 from nanosky.stepwise import samples as stepwise_samples
 from nanosky.stop import GracefulStop, resume_command
-from nanosky.update import PolicyUpdate, forward_logprobs
+from nanosky.update import PolicyUpdate, forward_logprobs, train_perf
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -108,7 +108,7 @@ def filter_groups(trajs: list[Trajectory]) -> tuple[list[Trajectory], list[Traje
 def prepare(run: Run, trajs: list[Trajectory]) -> tuple[Batch, dict[str, float]]:
     """This rank's whole groups (step-wise: its share of the turns) as a padded batch, with the logprobs and values
     the update needs, and advantages. Returns it and a step-level estimator's metrics (GiGPO's anchors)."""
-    info, a, mbs = run.info, run.cfg.algorithm, run.cfg.optim.micro_batch_size
+    info, a, optim = run.info, run.cfg.algorithm, run.cfg.optim
     meta = ADV_ESTIMATORS.meta(a.adv_estimator)
     stepwise = run.cfg.rollout.mode == "stepwise"
     if stepwise:  # one row per turn; advantages come from the episodes, so rows may go to any rank
@@ -119,11 +119,11 @@ def prepare(run: Run, trajs: list[Trajectory]) -> tuple[Batch, dict[str, float]]
         local = [trajs[i] for i in split_groups(trajs, info.world)[info.rank]]
     batch = to_batch(local, run.tok.pad_token_id, info.device)
     if a.ppo_epochs > 1 or a.mini_batches > 1:  # otherwise the update's first forward is the behaviour policy
-        batch.old_logprobs = forward_logprobs(run.policy, batch, mbs)
+        batch.old_logprobs = forward_logprobs(run.policy, batch, optim)
     if run.ref is not None:
-        batch.ref_logprobs = forward_logprobs(run.ref, batch, mbs)
+        batch.ref_logprobs = forward_logprobs(run.ref, batch, optim)
     if run.critic is not None:
-        batch.values = forward_values(run.critic, batch, mbs)
+        batch.values = forward_values(run.critic, batch, optim)
     rewards = outcome = token_rewards(batch)  # [B, L-1]
     if a.kl_in_reward and run.ref is not None:
         rewards = kl_in_reward(rewards, batch, a.kl_coef)
@@ -181,6 +181,7 @@ class Run:
     version: int = 0
     step: int = 0  # last completed step (non-zero after a resume)
     acc0: float | None = None  # held-out accuracy before training
+    n_params: int = 0  # the policy's parameters (all of them, LoRA's base too)
 
 
 def build(cfg: TrainConfig) -> Run:
@@ -217,11 +218,11 @@ def build(cfg: TrainConfig) -> Run:
         run.critic_update = CriticUpdate(cfg.optim, cfg.algorithm, run.critic)
     run.log.write_json("config.json", dataclasses.asdict(cfg))
     P, n, r = cfg.rollout.prompts_per_step, cfg.rollout.group_size, cfg.rollout
-    n_params = sum(p.numel() for p in policy.parameters()) / 1e6
+    run.n_params = sum(p.numel() for p in policy.parameters())
     run.log.print(  # the derived values, once
         f"nanosky: {cfg.algorithm.name} on {cfg.env} | world {info.world} ({info.backend}, {info.device.type}) | model {path} "
-        f"({n_params:.1f}M params) | {P} prompts x {n} = {P * n} trajectories/step ({P * n // info.world}/rank) | "
-        f"micro-batch {cfg.optim.micro_batch_size} | tokens/turn {r.max_new_tokens}, total {r.max_total_tokens} | "
+        f"({run.n_params / 1e6:.1f}M params) | {P} prompts x {n} = {P * n} trajectories/step ({P * n // info.world}/rank) | "
+        f"micro-batch {cfg.optim.describe()} | tokens/turn {r.max_new_tokens}, total {r.max_total_tokens} | "
         f"engine {run.engine.dtype} | env pool {cfg.envpool.workers} workers/rank | run dir {cfg.run_dir}"
     )
     if cfg.resume:
@@ -340,25 +341,30 @@ def update(run: Run, batch: Batch, step: int) -> dict[str, float]:
 
 
 def step_metrics(
-    run: Run, trajs: list[Trajectory], batch: Batch, times: dict[str, float]
+    run: Run, trajs: list[Trajectory], batch: Batch, times: dict[str, float], upd: dict[str, float]
 ) -> dict[str, float]:
     n = len(trajs)
     n_tok = sum(t.n_policy_tokens for t in trajs)
     calls = sum(t.tool_calls for t in trajs)
     adv = batch.advantages[batch.loss_mask > 0]
-    return {
-        "train/reward_mean": sum(t.reward for t in trajs) / n,
-        "train/success_rate": sum(t.success for t in trajs) / n,
-        "train/response_len": n_tok / n,
-        "train/adv_mean": float(adv.mean()) if adv.numel() else 0.0,
-        "train/adv_std": float(adv.std()) if adv.numel() > 1 else 0.0,
-        "rollout/turns_mean": sum(t.turns for t in trajs) / n,
-        "envs/failed": dist.all_reduce_sum([float(run.pool.stats["failed"])])[0],
-        "tools/calls_per_traj": calls / n,
-        "tools/invalid_rate": sum(t.invalid_tool_calls for t in trajs) / max(1, calls),
-        "perf/tokens_per_s": n_tok / times["step"],
-        "version": run.version,
-    } | {f"timing/{k}_s": v for k, v in times.items()}
+    return (
+        {
+            "train/reward_mean": sum(t.reward for t in trajs) / n,
+            "train/success_rate": sum(t.success for t in trajs) / n,
+            "train/response_len": n_tok / n,
+            "train/adv_mean": float(adv.mean()) if adv.numel() else 0.0,
+            "train/adv_std": float(adv.std()) if adv.numel() > 1 else 0.0,
+            "rollout/turns_mean": sum(t.turns for t in trajs) / n,
+            "envs/failed": dist.all_reduce_sum([float(run.pool.stats["failed"])])[0],
+            "tools/calls_per_traj": calls / n,
+            "tools/invalid_rate": sum(t.invalid_tool_calls for t in trajs) / max(1, calls),
+            "perf/tokens_per_s": n_tok / times["step"],
+            "perf/rollout_tokens_per_s": n_tok / times["generate"],
+            "version": run.version,
+        }
+        | {f"timing/{k}_s": v for k, v in times.items()}
+        | train_perf(upd, run.n_params, times["train"])
+    )
 
 
 class Phases:
@@ -424,9 +430,10 @@ def train(cfg: TrainConfig) -> dict:
             times = {"step": step_times[-1]} | {
                 k: ph.times[k] for k in ("generate", "logprob", "train", "sync")
             }
-            upd_m = {"train/" + k: v for k, v in upd.items()}
+            upd_m = {"train/" + k: v for k, v in upd.items() if not k.startswith("tokens_")}
             run.log.scalars(
-                step, step_metrics(run, trajs, batch, times) | ph.metrics() | gen_m | sync_m | upd_m | adv_m
+                step,
+                step_metrics(run, trajs, batch, times, upd) | ph.metrics() | gen_m | sync_m | upd_m | adv_m,
             )
             run.log.rollouts(step, trajs, run.tok, cfg.log.samples_per_step)
             run.log.progress(

@@ -13,13 +13,14 @@ import math
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 from torch.distributed.tensor import DTensor
 
 import algos
 from algos import AlgoConfig
-from nanosky import dist
+from nanosky import dist, packing
 from nanosky.batch import Batch, micro_slices
 from nanosky.lora import trainable_parameters
 from nanosky.policy import token_logprobs
@@ -36,32 +37,102 @@ class OptimConfig:
     warmup_steps: int = 0
     """Linear LR warm-up, in optimizer steps."""
     micro_batch_size: int = 16
-    """Sequences per forward/backward on each rank; the loss is normalised over the global batch, so this only
-    trades memory for speed."""
+    """Sequences per forward/backward on each rank (when `micro_batch_tokens` is 0); the loss is normalised over
+    the global batch, so this only trades memory for speed."""
+    micro_batch_tokens: int = 0
+    """> 0: size micro-batches by tokens instead, counted after prefix sharing (the same number of micro-batches on
+    every rank). The gradient does not change with it."""
+    packing: Literal["prefix", "flat", "none"] = "prefix"
+    """How a micro-batch reaches the model (`nanosky.packing`): "prefix" computes a prefix that sequences share
+    (a group's prompt, an episode's opening) once; "flat" packs without sharing (no padding); "none" pads each
+    sequence to the longest (the plain HF path, for attention backends without 4-D masks)."""
+    pack_row_tokens: int = 1024
+    """Packed row length cap: attention over a row is dense, so longer rows cost quadratically."""
 
     def __post_init__(self):
         if self.lr <= 0:
             raise ValueError(f"optim.lr must be > 0, got {self.lr}")
         if self.micro_batch_size < 1:
             raise ValueError(f"optim.micro_batch_size must be >= 1, got {self.micro_batch_size}")
+        if self.micro_batch_tokens < 0 or self.pack_row_tokens < 1:
+            raise ValueError("optim.micro_batch_tokens must be >= 0 and optim.pack_row_tokens >= 1")
         if self.grad_clip < 0 or self.weight_decay < 0 or self.warmup_steps < 0:
             raise ValueError("optim.grad_clip, optim.weight_decay and optim.warmup_steps must be >= 0")
 
+    def describe(self) -> str:
+        size = f"{self.micro_batch_tokens} tokens" if self.micro_batch_tokens else str(self.micro_batch_size)
+        return size + ("" if self.packing == "none" else f", {self.packing}-packed")
+
+
+def train_perf(upd: dict[str, float], n_params: int, seconds: float) -> dict[str, float]:
+    """Training throughput from `PolicyUpdate`'s token counts: tokens the policy's passes computed per second
+    (a shared prefix counts once), the fraction packing saved, and model FLOP/s as 6·N·tokens / time."""
+    if "tokens_computed" not in upd:  # PPO's critic warm-up: no policy step
+        return {}
+    done, unpacked = upd["tokens_computed"], upd["tokens_unpacked"]
+    return {
+        "perf/train_tokens_per_s": done / seconds,
+        "perf/prefix_saved_frac": 1 - done / max(unpacked, 1.0),
+        "perf/train_tflops": 6 * n_params * done / seconds / 1e12,
+    }
+
+
+def row_ids(b: Batch) -> list[list[int]]:
+    """Each row's token ids without padding."""
+    return [row[:n].tolist() for row, n in zip(b.input_ids, b.attention_mask.sum(-1).tolist())]
+
+
+def micro_batches(b: Batch, optim: OptimConfig) -> list[tuple[list[int], Batch]]:
+    """`b` in micro-batches, as (row indices, rows) (`packing.plan_micro_batches`: the same number on every rank).
+    A rank left with too few rows gets blank ones (`blank`, no indices) for its extra passes."""
+    plan = packing.plan_micro_batches(
+        row_ids(b), optim.micro_batch_size, optim.micro_batch_tokens, optim.packing == "prefix"
+    )
+    return [(ix, b.slice(ix) if ix else blank(b)) for ix in plan]
+
+
+def blank(b: Batch) -> Batch:
+    """A one-row micro-batch with nothing to learn: every mask 0, so its loss and gradient are exactly 0. It keeps
+    FSDP's collectives in step on a rank with fewer micro-batches than the others."""
+    m = b.slice([0])
+    m.loss_mask, m.row_mask = torch.zeros_like(m.loss_mask), torch.zeros_like(m.row_mask)
+    return m
+
+
+def logprobs(
+    model, m: Batch, optim: OptimConfig, with_entropy: bool = False, entropy_grad: bool = False
+) -> tuple[torch.Tensor, torch.Tensor | None, int, packing.Packed | None]:
+    """Logprobs (and entropy) of a micro-batch's tokens, [b, T], through the configured `optim.packing`. Also
+    returns T and the packed rows (None when not packed)."""
+    ids, att, T = m.inputs()
+    if optim.packing == "none":
+        lp, ent = token_logprobs(model, ids, att, with_entropy, entropy_grad)
+        return lp, ent, T, None
+    p = pack_batch(m, T, optim)
+    lp, ent = packing.logprobs(model, p, with_entropy, entropy_grad)
+    return lp, ent, T, p
+
+
+def pack_batch(m: Batch, T: int, optim: OptimConfig) -> packing.Packed:
+    return packing.pack(
+        row_ids(m), T, optim.pack_row_tokens, optim.packing == "prefix", pad_id=0, device=m.input_ids.device
+    )
+
 
 @torch.no_grad()
-def forward_logprobs(model, batch: Batch, micro_bs: int) -> torch.Tensor:
+def forward_logprobs(model, batch: Batch, optim: OptimConfig) -> torch.Tensor:
     """Logprobs of the batch's tokens under `model`, micro-batched. [B, L-1]"""
     out = torch.zeros_like(batch.loss_mask)
-    for s in micro_slices(len(batch), micro_bs):
-        ids, att, T = batch.slice(s).inputs()
-        lp, _ = token_logprobs(model, ids, att)
-        out[s, :T] = lp
+    for ix, m in micro_batches(batch, optim):
+        lp, _, T, _ = logprobs(model, m, optim)
+        if ix:
+            out[ix, :T] = lp
     return out
 
 
-def minibatches(batch: Batch, algo: AlgoConfig, micro_bs: int) -> Iterator[list[tuple[Batch, float]]]:
+def minibatches(batch: Batch, algo: AlgoConfig, optim: OptimConfig) -> Iterator[list[tuple[Batch, float]]]:
     """One item per optimizer step (`ppo_epochs × mini_batches`): the step's micro-batches, each with the factor
-    that makes the sum over micro-batches and ranks the global mini-batch's `agg_loss`."""
+    that makes the sum over micro-batches and ranks the global mini-batch's `agg_loss` (0 for a blank one)."""
     world, mode = dist.get_info().world, algo.loss_agg_mode
     for _epoch in range(algo.ppo_epochs):
         for ms in micro_slices(len(batch), math.ceil(len(batch) / algo.mini_batches)):
@@ -69,8 +140,10 @@ def minibatches(batch: Batch, algo: AlgoConfig, micro_bs: int) -> Iterator[list[
             # Global normalisers of this mini-batch: every rank's tokens and rows (fully masked rows count in B;
             # padding rows do not).
             g_tokens, g_seqs = dist.all_reduce_sum([float(mb.loss_mask.sum()), float(mb.row_mask.sum())])
-            micro = [mb.slice(s) for s in micro_slices(len(mb), micro_bs)]
-            yield [(m, algos.agg_scale(mode, m.loss_mask, g_tokens, g_seqs) * world) for m in micro]
+            yield [
+                (m, algos.agg_scale(mode, m.loss_mask, g_tokens, g_seqs) * world if m.row_mask.any() else 0.0)
+                for _, m in micro_batches(mb, optim)
+            ]
 
 
 def grad_norm_and_clip(model, max_norm: float) -> float:
@@ -98,26 +171,40 @@ class PolicyUpdate:
     def __call__(self, batch: Batch) -> dict[str, float]:
         """Optimizer steps over this rank's share of the batch. Returns metrics averaged over micro-batches/ranks."""
         a, sums, grad_norms = self.algo, defaultdict(float), []
-        for step in minibatches(batch, a, self.optim.micro_batch_size):
+        tokens = [0.0, 0.0]  # tokens the forward passes computed, and what they would have computed unpacked
+        for step in minibatches(batch, a, self.optim):
             for m, scale in step:
-                for k, v in self.backward(m, scale).items():
+                metrics, computed, unpacked = self.backward(m, scale)
+                if not m.row_mask.any():  # a blank pass (or only padding rows): nothing to report
+                    continue
+                for k, v in metrics.items():
                     sums[k] += v
                 sums["n_micro"] += 1
+                tokens = [tokens[0] + computed, tokens[1] + unpacked]
             grad_norms.append(grad_norm_and_clip(self.model, self.optim.grad_clip))
             self.opt.step()
             self.sched.step()
             self.opt.zero_grad(set_to_none=True)
         keys = sorted(k for k in sums if k != "n_micro")
-        totals = dist.all_reduce_sum([sums[k] for k in keys] + [sums["n_micro"]])
-        out = {k: v / max(totals[-1], 1.0) for k, v in zip(keys, totals[:-1])}
-        return out | {"grad_norm": sum(grad_norms) / len(grad_norms), "lr": self.sched.get_last_lr()[0]}
+        totals = dist.all_reduce_sum([sums[k] for k in keys] + tokens + [sums["n_micro"]])
+        out = {k: v / max(totals[-1], 1.0) for k, v in zip(keys, totals[:-3])}
+        return out | {
+            "grad_norm": sum(grad_norms) / len(grad_norms),
+            "lr": self.sched.get_last_lr()[0],
+            "tokens_computed": totals[-3],  # every rank's forward/backward tokens, all epochs (no padding)
+            "tokens_unpacked": totals[-2],
+        }
 
-    def backward(self, m: Batch, scale: float) -> dict[str, float]:
-        """Loss of one micro-batch, scaled into the global mean, and its backward pass. Returns its metrics."""
+    def backward(self, m: Batch, scale: float) -> tuple[dict[str, float], int, int]:
+        """Loss of one micro-batch, scaled into the global mean, and its backward pass. Returns its metrics, the
+        tokens its forward computed (after prefix sharing, without padding) and its tokens unpacked."""
         a, out = self.algo, {}
-        ids, att, T = m.inputs()
+        lp, ent, T, p = logprobs(
+            self.model, m, self.optim, with_entropy=True, entropy_grad=a.entropy_coef > 0
+        )
         mask = m.loss_mask[:, :T]  # [b, T]
-        lp, ent = token_logprobs(self.model, ids, att, with_entropy=True, entropy_grad=a.entropy_coef > 0)
+        n_tok = int(m.attention_mask.sum())
+        computed = p.unique_tokens if p is not None else n_tok
         # On-policy single pass: the behaviour policy is the current one, so old = current (r = 1 exactly).
         old = m.old_logprobs[:, :T] if m.old_logprobs is not None else lp.detach()
         rollout_lp = m.rollout_logprobs[:, :T]
@@ -148,4 +235,4 @@ class PolicyUpdate:
         out["entropy"] = float((ent.detach() * mask).sum() / mask.sum().clamp(min=1))
         out |= {k: float(v) for k, v in metrics.items()}
         out |= {"mismatch/" + k: float(v) for k, v in algos.mismatch_metrics(old, rollout_lp, mask).items()}
-        return out
+        return out, computed, n_tok

@@ -13,7 +13,7 @@ from nanosky.agent.trajectory import Step, Trajectory
 from nanosky.batch import to_batch
 from nanosky.chat import encode, prompt_ids
 from nanosky.stepwise import advantages, assign_advantages, samples, split_rows, window
-from nanosky.update import minibatches
+from nanosky.update import OptimConfig, minibatches
 
 SYS, TASK = {"role": "system", "content": "s"}, {"role": "user", "content": "task"}
 
@@ -168,6 +168,6 @@ def test_padding_rows_get_no_advantage_and_are_not_counted(dist_info):
     padded_loss = torch.cat([loss[:1], torch.full_like(loss[:1], 1e6), loss[1:]])  # [4, T]
     totals = []
     for b, x in ((batch, padded_loss), (plain, loss)):
-        [[(micro, scale)]] = list(minibatches(b, cfg, micro_bs=8))
+        [[(micro, scale)]] = list(minibatches(b, cfg, OptimConfig(micro_batch_size=8)))
         totals.append(float(algos.agg_loss(x, micro.loss_mask, cfg.loss_agg_mode)) * scale)
     assert totals[0] == pytest.approx(totals[1])

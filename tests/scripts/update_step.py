@@ -1,9 +1,11 @@
-"""One PolicyUpdate step on a fixed synthetic batch; rank 0 saves the parameter change. Used by tests/test_update.py to
+"""One PolicyUpdate step on a fixed synthetic batch; rank 0 saves the gradient. Used by tests/test_update.py to
 check that the gradient does not depend on micro-batch size or world size.
 
     torchrun --nproc_per_node 2 tests/scripts/update_step.py OUT.pt MICRO_BS MODE POLICY_LOSS [ref_kl] [adv=NAME]
+        [pack=prefix|flat|none] [tokens=N]
 
-With `adv=NAME`, advantages come from that estimator (default grpo). With `ref_kl`, the batch carries reference logprobs and `track_ref_kl` is on (kl_coef stays 0): the update must
+The groups share their prompt, as GRPO groups do. With `adv=NAME`, advantages come from that estimator (default
+grpo); `pack` and `tokens` set `optim.packing` and `optim.micro_batch_tokens`. With `ref_kl`, the batch carries reference logprobs and `track_ref_kl` is on (kl_coef stays 0): the update must
 be unchanged and train/kl logged. The metrics go to OUT.json.
 """
 
@@ -12,27 +14,50 @@ import random
 import sys
 
 import torch
+from torch.distributed.tensor import DTensor
 
 import algos
 from nanosky import dist
 from nanosky.agent.trajectory import Trajectory
 from nanosky.batch import compute_advantages, split_groups, to_batch, token_rewards
-from nanosky.policy import iter_full_params, load_model
+from nanosky.policy import load_model
 from nanosky.tiny import ensure_tiny_model
 from nanosky.update import OptimConfig, PolicyUpdate
 
 
-def main(out: str, micro_bs: int, mode: str, loss: str, ref_kl: bool = False, adv: str = "grpo") -> None:
+class GradRecorder(torch.optim.Optimizer):
+    def __init__(self, model):
+        self.named = list(model.named_parameters())
+        super().__init__([p for _, p in self.named], {"lr": 1.0})
+        self.total: dict[str, torch.Tensor] = {}
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for name, p in self.named:  # full_tensor is a collective: every rank walks the same list
+            g = p.grad.full_tensor() if isinstance(p.grad, DTensor) else p.grad
+            self.total[name] = self.total.get(name, 0) + g.clone()
+
+
+def main(
+    out: str,
+    micro_bs: int,
+    mode: str,
+    loss: str,
+    ref_kl: bool = False,
+    adv: str = "grpo",
+    pack: str = "prefix",
+    tokens: int = 0,
+) -> None:
     info = dist.init_distributed()
     torch.use_deterministic_algorithms(True)
     path = str(ensure_tiny_model())
     model = load_model(path, info)
-    before = {k: v.clone() for k, v in iter_full_params(model)}
     rng = random.Random(0)
     trajs = []
-    for i in range(16):  # 4 groups of 4, varied lengths
-        p, r = rng.randint(5, 12), rng.randint(1, 9)
-        ids = [rng.randint(3, 500) for _ in range(p + r)]
+    prompts = [[rng.randint(3, 500) for _ in range(rng.randint(5, 12))] for _ in range(4)]
+    for i in range(16):  # 4 groups of 4 sharing their prompt, varied lengths
+        p, r = len(prompts[i // 4]), rng.randint(1, 9)
+        ids = prompts[i // 4] + [rng.randint(3, 500) for _ in range(r)]
         trajs.append(
             Trajectory(
                 ids=ids,
@@ -51,12 +76,19 @@ def main(out: str, micro_bs: int, mode: str, loss: str, ref_kl: bool = False, ad
     compute_advantages(batch, cfg, token_rewards(batch))
     if ref_kl:  # a reference that differs from the policy by a fixed offset per token
         batch.ref_logprobs = torch.full_like(batch.rollout_logprobs, -2.0)
-    update = PolicyUpdate(OptimConfig(lr=1.0, grad_clip=0.0, micro_batch_size=micro_bs), cfg, model)
-    # plain SGD at lr 1: the parameter change is the gradient itself
-    update.opt = torch.optim.SGD(model.parameters(), lr=1.0)
+    update = PolicyUpdate(
+        OptimConfig(
+            lr=1.0, grad_clip=0.0, micro_batch_size=micro_bs, micro_batch_tokens=tokens, packing=pack
+        ),
+        cfg,
+        model,
+    )
+    # an optimizer that records the gradient (the sum over optimizer steps) instead of stepping: parameter deltas
+    # would lose the gradient's low bits next to weights of magnitude 1 (the layer norms)
+    update.opt = GradRecorder(model)
     update.sched = torch.optim.lr_scheduler.LambdaLR(update.opt, lambda s: 1.0)
     metrics = update(batch)
-    delta = {k: (v - before[k]) for k, v in iter_full_params(model)}
+    delta = update.opt.total
     if info.is_main:
         torch.save(delta, out)
         with open(out + ".json", "w") as f:
@@ -66,5 +98,14 @@ def main(out: str, micro_bs: int, mode: str, loss: str, ref_kl: bool = False, ad
 
 
 if __name__ == "__main__":
-    adv = next((a.split("=", 1)[1] for a in sys.argv[5:] if a.startswith("adv=")), "grpo")
-    main(sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], "ref_kl" in sys.argv[5:], adv)
+    kw = dict(a.split("=", 1) for a in sys.argv[5:] if "=" in a)
+    main(
+        sys.argv[1],
+        int(sys.argv[2]),
+        sys.argv[3],
+        sys.argv[4],
+        "ref_kl" in sys.argv[5:],
+        kw.get("adv", "grpo"),
+        kw.get("pack", "prefix"),
+        int(kw.get("tokens", 0)),
+    )

@@ -1,0 +1,193 @@
+"""Shared-prefix packing: the trainer computes a prefix that several sequences share only once.
+
+A GRPO group's samples share their prompt, multi-turn episodes share their opening, and the step-wise turns of one
+group share the system prompt and task (the first turns of a group share the whole prompt). Packing turns the
+sequences of a micro-batch into a few packed rows that hold each shared prefix once:
+
+    seqs   [p p p a a]  [p p p b]  [p p p b c]          (B = 3 sequences, 14 tokens)
+    packed [p p p a a b c]                              (1 row, 7 tokens: a trie of the sequences, in DFS order)
+    pos    [0 1 2 3 4 3 4]                              (position ids: a token's position in its own sequence)
+
+A token attends exactly to its ancestors in the trie (the prefix and its own branch), so every logit equals the
+one the unpacked sequence gives, and the prefix receives the summed gradient of its branches. The per-token
+outputs are gathered back to the [B, T] layout the losses use (`gather`), so nothing above or below changes: the
+model sees a 4-D boolean attention mask (transformers hands a 4-D mask to SDPA as it is) and `position_ids`.
+
+Rows are capped at `row_tokens`: SDPA computes a dense [L, L] score matrix whatever the mask, so one row for a
+whole micro-batch would make attention quadratic in the micro-batch. Micro-batches can also be sized by tokens
+(`plan_micro_batches`), counted after sharing, so a long-prompt workload fills each forward pass the same way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from nanosky import dist
+
+
+@dataclass
+class Packed:
+    """Packed rows of B sequences, and where each sequence's tokens landed."""
+
+    input_ids: torch.Tensor  # [R, Lp]
+    position_ids: torch.Tensor  # [R, Lp]
+    attention_mask: torch.Tensor  # [R, 1, Lp, Lp] bool, True = may attend
+    row: torch.Tensor  # [B, T] packed row of the token that predicts ids[b, t+1] (position t of sequence b)
+    pos: torch.Tensor  # [B, T] its column in that row
+    target: torch.Tensor  # [B, T] ids[b, t+1] (0 past the end)
+    valid: torch.Tensor  # [B, T] bool, t+1 < len(ids[b])
+    unique_tokens: int  # real tokens in the packed rows
+    tokens: int  # Σ len(ids[b]): what the unpacked batch computes (without its padding)
+
+    def gather(self, x: torch.Tensor) -> torch.Tensor:
+        """Per-packed-token values [R, Lp, ...] -> per-sequence [B, T, ...], zero where not `valid`."""
+        out = x[self.row, self.pos]  # [B, T, ...]
+        v = self.valid.view(*self.valid.shape, *([1] * (out.dim() - 2)))
+        return torch.where(v, out, torch.zeros((), dtype=out.dtype, device=out.device))
+
+
+def _lcp(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def pack(
+    seqs: list[list[int]], T: int, row_tokens: int = 1024, share: bool = True, pad_id: int = 0, device=None
+) -> Packed:
+    """Pack `seqs` (each ≥ 1 token) into rows of at most max(row_tokens, longest sequence) tokens.
+
+    Sequences are sorted so that those sharing a prefix are neighbours; each one adds only its tokens past the
+    longest common prefix with its predecessor in the row (`share=False`: all its tokens, i.e. plain padding-free
+    packing with a block-diagonal causal mask). T is the width of the [B, T] outputs (≥ longest sequence − 1).
+    """
+    B = len(seqs)
+    order = sorted(range(B), key=lambda i: seqs[i]) if share else list(range(B))
+    cap = max(row_tokens, max(len(s) for s in seqs))
+    rows: list[list[int]] = []  # sequence indices per row, in sorted order
+    lcps: list[list[int]] = []  # each one's shared prefix length with its predecessor in the row
+    fill = 0
+    for i in order:
+        lcp = _lcp(seqs[rows[-1][-1]], seqs[i]) if share and rows else 0
+        if not rows or fill + len(seqs[i]) - lcp > cap:
+            rows.append([]), lcps.append([])
+            lcp, fill = 0, 0
+        rows[-1].append(i)
+        lcps[-1].append(lcp)
+        fill += len(seqs[i]) - lcp
+    lengths = [sum(len(seqs[i]) - lcp for i, lcp in zip(r, ls)) for r, ls in zip(rows, lcps)]
+    R, Lp = len(rows), max(lengths)
+    ids = torch.full((R, Lp), pad_id, dtype=torch.long)
+    position = torch.zeros((R, Lp), dtype=torch.long)
+    mask = torch.zeros((R, 1, Lp, Lp), dtype=torch.bool)
+    row_of = torch.zeros((B, T), dtype=torch.long)
+    pos_of = torch.zeros((B, T), dtype=torch.long)
+    target = torch.zeros((B, T), dtype=torch.long)
+    valid = torch.zeros((B, T), dtype=torch.bool)
+    for r, (members, ls) in enumerate(zip(rows, lcps)):
+        path: list[int] = []  # packed columns of the previous member's tokens
+        owner, depth = [], []  # per packed token: the member (row-local) that emitted it, and its depth
+        for j, (i, lcp) in enumerate(zip(members, ls)):
+            s, start = seqs[i], len(owner)
+            path = path[:lcp] + list(range(start, start + len(s) - lcp))
+            owner += [j] * (len(s) - lcp)
+            depth += range(lcp, len(s))
+            ids[r, start : start + len(s) - lcp] = torch.tensor(s[lcp:], dtype=torch.long)
+            n = len(s) - 1  # scored positions: t predicts s[t+1]
+            row_of[i, :n] = r
+            pos_of[i, :n] = torch.tensor(path[:n], dtype=torch.long)
+            target[i, :n] = torch.tensor(s[1:], dtype=torch.long)
+            valid[i, :n] = True
+        mask[r, 0, : len(owner), : len(owner)] = _ancestor_mask(torch.tensor(owner), torch.tensor(depth), ls)
+        position[r, : len(depth)] = torch.tensor(depth, dtype=torch.long)
+        pad = torch.arange(len(owner), Lp)
+        mask[r, 0, pad, pad] = True  # padding sees itself only (an all-False row would give NaN in softmax)
+    to = (lambda x: x.to(device)) if device is not None else (lambda x: x)
+    return Packed(
+        input_ids=to(ids),
+        position_ids=to(position),
+        attention_mask=to(mask),
+        row=to(row_of),
+        pos=to(pos_of),
+        target=to(target),
+        valid=to(valid),
+        unique_tokens=sum(lengths),
+        tokens=sum(len(s) for s in seqs),
+    )
+
+
+def _ancestor_mask(owner: torch.Tensor, depth: torch.Tensor, lcps: list[int]) -> torch.Tensor:
+    """[n, n] bool: packed token a may attend to b iff b is an ancestor of a (or a itself) in the row's trie.
+
+    Token b, emitted by member j at depth d, is shared by members j..last(b): the run of following members whose
+    common prefix with member j stays longer than d. (In sorted order the common prefix of members j and k is the
+    minimum of the neighbour LCPs between them.) b is an ancestor of a iff a's emitting member is in that run and
+    b is not deeper than a.
+    """
+    m = len(lcps)
+    nxt = torch.tensor(lcps[1:] + [-1])  # [m] LCP of member j+1 with member j (-1 after the last)
+    # run[j, k] = min(lcps[j+1..k]) for k > j, else -1: the prefix member j shares with member k
+    run = torch.full((m, m), -1, dtype=torch.long)
+    for j in range(m - 1):
+        run[j, j + 1 :] = torch.cummin(nxt[j : m - 1], 0).values
+    last = owner + (run[owner] > depth[:, None]).sum(-1)  # [n]
+    a_owner, a_depth = owner[:, None], depth[:, None]
+    return (owner[None, :] <= a_owner) & (a_owner <= last[None, :]) & (depth[None, :] <= a_depth)
+
+
+def logprobs(
+    model,
+    p: Packed,
+    with_entropy: bool = False,
+    entropy_grad: bool = False,
+    temperature: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """`policy.token_logprobs` on packed rows: log p(ids[b, t+1] | ids[b, ≤t]) [B, T] and the entropy [B, T]."""
+    out = model(input_ids=p.input_ids, position_ids=p.position_ids, attention_mask=p.attention_mask)
+    logits = out.logits.float()  # [R, Lp, V]
+    if temperature != 1.0:
+        logits = logits / temperature
+    logp = torch.log_softmax(logits, dim=-1)  # [R, Lp, V]
+    lp = logp[p.row, p.pos, p.target]  # [B, T]
+    lp = torch.where(p.valid, lp, torch.zeros_like(lp))
+    ent = None
+    if with_entropy:
+        with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+            ent = p.gather(-(logp.exp() * logp).sum(-1))  # [R, Lp] -> [B, T]
+    return lp, ent
+
+
+def plan_micro_batches(seqs: list[list[int]], max_rows: int, max_tokens: int, share: bool) -> list[list[int]]:
+    """Index lists of the micro-batches over `seqs`, the same number on every rank (a collective when sized by
+    tokens: FSDP needs every rank to run the same number of forward passes).
+
+    `max_tokens` > 0: sequences in sorted order (sharers together) fill a micro-batch until its tokens after
+    sharing would pass `max_tokens` (a longer sequence gets one to itself). Otherwise `max_rows` consecutive
+    sequences each. A rank with fewer micro-batches splits its largest; one with too few sequences gets empty ones
+    (the caller runs a zero-weight pass for those).
+    """
+    if max_tokens <= 0:
+        return [list(range(i, min(i + max_rows, len(seqs)))) for i in range(0, len(seqs), max_rows)]
+    order = sorted(range(len(seqs)), key=lambda i: seqs[i]) if share else list(range(len(seqs)))
+    plan: list[list[int]] = []
+    fill, prev = 0, None
+    for i in order:
+        add = len(seqs[i]) - (_lcp(seqs[prev], seqs[i]) if share and prev is not None else 0)
+        if not plan or fill + add > max_tokens:
+            plan.append([])
+            fill, add = 0, len(seqs[i])
+        plan[-1].append(i)
+        fill, prev = fill + add, i
+    want = int(dist.all_reduce_max([float(len(plan))])[0])
+    while len(plan) < want:
+        big = max(range(len(plan)), key=lambda k: len(plan[k]), default=None)
+        if big is None or len(plan[big]) < 2:
+            plan.append([])
+            continue
+        mb = plan.pop(big)
+        plan[big:big] = [mb[: len(mb) // 2], mb[len(mb) // 2 :]]
+    return plan
