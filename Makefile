@@ -7,7 +7,7 @@ NPROC   ?= 2
 export VLLM_ENABLE_V1_MULTIPROCESSING := 0
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install demo test test-fast bench bench-trl bench-envs compare lint format clean
+.PHONY: install demo test test-fast bench bench-trl bench-throughput bench-envs compare lint format clean
 
 # Re-install only when the project metadata changed (or the venv is missing).
 $(STAMP): pyproject.toml
@@ -37,6 +37,10 @@ bench: install
 bench-trl: install
 	$(BIN)/pip install -q trl==1.16.0
 	$(BIN)/torchrun --standalone --nproc_per_node $(NPROC) bench/trl_grpo.py --steps 6
+
+bench-throughput: install
+	$(BIN)/pip install -q trl==1.16.0
+	$(BIN)/python bench/throughput.py
 
 compare: install
 	$(BIN)/python bench/compare_algos.py

@@ -1,17 +1,21 @@
 """Step-time benchmark: 2 ranks, 32 prompts × 8 samples × 32 new tokens, GRPO on text_math, the bundled model.
 
-    python bench/step_time.py [--nproc 2] [--steps 6]
+    python bench/step_time.py [--nproc 2] [--steps 6] [--shape math|agent] [--packing prefix|flat|none]
+                              [--algo grpo|ppo] [--lora] [-- EXTRA RUN.PY FLAGS]
 
-Prints the per-phase medians (generate / logprob / train / sync) over the steps after the first (which pays vLLM's
-warm-up), and as its last line `step_s=<median seconds per step>`.
+`--shape agent` puts the problems behind a ~370-token agent system prompt with tool schemas (bench/shapes.py).
+Prints the per-phase medians (generate / logprob / train / sync) and the throughput figures over the steps after
+the first (which pays vLLM's warm-up), and as its last line `step_s=<median seconds per step>`.
 """
 
 import argparse
+import json
 import statistics
 import sys
 import tempfile
 
 from launch import run_py
+from shapes import MAX_TOTAL, SYSTEM
 
 
 def main() -> None:
@@ -19,6 +23,11 @@ def main() -> None:
     ap.add_argument("--nproc", type=int, default=2)
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--model", default="tiny")
+    ap.add_argument("--shape", choices=sorted(SYSTEM), default="math")
+    ap.add_argument("--packing", choices=["prefix", "flat", "none"], default="prefix")
+    ap.add_argument("--algo", default="grpo")
+    ap.add_argument("--lora", action="store_true")
+    ap.add_argument("extra", nargs="*", help="more run.py flags (after --)")
     args = ap.parse_args()
     run_dir = tempfile.mkdtemp(prefix="nanosky-bench-")
     flags = [
@@ -30,6 +39,19 @@ def main() -> None:
         args.model,
         "--log.run-dir",
         run_dir,
+        "--algo",
+        args.algo,
+        "--optim.packing",
+        args.packing,
+        "--env-kwargs",
+        "system_prompt",
+        json.dumps(SYSTEM[args.shape]),
+        "--rollout.max-total-tokens",
+        str(MAX_TOTAL[args.shape]),
+        "--engine.max-model-len",
+        "512",
+        *(["--lora.rank", "8"] if args.lora else []),
+        *args.extra,
     ]
     r = run_py(args.nproc, flags)
     if r.returncode != 0:
@@ -44,7 +66,8 @@ def main() -> None:
         return statistics.median(vals)
 
     print(
-        f"shape: {args.nproc} ranks, 32 prompts x 8 samples x 32 new tokens, steps {args.steps} (first dropped)"
+        f"shape: {args.shape}, {args.nproc} ranks, 32 prompts x 8 samples x 32 new tokens, {args.algo}"
+        f"{' + LoRA' if args.lora else ''}, packing {args.packing}, steps {args.steps} (first dropped)"
     )
     for tag in (
         "timing/generate_s",
@@ -52,8 +75,12 @@ def main() -> None:
         "timing/train_s",
         "timing/sync_s",
         "perf/tokens_per_s",
+        "perf/rollout_tokens_per_s",
+        "perf/train_tokens_per_s",
+        "perf/prefix_saved_frac",
+        "perf/train_tflops",
     ):
-        print(f"{tag:22s} {med(tag):8.3f}")
+        print(f"{tag:26s} {med(tag):10.4f}")
     print(f"step_s={med('timing/step_s'):.3f}")
 
 

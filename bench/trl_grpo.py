@@ -1,6 +1,6 @@
 """Reference benchmark: TRL's GRPOTrainer on the same shape as `make bench`, the bundled model, CPU.
 
-    torchrun --standalone --nproc_per_node 2 bench/trl_grpo.py [--steps 6]
+    torchrun --standalone --nproc_per_node 2 bench/trl_grpo.py [--steps 6] [--shape math|agent]
 
 Needs `pip install trl==1.16.0` (not a project dependency; it only adds datasets/pandas/pyarrow & co.).
 Prints the median seconds per optimizer step over the steps after the first and, as its last line,
@@ -35,6 +35,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch  # noqa: E402
 from datasets import Dataset  # noqa: E402
+from shapes import MAX_TOTAL, SYSTEM  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
@@ -84,6 +85,7 @@ def main() -> None:
     ap.add_argument(
         "--vllm", action="store_true", help="use_vllm=True, vllm_mode='colocate' (expected to fail on CPU)"
     )
+    ap.add_argument("--shape", choices=sorted(SYSTEM), default="math")
     args = ap.parse_args()
     world = int(os.environ.get("WORLD_SIZE", 1))
     if (PROMPTS * GROUP) % (MICRO * 2 * world):
@@ -101,7 +103,7 @@ def main() -> None:
         [
             {
                 "prompt": [
-                    {"role": "system", "content": text_math.SYSTEM_PROMPT},
+                    {"role": "system", "content": SYSTEM[args.shape]},
                     {"role": "user", "content": p.question},
                 ],
                 "answer": p.answer,
@@ -138,7 +140,7 @@ def main() -> None:
         use_vllm=args.vllm,
         vllm_mode="colocate",
         vllm_gpu_memory_utilization=0.05,
-        vllm_max_model_length=160,
+        vllm_max_model_length=MAX_TOTAL[args.shape],
         report_to="none",
         logging_strategy="no",
         save_strategy="no",
@@ -163,7 +165,7 @@ def main() -> None:
         times, rollout = timer.times[1:] or timer.times, trainer.rollout_s[1:] or trainer.rollout_s
         train = [t - r for t, r in zip(times, rollout)]
         print(
-            f"shape: {world} ranks, {PROMPTS} prompts x {GROUP} samples x {NEW_TOKENS} new tokens, TRL GRPOTrainer "
+            f"shape: {args.shape}, {world} ranks, {PROMPTS} prompts x {GROUP} samples x {NEW_TOKENS} new tokens, TRL GRPOTrainer "
             f"({'colocated vLLM' if args.vllm else 'HF generate'}), steps {args.steps} (first dropped)"
         )
         print("per-step s: " + " ".join(f"{t:.3f}" for t in timer.times))
