@@ -291,8 +291,9 @@ def agent_env(env: str) -> TrainConfig:
             mode="stepwise",
             history_window=2,
         ),
-        # lr 5e-5: at 2e-4 both grpo and gigpo fell into loops within 7 steps (README, alfworld_lite)
-        optim=OptimConfig(lr=5e-5, micro_batch_size=32),
+        # lr 5e-5: at 2e-4 both grpo and gigpo fell into loops within 7 steps (README, alfworld_lite).
+        # Micro-batches by tokens: sorted, so a group's turns (one system prompt and task) are packed together.
+        optim=OptimConfig(lr=5e-5, micro_batch_tokens=4096),
         eval=EvalConfig(every=5, limit=50, n_samples=1),
         log=LogConfig(run_dir=f"runs/{env}", ckpt_every=0),
     )

@@ -178,6 +178,8 @@ def test_help_documents_every_flag():
         "--algorithm.clip-high",
         "--engine.kv-cache-gib",
         "--optim.micro-batch-size",
+        "--optim.micro-batch-tokens",
+        "--optim.packing",
         "--eval.every",
         "--probe.skip-sync",
     ):
