@@ -13,7 +13,7 @@ from torch import nn
 
 import algos
 from algos import AlgoConfig
-from nanosky import dist
+from nanosky import dist, packing
 from nanosky.batch import Batch
 from nanosky.policy import shard_model
 from nanosky.update import (
@@ -56,6 +56,7 @@ def values(critic: Critic, m: Batch, optim: OptimConfig) -> tuple[torch.Tensor, 
     if optim.packing == "none":
         return critic(ids, att), T
     p = pack_batch(m, T, optim)
+    packing.check_attention(critic)
     return p.gather(critic(p.input_ids, p.attention_mask, p.position_ids)), T
 
 

@@ -139,6 +139,19 @@ def _ancestor_mask(owner: torch.Tensor, depth: torch.Tensor, lcps: list[int]) ->
     return (owner[None, :] <= a_owner) & (a_owner <= last[None, :]) & (depth[None, :] <= a_depth)
 
 
+def check_attention(model) -> None:
+    """Packing needs SDPA: eager attention would add the boolean mask as numbers, and flash attention takes no 4-D
+    mask, so either would silently compute the wrong thing."""
+    cfg = (
+        getattr(model, "config", None) or model.model.config
+    )  # a causal LM (peft too) or the critic's backbone
+    impl = getattr(cfg, "_attn_implementation", "sdpa")
+    if impl != "sdpa":
+        raise ValueError(
+            f"optim.packing needs attn_implementation 'sdpa', the model uses {impl!r}: use --optim.packing none"
+        )
+
+
 def logprobs(
     model,
     p: Packed,
@@ -147,6 +160,7 @@ def logprobs(
     temperature: float = 1.0,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """`policy.token_logprobs` on packed rows: log p(ids[b, t+1] | ids[b, ≤t]) [B, T] and the entropy [B, T]."""
+    check_attention(model)
     out = model(input_ids=p.input_ids, position_ids=p.position_ids, attention_mask=p.attention_mask)
     logits = out.logits.float()  # [R, Lp, V]
     if temperature != 1.0:

@@ -185,3 +185,12 @@ def test_a_rank_with_fewer_micro_batches_splits_then_pads(monkeypatch):
     assert len(plan) == 5
     assert sorted(i for mb in plan for i in mb) == [0, 1, 2]
     assert sum(1 for mb in plan if not mb) == 2
+
+
+def test_packing_refuses_attention_without_4d_masks(tiny_path):
+    from transformers import AutoModelForCausalLM
+
+    eager = AutoModelForCausalLM.from_pretrained(tiny_path, dtype=torch.float32, attn_implementation="eager")
+    p = packing.pack([[5, 6, 7], [5, 6, 8]], T=2)
+    with pytest.raises(ValueError, match="--optim.packing none"):
+        packing.logprobs(eager, p)
