@@ -5,6 +5,7 @@ import math
 import os
 import subprocess
 import sys
+import warnings
 
 import pytest
 
@@ -32,13 +33,20 @@ def child_env() -> dict:
     """This process's environment minus the launcher variables a 1-rank test process group left behind (a child
     run must start its own group, not join ours)."""
     drop = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}
-    return {k: v for k, v in os.environ.items() if k not in drop}
+    # a rank that aborts (SIGABRT / SIGSEGV) prints its Python stack, so a rare crash says where it happened
+    return {k: v for k, v in os.environ.items() if k not in drop} | {"PYTHONFAULTHANDLER": "1"}
+
+
+# A rare abort of one gloo rank (about 1 run in 50–100 of the 2-rank scripts on this box, twice over two sessions'
+# full suites; 0 in 31 reruns of the failing script) ends in C++ with this line; the test then runs once more.
+GLOO_ABORT = "terminate called without an active exception"
 
 
 def torchrun(
-    args: list[str], nproc: int = 2, timeout: int = 600, script: str = "run.py"
+    args: list[str], nproc: int = 2, timeout: int = 600, script: str = "run.py", retry_abort: bool = True
 ) -> subprocess.CompletedProcess:
-    """`torchrun --standalone --nproc_per_node N script args...` from the repo root, in a clean launcher env."""
+    """`torchrun --standalone --nproc_per_node N script args...` from the repo root, in a clean launcher env.
+    A run that ends in GLOO_ABORT runs once more unless `retry_abort` is False (tests of failing runs)."""
     cmd = [
         sys.executable,
         "-m",
@@ -48,9 +56,14 @@ def torchrun(
         str(nproc),
         script,
     ]
-    return subprocess.run(
-        [*cmd, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=child_env()
-    )
+    for attempt in (1, 2):
+        r = subprocess.run(
+            [*cmd, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=child_env()
+        )
+        if r.returncode == 0 or GLOO_ABORT not in r.stderr or attempt == 2 or not retry_abort:
+            return r
+        msg = f"a rank aborted ({GLOO_ABORT!r}); running once more. stderr:\n{r.stderr[-3000:]}"
+        warnings.warn(msg, stacklevel=2)
 
 
 def scalars(run_dir: str) -> dict[str, list[tuple[int, float]]]:
@@ -127,7 +140,8 @@ def test_probe_catches_a_skipped_sync(tmp_path):
             "--probe.skip-sync",
             "--optim.lr",
             "3e-3",
-        ]
+        ],
+        retry_abort=False,
     )
     assert r.returncode != 0
     assert "stale weights" in r.stderr
@@ -208,7 +222,8 @@ def test_one_failing_rank_stops_the_whole_job_promptly(tmp_path):
             "2",
             "--dist.timeout-s",
             "600",
-        ]
+        ],
+        retry_abort=False,
     )
     wall = time.time() - t0
     assert r.returncode != 0
