@@ -5,7 +5,8 @@
     result = run_tool_call(calls[0], {"calculator": get_tool("calculator")}, timeout_s=5)
     result.output    # "18446744073709551616"
 
-Built-ins: calculator(expression), search(query), wiki(title), python_exec(code). Add your own with
+Built-ins: calculator(expression), search(query), wiki(title), python_exec(code), str_replace_editor(command,
+path, ...) (envs/tools/editor.py, confined to a work tree). Add your own with
 `@register_tool` on a typed function or a `Tool` subclass.
 """
 
@@ -20,13 +21,14 @@ from envs.tools.base import (
     validate_arguments,
 )
 from envs.tools.calculator import CalculatorTool
+from envs.tools.editor import StrReplaceEditor
 from envs.tools.parse import ToolCall, format_tool_call, parse_tool_calls
 from envs.tools.python_exec import PythonExecTool
 from envs.tools.sandbox import SandboxResult, run_sandboxed
 from envs.tools.search import SearchTool
 from envs.tools.wiki import WikiTool
 
-for _tool in (CalculatorTool, SearchTool, WikiTool, PythonExecTool):
+for _tool in (CalculatorTool, SearchTool, WikiTool, PythonExecTool, StrReplaceEditor):
     register_tool(_tool)
 
 __all__ = [
@@ -35,6 +37,7 @@ __all__ = [
     "ToolCall",
     "ToolResult",
     "SandboxResult",
+    "StrReplaceEditor",
     "get_tool",
     "register_tool",
     "tool_names",

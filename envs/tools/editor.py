@@ -1,0 +1,191 @@
+"""`str_replace_editor`: the file editor agents know from SWE-agent / OpenHands, confined to one work tree.
+
+    ed = StrReplaceEditor(root="/tmp/repo")
+    ed(command="view", path="pkg/mod.py")                                   # numbered lines
+    ed(command="str_replace", path="pkg/mod.py", old_str="a - b", new_str="a + b")
+    ed(command="undo_edit", path="pkg/mod.py")
+
+Commands: `view` (a file with line numbers, optionally `view_range` [start, end], end -1 = to the end; or a
+directory, two levels deep), `create` (a new file; refuses to overwrite), `str_replace` (`old_str` must occur
+exactly once), `insert` (`new_str` after line `insert_line`, 0 = at the top) and `undo_edit` (the last edit of that
+file). A path that leaves the work tree (`..`, an absolute path elsewhere, a symlink out) is refused. Mistakes raise
+ValueError with a message written for the model; `run_tool_call` turns it into an "Error: ..." observation.
+The registered instance (`get_tool("str_replace_editor")`) works in the current directory; an env makes its own
+with `root=` its work tree.
+"""
+
+from __future__ import annotations
+
+import os
+
+from envs.tools.base import Tool
+
+COMMANDS = ("view", "create", "str_replace", "insert", "undo_edit")
+
+
+class StrReplaceEditor(Tool):
+    name = "str_replace_editor"
+    description = (
+        "View, create and edit files: view (a file with line numbers, or a directory), create (a new file), "
+        "str_replace (replace old_str, which must occur exactly once, by new_str), insert (new_str after line "
+        "insert_line) and undo_edit (revert the last edit of a file)."
+    )
+    parameters = {
+        "type": "object",
+        "properties": {
+            "command": {"type": "string", "enum": list(COMMANDS)},
+            "path": {"type": "string", "description": "a path in the work tree"},
+            "file_text": {"type": "string", "description": "create: the file's content"},
+            "old_str": {"type": "string", "description": "str_replace: the exact text to replace"},
+            "new_str": {"type": "string", "description": "str_replace / insert: the new text"},
+            "insert_line": {"type": "integer", "description": "insert: after this line (0 = at the top)"},
+            "view_range": {"type": "array", "description": "view: [start, end] lines, end -1 = to the end"},
+        },
+        "required": ["command", "path"],
+    }
+
+    def __init__(
+        self, root: str | None = None, max_file_bytes: int = 1_000_000, max_output_chars: int = 16_000
+    ):
+        self.root, self.max_file_bytes, self.max_output_chars = root, max_file_bytes, max_output_chars
+        self.history: dict[str, list[str | None]] = {}  # path -> earlier contents (None: it did not exist)
+
+    def __call__(self, command: str, path: str, **kw) -> str:
+        if command not in COMMANDS:
+            raise ValueError(f"unknown command {command!r}; use one of {', '.join(COMMANDS)}")
+        full = self.resolve(path)
+        out = getattr(self, "_" + command)(full, path, **kw)
+        if len(out) > self.max_output_chars:
+            out = out[: self.max_output_chars] + f"\n<output cut at {self.max_output_chars} characters>"
+        return out
+
+    def resolve(self, path: str) -> str:
+        """The real path of `path` inside the work tree; ValueError if it leaves it (symlinks resolved)."""
+        root = os.path.realpath(self.root or os.getcwd())
+        full = os.path.realpath(os.path.join(root, path))
+        if full != root and not full.startswith(root + os.sep):
+            raise ValueError(f"{path}: outside the work tree; paths must stay inside {root}")
+        return full
+
+    # ------------------------------------------------------------------------------------------ commands
+
+    def _view(self, full: str, path: str, view_range: list | None = None, **_) -> str:
+        if os.path.isdir(full):
+            return _listing(full, path)
+        text = self._read(full, path, whole=view_range is None)
+        lines = text.split("\n")
+        start, end = 1, len(lines)
+        if view_range is not None:
+            if len(view_range) != 2:
+                raise ValueError("view_range must be [start, end]")
+            start, end = int(view_range[0]), int(view_range[1])
+            end = len(lines) if end == -1 else end
+            if not 1 <= start <= end <= len(lines):
+                raise ValueError(
+                    f"view_range {view_range} is outside 1..{len(lines)} ({path} has {len(lines)} lines)"
+                )
+        return "\n".join(f"{n:6d}\t{lines[n - 1]}" for n in range(start, end + 1))
+
+    def _create(self, full: str, path: str, file_text: str | None = None, **_) -> str:
+        if file_text is None:
+            raise ValueError("create needs file_text")
+        if os.path.exists(full):
+            raise ValueError(f"{path} already exists; edit it with str_replace or insert")
+        os.makedirs(os.path.dirname(full), exist_ok=True)
+        self._write(full, file_text, previous=None)
+        return f"created {path} ({len(file_text.splitlines())} lines)"
+
+    def _str_replace(self, full: str, path: str, old_str: str | None = None, new_str: str = "", **_) -> str:
+        if not old_str:
+            raise ValueError("str_replace needs a non-empty old_str")
+        text = self._read(full, path)
+        n = text.count(old_str)
+        if n == 0:
+            raise ValueError(
+                f"no match for old_str in {path}; it must match the file exactly, whitespace included"
+            )
+        if n > 1:
+            at = [text[:i].count("\n") + 1 for i in _find_all(text, old_str)]
+            raise ValueError(
+                f"old_str occurs {n} times in {path} (lines {at}); include more context to make it unique"
+            )
+        i = text.index(old_str)
+        self._write(full, text[:i] + new_str + text[i + len(old_str) :], previous=text)
+        first = text[:i].count("\n") + 1
+        return f"edited {path}:\n" + self._snippet(full, first, first + new_str.count("\n"))
+
+    def _insert(
+        self, full: str, path: str, new_str: str | None = None, insert_line: int | None = None, **_
+    ) -> str:
+        if new_str is None or insert_line is None:
+            raise ValueError("insert needs new_str and insert_line")
+        text = self._read(full, path)
+        lines = text.split("\n")
+        if not 0 <= int(insert_line) <= len(lines):
+            raise ValueError(f"insert_line {insert_line} is outside 0..{len(lines)}")
+        k = int(insert_line)
+        new = "\n".join(lines[:k] + new_str.split("\n") + lines[k:])
+        self._write(full, new, previous=text)
+        return f"edited {path}:\n" + self._snippet(full, k + 1, k + 1 + new_str.count("\n"))
+
+    def _undo_edit(self, full: str, path: str, **_) -> str:
+        if not self.history.get(full):
+            raise ValueError(f"no edit of {path} to undo")
+        previous = self.history[full].pop()
+        if previous is None:
+            os.remove(full)
+            return f"undid the creation of {path}"
+        with open(full, "w") as f:
+            f.write(previous)
+        return f"undid the last edit of {path}"
+
+    # ------------------------------------------------------------------------------------------ helpers
+
+    def _read(self, full: str, path: str, whole: bool = True) -> str:
+        if not os.path.isfile(full):
+            raise ValueError(f"{path}: no such file")
+        size = os.path.getsize(full)
+        if whole and size > self.max_file_bytes:
+            raise ValueError(f"{path} is {size} bytes (over {self.max_file_bytes}); view a view_range of it")
+        with open(full, "rb") as f:
+            data = f.read()
+        if b"\0" in data[:8192]:
+            raise ValueError(f"{path} is a binary file")
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ValueError(f"{path} is not UTF-8 text") from None
+
+    def _write(self, full: str, text: str, previous: str | None) -> None:
+        self.history.setdefault(full, []).append(previous)
+        with open(full, "w") as f:
+            f.write(text)
+
+    def _snippet(self, full: str, first: int, last: int, context: int = 3) -> str:
+        lines = open(full).read().split("\n")
+        lo, hi = max(1, first - context), min(len(lines), last + context)
+        return "\n".join(f"{n:6d}\t{lines[n - 1]}" for n in range(lo, hi + 1))
+
+
+def _find_all(text: str, sub: str) -> list[int]:
+    out, i = [], text.find(sub)
+    while i != -1:
+        out.append(i)
+        i = text.find(sub, i + 1)
+    return out
+
+
+def _listing(full: str, path: str, depth: int = 2) -> str:
+    out = [f"{path.rstrip('/') or '.'}/"]
+    base = full.rstrip(os.sep).count(os.sep)
+    for d, dirs, files in os.walk(full):
+        dirs[:] = sorted(x for x in dirs if not x.startswith("."))
+        level = d.rstrip(os.sep).count(os.sep) - base
+        if level + 1 >= depth:
+            dirs[:] = []
+        rel = os.path.relpath(d, full)
+        prefix = "" if rel == "." else rel + "/"
+        out += [f"  {prefix}{x}/" for x in dirs] + [
+            f"  {prefix}{x}" for x in sorted(files) if not x.startswith(".")
+        ]
+    return "\n".join(out)
