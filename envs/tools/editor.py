@@ -84,7 +84,7 @@ class StrReplaceEditor(Tool):
                 raise ValueError(
                     f"view_range {view_range} is outside 1..{len(lines)} ({path} has {len(lines)} lines)"
                 )
-        return "\n".join(f"{n:6d}\t{lines[n - 1]}" for n in range(start, end + 1))
+        return _numbered(lines, start, end)
 
     def _create(self, full: str, path: str, file_text: str | None = None, **_) -> str:
         if file_text is None:
@@ -110,9 +110,10 @@ class StrReplaceEditor(Tool):
                 f"old_str occurs {n} times in {path} (lines {at}); include more context to make it unique"
             )
         i = text.index(old_str)
-        self._write(full, text[:i] + new_str + text[i + len(old_str) :], previous=text)
+        new = text[:i] + new_str + text[i + len(old_str) :]
+        self._write(full, new, previous=text)
         first = text[:i].count("\n") + 1
-        return f"edited {path}:\n" + self._snippet(full, first, first + new_str.count("\n"))
+        return f"edited {path}:\n" + _snippet(new, first, first + new_str.count("\n"))
 
     def _insert(
         self, full: str, path: str, new_str: str | None = None, insert_line: int | None = None, **_
@@ -126,7 +127,7 @@ class StrReplaceEditor(Tool):
         k = int(insert_line)
         new = "\n".join(lines[:k] + new_str.split("\n") + lines[k:])
         self._write(full, new, previous=text)
-        return f"edited {path}:\n" + self._snippet(full, k + 1, k + 1 + new_str.count("\n"))
+        return f"edited {path}:\n" + _snippet(new, k + 1, k + 1 + new_str.count("\n"))
 
     def _undo_edit(self, full: str, path: str, **_) -> str:
         if not self.history.get(full):
@@ -161,10 +162,16 @@ class StrReplaceEditor(Tool):
         with open(full, "w") as f:
             f.write(text)
 
-    def _snippet(self, full: str, first: int, last: int, context: int = 3) -> str:
-        lines = open(full).read().split("\n")
-        lo, hi = max(1, first - context), min(len(lines), last + context)
-        return "\n".join(f"{n:6d}\t{lines[n - 1]}" for n in range(lo, hi + 1))
+
+def _snippet(text: str, first: int, last: int, context: int = 3) -> str:
+    """Lines first..last of the edited text (1-based), with `context` lines around, numbered."""
+    lines = text.split("\n")
+    return _numbered(lines, max(1, first - context), min(len(lines), last + context))
+
+
+def _numbered(lines: list[str], first: int, last: int) -> str:
+    """Lines first..last (1-based, inclusive) as `cat -n` prints them."""
+    return "\n".join(f"{n:6d}\t{lines[n - 1]}" for n in range(first, last + 1))
 
 
 def _find_all(text: str, sub: str) -> list[int]:
