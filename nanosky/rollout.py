@@ -38,6 +38,10 @@ class RolloutConfig:
     `nanosky/stepwise.py`). In step-wise mode max_total_tokens bounds each turn's prompt + response."""
     history_window: int = 2
     """stepwise: turns (action + observation) shown before the current one; older turns are dropped."""
+    step_weight: Literal["step", "episode"] = "step"
+    """stepwise: how rows weigh in the loss. step: every turn the same, so a 30-turn episode weighs 3x a 10-turn one
+    (verl-agent's choice). episode: each row's advantage is scaled by S_mean / S_i (S_i its episode's turns, S_mean
+    the batch's mean), so every episode carries the same total weight, however long it ran."""
 
     def __post_init__(self):
         for f in ("group_size", "prompts_per_step", "max_new_tokens", "max_total_tokens"):
@@ -45,6 +49,8 @@ class RolloutConfig:
                 raise ValueError(f"rollout.{f} must be >= 1, got {getattr(self, f)}")
         if self.mode not in ("concat", "stepwise"):
             raise ValueError(f"rollout.mode must be 'concat' or 'stepwise', got {self.mode!r}")
+        if self.step_weight not in ("step", "episode"):
+            raise ValueError(f"rollout.step_weight must be 'step' or 'episode', got {self.step_weight!r}")
         if self.history_window < 1:
             raise ValueError(f"rollout.history_window must be >= 1, got {self.history_window}")
         if self.max_turns is not None and self.max_turns < 1:

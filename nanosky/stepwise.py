@@ -126,11 +126,31 @@ def episode_view(
 
 
 def advantages(
-    trajs: list[Trajectory], rows: list[Trajectory], cfg: AlgoConfig, penalties: list[float] | None = None
+    trajs: list[Trajectory],
+    rows: list[Trajectory],
+    cfg: AlgoConfig,
+    penalties: list[float] | None = None,
+    weight: str = "step",
 ) -> torch.Tensor:
     """[N] the advantage of every row, from the registered estimator run on the episode view (identical on every
-    rank: every rank holds all episodes). Not for estimators that need values (GAE runs on the rows)."""
-    return _estimate(episode_view(trajs, rows, penalties), rows, cfg)
+    rank: every rank holds all episodes), times `episode_weights` (`weight`). Not for estimators that need values
+    (GAE runs on the rows)."""
+    return _estimate(episode_view(trajs, rows, penalties), rows, cfg) * episode_weights(trajs, rows, weight)
+
+
+def episode_weights(trajs: list[Trajectory], rows: list[Trajectory], weight: str = "step") -> torch.Tensor:
+    """[N] each row's loss weight (`--rollout.step-weight`), applied to its advantage. step: 1 for every row.
+    episode: S_mean / S_i, S_i = the turns of the row's episode and S_mean their mean over the batch's episodes, so
+    each episode's rows sum to S_mean: the weights still average 1 per row, and a failed 30-turn episode no longer
+    outweighs a successful 10-turn one 3 to 1. Scaling the advantage is scaling the policy-gradient term of the
+    loss (the KL and entropy terms keep every token at weight 1)."""
+    if weight == "step" or not rows:
+        return torch.ones(len(rows))
+    if weight != "episode":
+        raise ValueError(f"step weight must be 'step' or 'episode', got {weight!r}")
+    n = [len(t.steps) for t in trajs]
+    mean = sum(n) / len(n)
+    return torch.tensor([mean / n[r.info["episode"]] for r in rows])
 
 
 def _estimate(view: tuple, rows: list[Trajectory], cfg: AlgoConfig) -> torch.Tensor:
@@ -149,9 +169,11 @@ def assign_advantages(
     mine: list[int | None],
     cfg: AlgoConfig,
     penalty: torch.Tensor | None = None,
+    weight: str = "step",
 ) -> dict[str, float]:
-    """Set `batch.advantages` / `returns` (this rank's rows `mine`, None = padding) from `advantages`. `penalty`
-    [B] is what KL-in-reward took from each local row; every rank's are gathered so the episode view is whole.
+    """Set `batch.advantages` / `returns` (this rank's rows `mine`, None = padding) from `advantages`, weighted by
+    `episode_weights`. `penalty` [B] is what KL-in-reward took from each local row; every rank's are gathered so the
+    episode view is whole.
     Returns GiGPO's anchor metrics for a step-level estimator (over all episodes: the same on every rank)."""
     pen = None
     if penalty is not None:
@@ -161,7 +183,7 @@ def assign_advantages(
             for j, p in part:
                 pen[j] = p
     view = episode_view(trajs, rows, pen)
-    adv = _estimate(view, rows, cfg)  # [N]
+    adv = _estimate(view, rows, cfg) * episode_weights(trajs, rows, weight)  # [N]
     a = torch.tensor([0.0 if j is None else float(adv[j]) for j in mine], device=batch.loss_mask.device)
     batch.advantages = batch.returns = a[:, None] * batch.loss_mask  # [B, L-1]
     if not ADV_ESTIMATORS.meta(cfg.adv_estimator)["needs_steps"]:

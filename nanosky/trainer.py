@@ -129,7 +129,7 @@ def prepare(run: Run, trajs: list[Trajectory]) -> tuple[Batch, dict[str, float]]
         rewards = kl_in_reward(rewards, batch, a.kl_coef)
     if stepwise and not meta["needs_values"]:  # the estimator runs on the episodes (nanosky/stepwise.py)
         penalty = (outcome - rewards).sum(-1) if rewards is not outcome else None  # [B] what the KL took
-        return batch, assign_advantages(batch, trajs, rows, mine, a, penalty)
+        return batch, assign_advantages(batch, trajs, rows, mine, a, penalty, run.cfg.rollout.step_weight)
     steps, metrics = None, {}
     if meta["needs_steps"]:
         steps = step_info(local)

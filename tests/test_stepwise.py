@@ -145,6 +145,27 @@ def test_every_step_gets_its_episodes_advantage():
         advantages(trajs, rows, algos.preset("ppo"))
 
 
+def test_episode_weight_gives_every_episode_the_same_total_weight():
+    """--rollout.step-weight episode: a row's advantage is scaled by S_mean / S_i, so a long failure no longer
+    outweighs a short success by its length; step (the default) leaves the advantages as they are."""
+    trajs = [
+        _episode(0, [0.0, 1.0], 1.0, ["A", "B"]),  # a 2-step success
+        _episode(0, [0.0] * 6, 0.0, list("ACDEFG")),  # a 6-step failure
+    ]
+    rows = samples(trajs)
+    cfg = algos.preset("grpo")
+    plain = advantages(trajs, rows, cfg)
+    assert torch.equal(advantages(trajs, rows, cfg, weight="step"), plain)
+    weighted = advantages(trajs, rows, cfg, weight="episode")
+    w = torch.tensor([4 / 2] * 2 + [4 / 6] * 6)  # S_mean = 4
+    torch.testing.assert_close(weighted, plain * w)
+    per_episode = [float(weighted[[r.info["episode"] == e for r in rows]].sum()) for e in (0, 1)]
+    assert per_episode[0] == pytest.approx(-per_episode[1])  # equal and opposite, 2 steps against 6
+    assert float(plain[:2].sum()) == pytest.approx(-float(plain[2:].sum()) / 3)  # unweighted: 3 to 1
+    with pytest.raises(ValueError, match="step weight"):
+        advantages(trajs, rows, cfg, weight="token")
+
+
 def test_split_rows_pads_evenly_and_covers_every_row_once():
     rows = samples([_episode(0, [0.0] * 5, 0.0, list("ABCDE"))])
     parts = split_rows(rows, 2)

@@ -5,8 +5,8 @@
     result = run_tool_call(calls[0], {"calculator": get_tool("calculator")}, timeout_s=5)
     result.output    # "18446744073709551616"
 
-Built-ins: calculator(expression), search(query), wiki(title), python_exec(code), str_replace_editor(command,
-path, ...) (envs/tools/editor.py, confined to a work tree). Add your own with
+Built-ins: calculator(expression), search(query), wiki(title), python_exec(code), bash(command) (envs/tools/bash.py)
+and str_replace_editor(command, path, ...) (envs/tools/editor.py), both confined to a work tree. Add your own with
 `@register_tool` on a typed function or a `Tool` subclass.
 """
 
@@ -20,6 +20,7 @@ from envs.tools.base import (
     tool_names,
     validate_arguments,
 )
+from envs.tools.bash import BashTool
 from envs.tools.calculator import CalculatorTool
 from envs.tools.editor import StrReplaceEditor
 from envs.tools.parse import ToolCall, format_tool_call, parse_tool_calls
@@ -28,7 +29,7 @@ from envs.tools.sandbox import SandboxResult, run_sandboxed
 from envs.tools.search import SearchTool
 from envs.tools.wiki import WikiTool
 
-for _tool in (CalculatorTool, SearchTool, WikiTool, PythonExecTool, StrReplaceEditor):
+for _tool in (CalculatorTool, SearchTool, WikiTool, PythonExecTool, BashTool, StrReplaceEditor):
     register_tool(_tool)
 
 __all__ = [
@@ -37,6 +38,7 @@ __all__ = [
     "ToolCall",
     "ToolResult",
     "SandboxResult",
+    "BashTool",
     "StrReplaceEditor",
     "get_tool",
     "register_tool",
