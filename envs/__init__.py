@@ -17,6 +17,7 @@ _BUILTIN = {
     "tool_use": "envs.tool_use:ToolUseEnv",
     "webshop_lite": "envs.webshop_lite:WebShopEnv",
     "alfworld_lite": "envs.alfworld_lite:AlfWorldEnv",
+    "swe": "envs.swe:SWETaskEnv",
 }
 _REGISTRY: dict[str, Callable[..., Env]] = {}
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from envs.swe import patch_edits
 from evals import swebench
 from evals.scripted import ScriptedServer
 from evals.swebench import harness
@@ -191,50 +192,43 @@ def test_bad_rows_tarballs_and_instances_without_repo(instances, tmp_path, monke
 
 
 def test_env_tools_stay_in_the_repo(instances, request):
+    """The eval env uses the shared bash and str_replace_editor tools, confined to the checkout (.git included)."""
     env = SWEEnv(instances["nanosky-mini__textkit-4"], max_turns=5, obs_chars=400)
     request.addfinalizer(env.finish)  # the work tree goes even if an assert fails
     msgs = env.reset()
     assert "truncate" in msgs[1]["content"] and [t.name for t in env.tools] == [
-        "shell",
-        "view",
-        "edit",
+        "bash",
+        "str_replace_editor",
         "submit",
     ]
     call = lambda name, **args: json.dumps({"name": name, "arguments": args})  # noqa: E731
+    ed = lambda **args: f"<tool_call>{call('str_replace_editor', **args)}</tool_call>"  # noqa: E731
     res = env.step(
-        f"<tool_call>{call('view', path='.')}</tool_call><tool_call>{call('view', path='textkit/wrap.py', start=3)}</tool_call>"
+        ed(command="view", path=".") + ed(command="view", path="textkit/wrap.py", view_range=[3, 3])
     )
     listing, source = (o["content"] for o in res.observations)
-    assert listing.split() == [".gitignore", "README.md", "tests/", "textkit/"] and source.startswith(
-        "3:     if len(text) < width:"
-    )
-    res = env.step(f"<tool_call>{call('edit', path='../../etc/passwd', old='', new='x')}</tool_call>"
-                   f"<tool_call>{call('view', path='.git/config')}</tool_call>"
-                   f"<tool_call>{call('edit', path='textkit/wrap.py', old='nope', new='x')}</tool_call>")  # fmt: skip
+    assert listing.split() == ["./", "tests/", "textkit/", "README.md", "tests/test_case.py", "tests/test_slug.py",
+                               "tests/test_wrap.py", "textkit/__init__.py", "textkit/case.py", "textkit/slug.py",
+                               "textkit/wrap.py"]  # fmt: skip
+    assert source == "     3\t    if len(text) < width:"
+    res = env.step(ed(command="create", path="../../etc/passwd", file_text="x") + ed(command="view", path=".git/config")
+                   + ed(command="str_replace", path="textkit/wrap.py", old_str="nope", new_str="x"))  # fmt: skip
     assert all(o["content"].startswith("Error:") for o in res.observations) and res.info["invalid_calls"] == 3
-    res = env.step(f"<tool_call>{call('edit', path='textkit/wrap.py', old='len(text) < width', new='len(text) <= width')}</tool_call>"
-                   f"<tool_call>{call('shell', command='python -m pytest -q tests/test_wrap.py 2>&1 | tail -1; touch /etc/x')}</tool_call>")  # fmt: skip
+    res = env.step(ed(command="str_replace", path="textkit/wrap.py", old_str="len(text) < width",
+                      new_str="len(text) <= width")
+                   + f"<tool_call>{call('bash', command='python -m pytest -q tests/test_wrap.py 2>&1 | tail -1; touch /etc/x')}</tool_call>")  # fmt: skip
     edited, shell = (o["content"] for o in res.observations)
-    assert edited == "edited textkit/wrap.py" and "passed" in shell and "exit code" in shell
+    assert edited.startswith("edited textkit/wrap.py") and "passed" in shell and "exit code" in shell
     res = env.step(f"<tool_call>{call('submit')}</tool_call>")
-    assert res.done and res.info["submitted"]
+    assert res.done and res.info["submitted"] and res.reward == 0.0  # the eval grades after the episode
     patch = env.finish()
     assert "+    if len(text) <= width:" in patch and env.workdir is None
     assert not os.path.exists("/etc/x")
 
 
 def _edits_from_patch(patch: str) -> list[dict]:
-    """The edit-tool calls that reproduce a patch, one per hunk."""
-    calls = []
-    for block in re.split(r"^diff --git ", patch, flags=re.MULTILINE)[1:]:
-        path = re.search(r"^\+\+\+ b/(\S+)", block, flags=re.MULTILINE).group(1)
-        for hunk in re.split(r"^@@[^\n]*\n", block, flags=re.MULTILINE)[1:]:
-            old = [ln[1:] for ln in hunk.splitlines() if ln[:1] in (" ", "-")]
-            new = [ln[1:] for ln in hunk.splitlines() if ln[:1] in (" ", "+")]
-            calls.append(
-                {"name": "edit", "arguments": {"path": path, "old": "\n".join(old), "new": "\n".join(new)}}
-            )
-    return calls
+    """The editor calls that reproduce a patch, one per hunk."""
+    return [{"name": "str_replace_editor", "arguments": e} for e in patch_edits(patch)]
 
 
 def test_oracle_agent_through_base_url(instances, tmp_path):

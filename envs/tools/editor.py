@@ -45,9 +45,14 @@ class StrReplaceEditor(Tool):
     }
 
     def __init__(
-        self, root: str | None = None, max_file_bytes: int = 1_000_000, max_output_chars: int = 16_000
+        self,
+        root: str | None = None,
+        max_file_bytes: int = 1_000_000,
+        max_output_chars: int = 16_000,
+        protected: tuple[str, ...] = (),
     ):
         self.root, self.max_file_bytes, self.max_output_chars = root, max_file_bytes, max_output_chars
+        self.protected = protected  # top-level names in the work tree that are off limits (an env's ".git")
         self.history: dict[str, list[str | None]] = {}  # path -> earlier contents (None: it did not exist)
 
     def __call__(self, command: str, path: str, **kw) -> str:
@@ -65,6 +70,8 @@ class StrReplaceEditor(Tool):
         full = os.path.realpath(os.path.join(root, path))
         if full != root and not full.startswith(root + os.sep):
             raise ValueError(f"{path}: outside the work tree; paths must stay inside {root}")
+        if os.path.relpath(full, root).split(os.sep)[0] in self.protected:
+            raise ValueError(f"{path}: not editable here")
         return full
 
     # ------------------------------------------------------------------------------------------ commands
