@@ -7,7 +7,7 @@ NPROC   ?= 2
 export VLLM_ENABLE_V1_MULTIPROCESSING := 0
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install demo test test-fast bench bench-trl bench-throughput bench-envs compare lint format clean
+.PHONY: install demo test test-fast bench bench-trl bench-throughput bench-envs bench-swe compare lint format clean
 
 # Re-install only when the project metadata changed (or the venv is missing).
 $(STAMP): pyproject.toml
@@ -47,6 +47,9 @@ compare: install
 
 bench-envs: install
 	$(BIN)/python bench/env_baselines.py
+
+bench-swe: install
+	$(BIN)/python bench/swe_tasks.py
 
 lint:
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .

@@ -96,7 +96,7 @@ class DistConfig:
 @dataclass(kw_only=True)
 class TrainConfig:
     env: str = "math"
-    """Environment name (envs.make): math, tool_use, webshop_lite, alfworld_lite, or a registered one."""
+    """Environment name (envs.make): math, tool_use, webshop_lite, alfworld_lite, swe, or a registered one."""
     env_data: str | None = None
     """Optional data file for the env (e.g. GSM8K-style JSONL for math)."""
     env_kwargs: dict[str, str] = field(default_factory=dict)
@@ -299,7 +299,28 @@ def agent_env(env: str) -> TrainConfig:
     )
 
 
-ENV_PRESETS = ("tool_use", "webshop_lite", "alfworld_lite")
+def swe() -> TrainConfig:
+    """GRPO on generated bug-fix tasks (`--env swe`, level 1), multi-turn with the bash / str_replace_editor /
+    submit tools, from the bundled `tiny-swe` (trained on the expert's episodes). Evals run on held-out generated
+    bugs (`test_suite generated`); `python -m evals.swebench --ckpt` runs the shipped suite. A turn's tools, the
+    test runs and the grading at submit run in the env pools, concurrently (`envs/step_latency_s`, `envs/step_share`
+    say what they cost)."""
+    return TrainConfig(
+        env="swe",
+        env_kwargs={"level": "1", "test_suite": "generated", "max_turns": "6"},
+        model=ModelConfig(path="tiny-swe"),
+        engine=EngineConfig(max_model_len=1536),
+        steps=20,
+        # an expert episode is ~850 tokens; a str_replace call with a 4-line old_str ~120
+        rollout=RolloutConfig(group_size=8, prompts_per_step=4, max_new_tokens=160, max_total_tokens=1536),
+        envpool=EnvPoolConfig(workers=2, step_timeout_s=180.0),
+        optim=OptimConfig(lr=5e-5, micro_batch_tokens=8192),
+        eval=EvalConfig(every=5, limit=50, n_samples=1),
+        log=LogConfig(run_dir="runs/swe", ckpt_every=0),
+    )
+
+
+ENV_PRESETS = ("tool_use", "webshop_lite", "alfworld_lite", "swe")
 """Envs whose preset is the base config when `--env` is given without `--preset`."""
 
 PRESETS = {
@@ -311,6 +332,7 @@ PRESETS = {
     "tool_use": tool_use,
     "webshop_lite": lambda: agent_env("webshop_lite"),
     "alfworld_lite": lambda: agent_env("alfworld_lite"),
+    "swe": swe,
 }
 
 

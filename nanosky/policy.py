@@ -25,7 +25,7 @@ class ModelConfig:
     arguments and tool outputs); all built on first use if missing, no network."""
 
 
-BUNDLED = {"tiny": "base", "tiny-agent": "agent", "tiny-tool": "tool"}
+BUNDLED = {"tiny": "base", "tiny-agent": "agent", "tiny-tool": "tool", "tiny-swe": "swe"}
 
 
 def resolve_model_path(path: str) -> str:

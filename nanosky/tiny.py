@@ -52,6 +52,7 @@ from nanosky.tokenizer import build_tokenizer
 ASSET_DIR = Path(__file__).parent / "assets" / "tiny"
 AGENT_DIR = Path(__file__).parent / "assets" / "tiny-agent"
 TOOL_DIR = Path(__file__).parent / "assets" / "tiny-tool"
+SWE_DIR = Path(__file__).parent / "assets" / "tiny-swe"
 CACHE_DIR = Path.home() / ".cache" / "nanosky"
 
 
@@ -107,6 +108,10 @@ class TinyConfig:
     n_steps2: int = 0
     n_action_copy2: int = 0
     """Second-stage step-wise episodes and action copy drills."""
+    n_swe: int = 0
+    """`envs.make("swe")` expert episodes (levels 1, 1, 2 in turn; tools run for real in the sandbox, ~0.6 s each)."""
+    n_code_copy: int = 0
+    """Copy drills on lines of generated package sources (the editor's old_str is copied from a file view)."""
     lm_weight: float = 0.0
     """Loss weight of every other token (prompts, observations, admissible lists) relative to the trained turns:
     > 0 adds language modelling on the whole context, where entity names repeat (the room's receptacles, then the
@@ -337,10 +342,33 @@ def tool_config() -> TinyConfig:
     )
 
 
+def swe_config() -> TinyConfig:
+    """The swe variant's recipe (see the module docstring): from scratch with a BPE of its own data, whole expert
+    episodes of the generated bug-fix tasks (find, view, str_replace, run the tests, submit) and code copy drills,
+    language modelling on the file views as well."""
+    return TinyConfig(
+        seed=5,
+        vocab_size=2048,
+        heads=8,
+        kv_heads=8,
+        max_len=1536,
+        n_math=0,
+        n_tool=0,
+        n_swe=800,
+        n_code_copy=4000,
+        lm_weight=0.25,
+        steps=1500,
+        steps2=0,
+        batch_size=16,
+        batch_tokens=4096,
+    )
+
+
 VARIANTS = {
     "base": (TinyConfig, ASSET_DIR),
     "agent": (agent_config, AGENT_DIR),
     "tool": (tool_config, TOOL_DIR),
+    "swe": (swe_config, SWE_DIR),
 }
 
 

@@ -7,6 +7,7 @@ An example is `(messages, tool schemas)`, or `(messages, None, "last")` when onl
 
 from __future__ import annotations
 
+import json
 import random
 from typing import TYPE_CHECKING
 
@@ -105,12 +106,50 @@ def _action_copy_texts(n: int, seed: int) -> list[str]:
     return out
 
 
-def _copy_drill(text: str) -> tuple[list[dict], None]:
+def _swe_examples(
+    n: int, seed: int, levels: tuple[int, ...] = (1, 1, 2)
+) -> list[tuple[list[dict], list[dict]]]:
+    """Whole expert episodes of `envs.make("swe")` (train split; level by index from `levels`), tools run for real
+    in the sandbox (grading skipped: the expert resolves every instance), with the tools' schemas."""
+    if n <= 0:
+        return []
+    import envs
+    from envs.base import expert_episode
+
+    out = []
+    for i in range(n):
+        env = envs.make(
+            "swe", split="train", seed=seed * 1_000_003 + 300_000 + i, level=levels[i % len(levels)]
+        )
+        env.grade = False
+        out.append((expert_episode(env), [t.schema for t in env.tools]))
+    return out
+
+
+def _code_copy_examples(n: int, seed: int) -> list[tuple[list[dict], None]]:
+    """Copy drills for the editor: lines of a generated package's source as `str_replace_editor view` shows them
+    (numbered), to be written back as the JSON string an old_str is (one to four lines, indentation kept)."""
+    if n <= 0:
+        return []
+    from envs.swe import generate
+
+    rng, out = random.Random(seed + 91), []
+    while len(out) < n:
+        task = generate(seed * 1_000_003 + 400_000 + len(out), rng.choice((1, 2)))
+        lines = task.files[task.bug["path"]].splitlines()
+        k = rng.choice((1, 1, 2, 3, 4))
+        i = rng.randrange(max(1, len(lines) - k))
+        shown = "\n".join(f"{j + 1:6d}\t{lines[j]}" for j in range(i, min(len(lines), i + k)))
+        out.append(_copy_drill(shown, json.dumps("\n".join(lines[i : i + k]))))
+    return out
+
+
+def _copy_drill(text: str, answer: str | None = None) -> tuple[list[dict], None]:
     return (
         [
             {"role": "system", "content": COPY_PROMPT},
             {"role": "user", "content": text},
-            {"role": "assistant", "content": text},
+            {"role": "assistant", "content": text if answer is None else answer},
         ],
         None,
     )
@@ -162,5 +201,7 @@ def conversations(
         )
         convs += _step_examples(n_steps, seed, cfg.step_noise, cfg.history_window)
         convs += [_copy_drill(text) for text in _action_copy_texts(n_act, seed)]
+        n_swe, n_code = (cfg.n_swe, cfg.n_code_copy) if stage == 1 else (0, 0)
+        convs += _swe_examples(n_swe, seed) + _code_copy_examples(n_code, seed)
     rng.shuffle(convs)
     return convs, rng

@@ -19,6 +19,7 @@ import algos
 from algos.registry import ADV_ESTIMATORS
 from nanosky import dist
 from nanosky.agent import EngineBackend, Trajectory
+from nanosky.agent.trajectory import env_step_stats
 from nanosky.batch import (
     Batch,
     compute_advantages,
@@ -363,6 +364,7 @@ def step_metrics(
             "version": run.version,
         }
         | {f"timing/{k}_s": v for k, v in times.items()}
+        | env_step_stats(trajs)
         | train_perf(upd, run.n_params, times["train"])
     )
 

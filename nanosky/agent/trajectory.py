@@ -86,6 +86,18 @@ def load_jsonl(path: str | Path) -> list[dict]:
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
 
 
+def env_step_stats(trajs: list[Trajectory]) -> dict[str, float]:
+    """How long the envs' `step` calls took (tool runs, sandboxed test runs and grading included): the mean and max
+    per turn, and their share of the episodes' wall time (the rest is generation and queueing)."""
+    steps = [x["step_latency_s"] for t in trajs for x in t.turn_log if "step_latency_s" in x]
+    wall = sum(t.latency_s for t in trajs)
+    return {
+        "envs/step_latency_s": sum(steps) / max(len(steps), 1),
+        "envs/step_latency_max_s": max(steps, default=0.0),
+        "envs/step_share": sum(steps) / wall if wall > 0 else 0.0,
+    }
+
+
 def summarize(trajs: list[Trajectory]) -> dict[str, Any]:
     """Accuracy and the usual agent metrics over a batch."""
     n = max(len(trajs), 1)
