@@ -354,7 +354,7 @@ def swe_config() -> TinyConfig:
         max_len=1536,
         n_math=0,
         n_tool=0,
-        n_swe=800,
+        n_swe=1200,
         n_code_copy=4000,
         lm_weight=0.25,
         steps=1500,

@@ -139,3 +139,26 @@ def test_tool_variant_copies_digit_strings():
 
     assert exact(resolve_model_path("tiny-tool")) >= 10
     assert exact(resolve_model_path("tiny")) <= 2
+
+
+def test_swe_variant_data_are_real_expert_episodes_and_editor_copy_drills(tok):
+    """The swe variant's data: whole expert episodes of `envs.make("swe")` (tools run for real; every assistant turn
+    trained), and drills that copy numbered view lines into the JSON string an old_str is."""
+    import json
+
+    from nanosky.tiny import _encode
+    from nanosky.tiny_data import _code_copy_examples, _swe_examples
+
+    ((messages, schemas),) = _swe_examples(1, 0)
+    assert [s["function"]["name"] for s in schemas] == ["bash", "str_replace_editor", "submit"]
+    actions = [m["content"] for m in messages if m["role"] == "assistant"]
+    assert (
+        json.loads(actions[-1].removeprefix("<tool_call>").removesuffix("</tool_call>"))["name"] == "submit"
+    )
+    assert any('"command": "str_replace"' in a for a in actions)
+    assert any("passed" in m["content"] for m in messages if m["role"] == "tool")  # the test run really ran
+    ids, mask = _encode(tok, (messages, schemas))
+    assert tok.decode([i for i, m in zip(ids, mask) if m]) == "".join(a + tok.eos_token for a in actions)
+    for drill, _ in _code_copy_examples(5, 0):
+        shown, answer = drill[1]["content"], drill[2]["content"]
+        assert json.loads(answer) == "\n".join(line.split("\t", 1)[1] for line in shown.split("\n"))
