@@ -194,6 +194,7 @@ def test_help_documents_every_flag():
         "--optim.micro-batch-size",
         "--optim.micro-batch-tokens",
         "--optim.packing",
+        "--rollout.step-weight",
         "--eval.every",
         "--probe.skip-sync",
     ):
@@ -240,6 +241,8 @@ def test_agent_env_without_preset_starts_from_its_preset():
     assert cfg.env == "tool_use" and cfg.model.path == "tiny-tool" and cfg.algorithm.name == "grpo"
     assert cfg.algorithm.adv_estimator == "grpo"
     assert parse_args(["--env=alfworld_lite"], console=False).engine.max_model_len == 768
+    swe = parse_args(["--env", "swe"], console=False)
+    assert swe.model.path == "tiny-swe" and swe.env_kwargs["test_suite"] == "generated"
     assert parse_args(["--env", "tool_use", "--model.path", "x"], console=False).model.path == "x"
     assert parse_args(["--preset", "default", "--env", "tool_use"], console=False).model.path == "tiny"
     assert parse_args(["--env", "math"], console=False).model.path == "tiny"
