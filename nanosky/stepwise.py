@@ -14,7 +14,9 @@ an outcome estimator (grpo, rloo, dr_grpo) sees each episode's return once, what
 an episode gets its episode's advantage; GiGPO reads the columns as steps (`needs_steps`); reinforce_pp's
 reward-to-go runs over steps. GAE (a critic) instead runs on the rows themselves, each row's reward being its
 episode's return. The loss then treats rows like any other: token-mean normalises by the action tokens of all
-rows in the global batch, seq-mean-* by the number of rows (steps), not episodes.
+rows in the global batch, seq-mean-* by the number of rows (steps), not episodes. `--rollout.step-weight episode`
+scales each row's advantage by S_mean / S_i (`episode_weights`), so each episode weighs the same however many turns
+it ran (by default a failed 30-turn episode outweighs a 10-turn success 3 to 1).
 """
 
 from __future__ import annotations
