@@ -110,6 +110,8 @@ class TinyConfig:
     """Second-stage step-wise episodes and action copy drills."""
     n_swe: int = 0
     """`envs.make("swe")` expert episodes (levels 1, 1, 2 in turn; tools run for real in the sandbox, ~0.6 s each)."""
+    n_swe_fix: int = 0
+    """The first turns of swe expert episodes ((grep,) view, the fixing str_replace), built without the sandbox."""
     n_code_copy: int = 0
     """Copy drills on lines of generated package sources (the editor's old_str is copied from a file view)."""
     lm_weight: float = 0.0
@@ -354,10 +356,11 @@ def swe_config() -> TinyConfig:
         max_len=1536,
         n_math=0,
         n_tool=0,
-        n_swe=1200,
-        n_code_copy=4000,
+        n_swe=400,
+        n_swe_fix=5000,
+        n_code_copy=3000,
         lm_weight=0.25,
-        steps=1500,
+        steps=2000,
         steps2=0,
         batch_size=16,
         batch_tokens=4096,

@@ -39,7 +39,7 @@ class SWETaskEnv(SWEEnv):
     name = "swe"
 
     def __init__(self, split: str = "train", seed: int = 0, level: int | list[int] = 1, test_suite: str = "mini",
-                 partial_credit: bool = False, max_turns: int = 8, obs_chars: int = 600, cache_dir: str | None = None,
+                 partial_credit: bool = False, max_turns: int = 8, obs_chars: int = 1600, cache_dir: str | None = None,
                  cmd_timeout_s: float = 30.0, python: str = sys.executable):  # fmt: skip
         from evals.swebench import harness
 
