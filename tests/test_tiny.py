@@ -162,3 +162,19 @@ def test_swe_variant_data_are_real_expert_episodes_and_editor_copy_drills(tok):
     for drill, _ in _code_copy_examples(5, 0):
         shown, answer = drill[1]["content"], drill[2]["content"]
         assert json.loads(answer) == "\n".join(line.split("\t", 1)[1] for line in shown.split("\n"))
+
+
+def test_swe_fix_turns_are_the_envs_own_first_turns():
+    """The cheap first-turn examples (no sandbox) are exactly what the real env shows the expert: the same issue,
+    grep line, file view and str_replace call."""
+    import envs
+    from envs.base import expert_episode
+    from nanosky.tiny_data import _swe_fix_turns
+
+    examples = _swe_fix_turns(3, 5)
+    for i, (messages, schemas) in enumerate(examples):
+        env = envs.make("swe", "train", 5 * 1_000_003 + 600_000 + i, level=(1, 1, 2)[i])
+        env.grade = False
+        assert expert_episode(env)[: len(messages)] == messages
+        assert messages[-1]["role"] == "assistant" and '"command": "str_replace"' in messages[-1]["content"]
+        assert schemas == [t.schema for t in env.tools]
