@@ -208,7 +208,7 @@ def test_swe_trains_at_two_ranks(tmp_path):
     run_dir = str(tmp_path / "swe")
     small = "--steps 2 --rollout.prompts-per-step 2 --rollout.group-size 2 --eval.every 0 --eval.limit 2"
     r = torchrun(["--preset", "swe", "--log.run-dir", run_dir, *small.split(), "--envpool.workers", "1",
-                  "--env-kwargs", "level", "1", "max_turns", "3", "--log.samples-per-step", "2"])  # fmt: skip
+                  "--env-kwargs.max-turns", "3", "--log.samples-per-step", "2"])  # fmt: skip
     assert r.returncode == 0, r.stderr[-4000:]
     s = scalars(run_dir)
     assert [step for step, _ in s["train/pg_loss"]] == [1, 2]
