@@ -31,6 +31,13 @@ is mostly copying (the question's numbers into the call, the tool's output into 
 continued from a model that had learnt math by rote, wrote plausible arguments that ignored the question. Copying
 digit strings is learnt late and suddenly (an induction-head phase change, after ~20k drills here), so this recipe
 spends its whole budget on the one skill.
+
+The `swe` variant (`--model.path tiny-swe`, what the swe preset starts from) is trained from scratch with a BPE of its
+own data: 400 whole expert episodes of `envs.make("swe")` (tools run for real), 5,000 first turns of more episodes
+built without the sandbox ((grep,) view, the fixing str_replace; the same turns the env shows), and drills that copy
+numbered view lines into an old_str. It writes well-formed calls and names the right module, but does not yet copy
+the issue's package name into its first `view` (0 / 100 held-out level-1 tasks, README): copying has to emerge
+first, as it did for the tool variant only after ~20k drills.
 """
 
 from __future__ import annotations
