@@ -28,7 +28,7 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from envs.swe.templates import MODULE_NAMES, PACKAGE_WORDS, THEMES, Fn
+from envs.swe.templates import THEMES, Fn
 
 KINDS = ("operator swap", "off-by-one", "wrong constant", "inverted condition", "wrong variable",
          "missing return or branch")  # fmt: skip
@@ -40,7 +40,19 @@ _BIN = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Add, ast.Div: ast.Floo
 _CMP = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.Eq: ast.NotEq, ast.NotEq: ast.Eq,
         ast.In: ast.NotIn, ast.NotIn: ast.In}  # fmt: skip
 _STR = {"-": "_", "_": "-", ".": ",", "0": " ", "?": ""}
-_BUILTINS = frozenset(dir(__builtins__) if isinstance(__builtins__, dict) else dir(__builtins__))
+
+# the names a generated package and its modules get (a theme's module is one of its three names)
+MODULE_NAMES = {
+    "text": ("text", "strings", "textops"),
+    "numbers": ("numbers", "mathutil", "stats"),
+    "lists": ("lists", "seqtools", "listops"),
+    "dates": ("dates", "calendar_utils", "timeutil"),
+    "pricing": ("pricing", "billing", "checkout"),
+    "grades": ("grades", "scores", "grading"),
+}
+
+PACKAGE_WORDS = (("tiny", "mini", "easy", "quick", "simple", "handy", "small", "plain"),
+                 ("kit", "lib", "utils", "tools", "box", "core"))  # fmt: skip
 
 
 @dataclass
@@ -76,14 +88,11 @@ class Mutation:
 def mutations(src: str) -> list[Mutation]:
     """Every candidate bug of one function's source, in a deterministic order."""
     fn = ast.parse(src).body[0]
-    out: list[Mutation] = []
-    for i, (kind, describe, edit) in enumerate(_sites(fn)):
-        out.append(Mutation(kind, i, describe, _replay(i, edit)))
-    return out
+    return [Mutation(kind, i, describe, _replay(i)) for i, (kind, describe, _) in enumerate(_sites(fn))]
 
 
-def _replay(index: int, _edit) -> Callable[[ast.FunctionDef], None]:
-    # the edit captured a node of the original tree: find the same site in the copy by its index
+def _replay(index: int) -> Callable[[ast.FunctionDef], None]:
+    # a site's edit holds nodes of the tree it was found in: on a fresh copy, find the same site by its index
     def apply(fn: ast.FunctionDef) -> None:
         list(_sites(fn))[index][2]()
 
@@ -174,19 +183,25 @@ def _sites(fn: ast.FunctionDef):
             stmts = getattr(node, attr, None)
             if not isinstance(stmts, list):
                 continue
+            yield from _guards(stmts)
             for j, stmt in enumerate(stmts):
-                guard = isinstance(stmt, ast.If) and not stmt.orelse and isinstance(stmt.body[-1], ast.Return)
-                if guard and len(stmts) > 1:
-                    yield "missing return or branch", "guard clause removed", _drop(stmts, j)
                 if isinstance(stmt, ast.Return) and stmt.value is not None and isinstance(node, ast.If):
                     yield "missing return or branch", "return dropped", _unreturn(stmts, j)
         if isinstance(node, ast.IfExp):
             yield "missing return or branch", "else branch removed", _replace_ifexp(node)
-    # top-level statements are not inside any walked node: guards directly in the function body
-    body = fn.body
-    for j, stmt in enumerate(body):
-        if isinstance(stmt, ast.If) and not stmt.orelse and isinstance(stmt.body[-1], ast.Return):
-            yield "missing return or branch", "guard clause removed", _drop(body, j)
+    yield from _guards(fn.body)  # the function's own statements are not inside any walked node
+
+
+def _guards(stmts: list):
+    """`if ...: return ...` without an else, in a block with more statements: removing it is a missing branch."""
+    for j, stmt in enumerate(stmts):
+        if (
+            isinstance(stmt, ast.If)
+            and not stmt.orelse
+            and isinstance(stmt.body[-1], ast.Return)
+            and len(stmts) > 1
+        ):
+            yield "missing return or branch", "guard clause removed", _drop(stmts, j)
 
 
 def _op(op: ast.AST) -> str:

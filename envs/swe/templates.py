@@ -1,12 +1,8 @@
-"""The source templates generated SWE tasks are built from: small, pure Python functions grouped by theme, each with
-the inputs its tests call it on (expected outputs come from running the correct code, never written by hand).
-
-A theme becomes one module of a generated package; `deps` are functions of the same theme a function calls, so
-they are always generated together. Functions use `for` loops over finite ranges only (no `while`, no recursion),
-so no injected bug can make a test hang.
+"""The source templates of generated SWE tasks: small, pure Python functions grouped by theme (a theme becomes one
+module), each with the inputs its tests call it on (expected outputs come from running the correct code). `deps` are
+functions of the same theme a function calls, generated with it. No `while` or recursion: `generate.run_module`'s
+line budget stops the few injected bugs that still loop (a loop over the list it appends to).
 """
-
-from __future__ import annotations
 
 from dataclasses import dataclass
 
@@ -502,15 +498,3 @@ def grade_counts(scores):
         ),
     ],
 }
-
-MODULE_NAMES = {
-    "text": ("text", "strings", "textops"),
-    "numbers": ("numbers", "mathutil", "stats"),
-    "lists": ("lists", "seqtools", "listops"),
-    "dates": ("dates", "calendar_utils", "timeutil"),
-    "pricing": ("pricing", "billing", "checkout"),
-    "grades": ("grades", "scores", "grading"),
-}
-
-PACKAGE_WORDS = (("tiny", "mini", "easy", "quick", "simple", "handy", "small", "plain"),
-                 ("kit", "lib", "utils", "tools", "box", "core"))  # fmt: skip
