@@ -137,7 +137,7 @@ def _swe_fix_turns(
     import os
     import tempfile
 
-    from envs.swe import generate
+    from envs.swe import OBS_CHARS, generate
     from envs.swe.build import unified_diff
     from envs.swe.env import SYSTEM_PROMPT, SubmitTool, expert_plan
     from envs.tools import BashTool, StrReplaceEditor
@@ -151,7 +151,7 @@ def _swe_fix_turns(
                 os.makedirs(os.path.dirname(os.path.join(root, path)) or root, exist_ok=True)
                 with open(os.path.join(root, path), "w") as f:
                     f.write(text)
-            ed = StrReplaceEditor(root=root, max_output_chars=1600, protected=(".git",))
+            ed = StrReplaceEditor(root=root, max_output_chars=OBS_CHARS, protected=(".git",))
             inst = {"patch": unified_diff(task.files, task.fixed_files), "level": task.level, "bug": task.bug}
             plan = expert_plan(inst, task.files.get)[:-2]  # without the test run and submit
             msgs = [

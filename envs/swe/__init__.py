@@ -23,6 +23,8 @@ from envs.swe.env import SWEEnv, expert_plan, patch_edits
 from envs.swe.generate import LEVELS, Task, generate
 
 _MINI: list[dict] | None = None
+OBS_CHARS = 1600
+"""Tool outputs are cut to this many characters: a whole level-1 module's view (up to ~1,300) fits."""
 
 
 def mini_suite() -> list[dict]:
@@ -39,7 +41,7 @@ class SWETaskEnv(SWEEnv):
     name = "swe"
 
     def __init__(self, split: str = "train", seed: int = 0, level: int | list[int] = 1, test_suite: str = "mini",
-                 partial_credit: bool = False, max_turns: int = 8, obs_chars: int = 1600, cache_dir: str | None = None,
+                 partial_credit: bool = False, max_turns: int = 8, obs_chars: int = OBS_CHARS, cache_dir: str | None = None,
                  cmd_timeout_s: float = 30.0, python: str = sys.executable):  # fmt: skip
         from evals.swebench import harness
 

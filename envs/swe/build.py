@@ -23,9 +23,10 @@ from pathlib import Path
 from envs.swe.generate import Task
 
 CACHE_DIR = Path.home() / ".cache" / "nanosky" / "swe_gen"
-_GIT_ENV = {"GIT_AUTHOR_NAME": "nanosky", "GIT_AUTHOR_EMAIL": "nanosky@localhost", "GIT_COMMITTER_NAME": "nanosky",
-            "GIT_COMMITTER_EMAIL": "nanosky@localhost", "GIT_AUTHOR_DATE": "2025-01-01T00:00:00+0000",
-            "GIT_COMMITTER_DATE": "2025-01-01T00:00:00+0000"}  # fmt: skip
+GIT_ENV = {"GIT_AUTHOR_NAME": "nanosky", "GIT_AUTHOR_EMAIL": "nanosky@localhost", "GIT_COMMITTER_NAME": "nanosky",
+           "GIT_COMMITTER_EMAIL": "nanosky@localhost", "GIT_AUTHOR_DATE": "2025-01-01T00:00:00+0000",
+           "GIT_COMMITTER_DATE": "2025-01-01T00:00:00+0000"}  # fmt: skip
+"""A fixed author and date: a commit of the same tree has the same hash on every machine."""
 
 
 def unified_diff(old: dict[str, str], new: dict[str, str]) -> str:
@@ -47,13 +48,29 @@ def unified_diff(old: dict[str, str], new: dict[str, str]) -> str:
     return "".join(out)
 
 
-def _git(*args: str, env: dict | None = None, cwd: str | None = None) -> str:
+def git(*args: str, cwd: str | Path | None = None, env: dict | None = None) -> str:
+    """`git args...` (stdout, stripped); RuntimeError with git's message when it fails."""
     r = subprocess.run(
         ["git", *args], capture_output=True, text=True, cwd=cwd, env={**os.environ, **(env or {})}
     )
     if r.returncode != 0:
-        raise RuntimeError(f"git {' '.join(args[:3])}: {r.stderr.strip()[:400]}")
+        raise RuntimeError(f"git {' '.join(args[:3])}: {r.stderr.strip()[:500]}")
     return r.stdout.strip()
+
+
+def commit_tree(git_dir: str | Path, tree: str | Path, message: str, tag: str) -> str:
+    """Commit the directory `tree` as a parentless commit (fixed author and date, one file mode) into the bare
+    repository `git_dir`, tagged `tag`; returns its hash. The same files give the same hash on every machine."""
+    tree = Path(tree)
+    for p in tree.rglob("*"):  # one file mode everywhere: the tree hash must not depend on the umask
+        os.chmod(p, 0o755 if p.is_dir() else 0o644)
+    with tempfile.TemporaryDirectory(prefix="nanosky-git-index-") as tmp:
+        env = {"GIT_DIR": str(git_dir), "GIT_WORK_TREE": str(tree), "GIT_INDEX_FILE": str(Path(tmp, "index"))}
+        git("add", "-A", ".", cwd=tree, env=env)
+        commit = git("commit-tree", git("write-tree", cwd=tree, env=env), "-m", message, cwd=tree,
+                     env={**env, **GIT_ENV})  # fmt: skip
+    git("tag", "-f", tag, commit, env={"GIT_DIR": str(git_dir)})
+    return commit
 
 
 def commit_base(task: Task, cache_dir: str | Path | None = None) -> tuple[str, str]:
@@ -64,24 +81,20 @@ def commit_base(task: Task, cache_dir: str | Path | None = None) -> tuple[str, s
     with open(cache / f"{task.split}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (git_dir / "HEAD").exists():
-            _git("init", "-q", "--bare", "--template=", str(git_dir))
-        env = {"GIT_DIR": str(git_dir)}
+            git("init", "-q", "--bare", "--template=", str(git_dir))
         try:
-            return str(git_dir), _git("rev-parse", "-q", "--verify", f"refs/tags/{task.instance_id}", env=env)
+            return str(git_dir), git("rev-parse", "-q", "--verify", f"refs/tags/{task.instance_id}",
+                                     env={"GIT_DIR": str(git_dir)})  # fmt: skip
         except RuntimeError:
             pass
         with tempfile.TemporaryDirectory(prefix="nanosky-swe-gen-") as tmp:
             for path, text in task.files.items():
-                p = Path(tmp, "tree", path)
+                p = Path(tmp, path)
                 p.parent.mkdir(parents=True, exist_ok=True)
                 p.write_text(text)
-                os.chmod(p, 0o644)  # one file mode: the tree hash must not depend on the umask
-            env = {**env, "GIT_WORK_TREE": str(Path(tmp, "tree")), "GIT_INDEX_FILE": str(Path(tmp, "index"))}
-            _git("add", "-A", ".", env=env, cwd=str(Path(tmp, "tree")))
-            tree = _git("write-tree", env=env)
-            commit = _git("commit-tree", tree, "-m", f"{task.package}: base of {task.instance_id}",
-                          env={**env, **_GIT_ENV})  # fmt: skip
-            _git("tag", "-f", task.instance_id, commit, env={"GIT_DIR": str(git_dir)})
+            commit = commit_tree(
+                git_dir, tmp, f"{task.package}: base of {task.instance_id}", task.instance_id
+            )
         return str(git_dir), commit
 
 

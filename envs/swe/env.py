@@ -126,7 +126,7 @@ class SWEEnv(Env):
         from evals.swebench import harness
 
         t0 = time.perf_counter()
-        self.result = harness.evaluate_instance(harness.normalize_instance(self.instance), patch,
+        self.result = harness.evaluate_instance(self.instance, patch,
                                                 self.test_timeout_s, self.python)  # fmt: skip
         status = self.result.get("tests_status", {})
         f2p = status.get("FAIL_TO_PASS", {"success": [], "failure": []})

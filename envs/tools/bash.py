@@ -19,7 +19,7 @@ import os
 import sys
 
 from envs.tools.base import Tool
-from envs.tools.sandbox import run_sandboxed
+from envs.tools.sandbox import repo_env, run_sandboxed
 
 MAX_COMMAND_CHARS = 20_000
 
@@ -65,16 +65,8 @@ class BashTool(Tool):
             return f"Error: command must be under {MAX_COMMAND_CHARS} characters, without NUL bytes"
         root = os.path.realpath(self.root or os.getcwd())
         limit = min(timeout_s, self.timeout_s)
-        # `python` / `pytest` are the project's interpreter: first on PATH; bytecode is not written into the tree
-        env = {
-            "PATH": f"{os.path.dirname(self.python)}:{os.environ.get('PATH', '/usr/bin:/bin')}",
-            "PYTHONDONTWRITEBYTECODE": "1",
-            "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
-            "GIT_TERMINAL_PROMPT": "0",
-            "OMP_NUM_THREADS": "1",
-        }
         r = run_sandboxed(["bash", "-c", command], cwd=root, writable_dirs=[root], timeout_s=limit,
-                          mem_mb=self.mem_mb, max_procs=self.max_procs, env=env,
+                          mem_mb=self.mem_mb, max_procs=self.max_procs, env=repo_env(self.python),
                           max_output_bytes=8 * self.max_output_chars)  # fmt: skip
         out = (r.stdout + r.stderr).strip("\n")
         if r.killed_reason in ("timeout", "cpu_limit"):

@@ -52,6 +52,15 @@ class SandboxResult:
     truncated: bool = False  # stdout or stderr hit max_output_bytes
 
 
+def repo_env(python: str = sys.executable) -> dict[str, str]:
+    """The environment for a repository's code and tests in the sandbox (the SWE harness and the bash tool):
+    `python` and its bin dir first on PATH, no bytecode written into the tree, no pytest plugin autoload, git never
+    prompts, one OpenMP thread."""
+    return {"PATH": f"{os.path.dirname(python)}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+            "PYTHONDONTWRITEBYTECODE": "1", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "GIT_TERMINAL_PROMPT": "0",
+            "OMP_NUM_THREADS": "1"}  # fmt: skip
+
+
 def run_sandboxed(
     argv: list[str],
     cwd: str | None = None,

@@ -23,7 +23,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from envs.tools.sandbox import SandboxResult, run_sandboxed
+from envs.tools.sandbox import SandboxResult, repo_env, run_sandboxed
 
 REQUIRED = ("instance_id", "repo", "base_commit", "problem_statement", "patch", "test_patch", "FAIL_TO_PASS",
             "PASS_TO_PASS")  # fmt: skip
@@ -112,11 +112,8 @@ def checkout(repo: str, commit: str, dest: str) -> None:
 def sandboxed(argv: list[str], workdir: str, stdin: str | None = None, timeout_s: float = 60.0,
               python: str = sys.executable) -> SandboxResult:  # fmt: skip
     """Run in the sandbox with only `workdir` writable; `python` (and its bin dir) first on PATH."""
-    env = {"PATH": f"{os.path.dirname(python)}:{os.environ.get('PATH', '/usr/bin:/bin')}",
-           "PYTHONDONTWRITEBYTECODE": "1", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "GIT_TERMINAL_PROMPT": "0",
-           "OMP_NUM_THREADS": "1"}  # fmt: skip
     return run_sandboxed(argv, cwd=workdir, stdin=stdin, timeout_s=timeout_s, writable_dirs=[workdir],
-                         mem_mb=4096, max_procs=128, env=env)  # fmt: skip
+                         mem_mb=4096, max_procs=128, env=repo_env(python))  # fmt: skip
 
 
 def reset_tree(workdir: str) -> None:

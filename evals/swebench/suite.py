@@ -16,36 +16,23 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
-import os
 import shutil
-import subprocess
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from envs.swe.build import commit_tree, git
 from evals.common import DATA_DIR
 
 SUITE_DIR = DATA_DIR / "swe_mini"
 CACHE_DIR = Path.home() / ".cache" / "nanosky" / "swe_mini"
-_GIT_ENV = {"GIT_AUTHOR_NAME": "nanosky", "GIT_AUTHOR_EMAIL": "nanosky@localhost", "GIT_COMMITTER_NAME": "nanosky",
-            "GIT_COMMITTER_EMAIL": "nanosky@localhost", "GIT_AUTHOR_DATE": "2025-01-01T00:00:00+0000",
-            "GIT_COMMITTER_DATE": "2025-01-01T00:00:00+0000"}  # fmt: skip
 
 
 def instance_dirs(suite_dir: Path = SUITE_DIR) -> list[Path]:
     """Instance directories in a stable order (repo, then number)."""
     dirs = [d for d in (suite_dir / "instances").iterdir() if d.is_dir()]
     return sorted(dirs, key=lambda d: (d.name.rsplit("-", 1)[0], int(d.name.rsplit("-", 1)[1])))
-
-
-def _git(*args: str, cwd: str | Path | None = None, env: dict | None = None) -> str:
-    r = subprocess.run(
-        ["git", *args], cwd=cwd, capture_output=True, text=True, env={**os.environ, **(env or {})}
-    )
-    if r.returncode != 0:
-        raise RuntimeError(f"git {' '.join(args[:3])}: {r.stderr.strip()[:500]}")
-    return r.stdout.strip()
 
 
 def _stamp(paths: list[Path]) -> str:
@@ -62,20 +49,8 @@ def _commit_base(git_dir: Path, repo_src: Path, inst: Path) -> str:
     with tempfile.TemporaryDirectory(prefix="nanosky-swe-build-") as tmp:
         tree = Path(tmp) / "tree"
         shutil.copytree(repo_src, tree, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-        for p in tree.rglob("*"):  # one file mode everywhere: the tree hash must not depend on the umask
-            os.chmod(p, 0o755 if p.is_dir() else 0o644)
-        _git("apply", "-R", str(inst / "gold.patch"), cwd=tree)
-        env = {
-            "GIT_DIR": str(git_dir),
-            "GIT_WORK_TREE": str(tree),
-            "GIT_INDEX_FILE": str(Path(tmp) / "index"),
-        }
-        _git("add", "-A", ".", cwd=tree, env=env)
-        tree_id = _git("write-tree", cwd=tree, env=env)
-        commit = _git("commit-tree", tree_id, "-m", f"{repo_src.name}: base of {inst.name}", cwd=tree,
-                      env={**env, **_GIT_ENV})  # fmt: skip
-        _git("tag", "-f", inst.name, commit, env={"GIT_DIR": str(git_dir)})
-    return commit
+        git("apply", "-R", str(inst / "gold.patch"), cwd=tree)
+        return commit_tree(git_dir, tree, f"{repo_src.name}: base of {inst.name}", inst.name)
 
 
 def _build_repo(name: str, insts: list[Path], suite_dir: Path, cache: Path) -> dict[str, str]:
@@ -87,7 +62,7 @@ def _build_repo(name: str, insts: list[Path], suite_dir: Path, cache: Path) -> d
         if m.get("stamp") == stamp and git_dir.exists():
             return m["commits"]
     shutil.rmtree(git_dir, ignore_errors=True)
-    _git("init", "-q", "--bare", str(git_dir))
+    git("init", "-q", "--bare", str(git_dir))
     commits = {i.name: _commit_base(git_dir, suite_dir / "repos" / name, i) for i in insts}
     manifest.write_text(json.dumps({"stamp": stamp, "commits": commits}, indent=1))
     return commits
