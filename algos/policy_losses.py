@@ -70,7 +70,7 @@ def _clipped_surrogate(
     return torch.maximum(unclipped, clipped), clipped > unclipped
 
 
-@register_policy_loss("ppo")
+@register_policy_loss("ppo", zero_at_zero_adv=True)
 def ppo_loss(
     log_prob: Tensor,
     old_log_prob: Tensor,
@@ -107,7 +107,7 @@ def gspo_token_log_ratio(
     return log_prob - log_prob.detach() + seq_log_ratio[:, None]  # [B, T]
 
 
-@register_policy_loss("gspo")
+@register_policy_loss("gspo", zero_at_zero_adv=True)
 def gspo_loss(
     log_prob: Tensor,
     old_log_prob: Tensor,
@@ -127,7 +127,7 @@ def gspo_loss(
     return _finish(loss_mat, response_mask, cfg, weights, metrics)
 
 
-@register_policy_loss("sapo")
+@register_policy_loss("sapo", zero_at_zero_adv=True)
 def sapo_loss(
     log_prob: Tensor,
     old_log_prob: Tensor,
@@ -156,7 +156,7 @@ def sapo_loss(
     return _finish(loss_mat, response_mask, cfg, weights, metrics)
 
 
-@register_policy_loss("cispo")
+@register_policy_loss("cispo", zero_at_zero_adv=True)
 def cispo_loss(
     log_prob: Tensor,
     old_log_prob: Tensor,

@@ -81,9 +81,16 @@ def adv_estimator_names() -> list[str]:
     return ADV_ESTIMATORS.names()
 
 
-def register_policy_loss(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Decorator: register `fn(log_prob, old_log_prob, advantages, response_mask, cfg, weights=None)`."""
-    return POLICY_LOSSES.register(name)
+def register_policy_loss(
+    name: str, zero_at_zero_adv: bool = False
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorator: register `fn(log_prob, old_log_prob, advantages, response_mask, cfg, weights=None)`.
+
+    zero_at_zero_adv: a token whose advantage is 0 adds nothing to the loss or its gradient (every built-in loss is
+    A times a function of the ratio), so the trainer may skip rows whose advantages are all 0 (`--optim.skip-zero-adv`)
+    while still counting them in the normalisers. Leave it False for a loss with a term of its own.
+    """
+    return POLICY_LOSSES.register(name, zero_at_zero_adv=zero_at_zero_adv)
 
 
 def get_policy_loss(name: str) -> Callable[..., Any]:

@@ -175,17 +175,7 @@ def logprobs(
     return lp, ent
 
 
-def plan_micro_batches(seqs: list[list[int]], max_rows: int, max_tokens: int, share: bool) -> list[list[int]]:
-    """Index lists of the micro-batches over `seqs`, the same number on every rank (a collective when sized by
-    tokens: FSDP needs every rank to run the same number of forward passes).
-
-    `max_tokens` > 0: sequences in sorted order (sharers together) fill a micro-batch until its tokens after
-    sharing would pass `max_tokens` (a longer sequence gets one to itself). Otherwise `max_rows` consecutive
-    sequences each. A rank with fewer micro-batches splits its largest; one with too few sequences gets empty ones
-    (the caller runs a zero-weight pass for those).
-    """
-    if max_tokens <= 0:
-        return [list(range(i, min(i + max_rows, len(seqs)))) for i in range(0, len(seqs), max_rows)]
+def _fill_by_tokens(seqs: list[list[int]], max_tokens: int, share: bool) -> list[list[int]]:
     order = sorted(range(len(seqs)), key=lambda i: seqs[i]) if share else list(range(len(seqs)))
     plan: list[list[int]] = []
     fill, prev = 0, None
@@ -196,6 +186,23 @@ def plan_micro_batches(seqs: list[list[int]], max_rows: int, max_tokens: int, sh
             fill, add = 0, len(seqs[i])
         plan[-1].append(i)
         fill, prev = fill + add, i
+    return plan
+
+
+def plan_micro_batches(seqs: list[list[int]], max_rows: int, max_tokens: int, share: bool) -> list[list[int]]:
+    """Index lists of the micro-batches over `seqs`, the same number on every rank (a collective: FSDP needs every
+    rank to run the same number of forward passes).
+
+    `max_tokens` > 0: sequences in sorted order (sharers together) fill a micro-batch until its tokens after
+    sharing would pass `max_tokens` (a longer sequence gets one to itself). Otherwise `max_rows` consecutive
+    sequences each. A rank with fewer micro-batches splits its largest; one with too few sequences gets empty ones
+    (the caller runs a zero-weight pass for those).
+    """
+    if max_tokens <= 0:
+        plan = [list(range(i, min(i + max_rows, len(seqs)))) for i in range(0, len(seqs), max_rows)]
+    else:
+        plan = _fill_by_tokens(seqs, max_tokens, share)
+    # Ranks may differ (token budgets, or rows skipped for having no advantage): equalise.
     want = int(dist.all_reduce_max([float(len(plan))])[0])
     while len(plan) < want:
         big = max(range(len(plan)), key=lambda k: len(plan[k]), default=None)

@@ -48,6 +48,11 @@ class OptimConfig:
     sequence to the longest (the plain HF path, for attention backends without 4-D masks)."""
     pack_row_tokens: int = 1024
     """Packed row length cap: attention over a row is dense, so longer rows cost quadratically."""
+    skip_zero_adv: bool = True
+    """Leave rows whose advantages are all 0 (a group whose rewards were all equal) out of the policy's forward and
+    backward passes; the loss normalisers still count them, so the gradient is unchanged. Applied only where that
+    is exact: a loss registered `zero_at_zero_adv` (every built-in), no entropy bonus, no KL loss term. The logged
+    train/entropy, clip_frac, ... are then means over the rows that were trained."""
 
     def __post_init__(self):
         if self.lr <= 0:
@@ -130,9 +135,12 @@ def forward_logprobs(model, batch: Batch, optim: OptimConfig) -> torch.Tensor:
     return out
 
 
-def minibatches(batch: Batch, algo: AlgoConfig, optim: OptimConfig) -> Iterator[list[tuple[Batch, float]]]:
+def minibatches(
+    batch: Batch, algo: AlgoConfig, optim: OptimConfig, skip_zero_adv: bool = False
+) -> Iterator[list[tuple[Batch, float]]]:
     """One item per optimizer step (`ppo_epochs × mini_batches`): the step's micro-batches, each with the factor
-    that makes the sum over micro-batches and ranks the global mini-batch's `agg_loss` (0 for a blank one)."""
+    that makes the sum over micro-batches and ranks the global mini-batch's `agg_loss` (0 for a blank one).
+    `skip_zero_adv`: rows with no non-zero advantage are counted in the normalisers but not passed on."""
     world, mode = dist.get_info().world, algo.loss_agg_mode
     for _epoch in range(algo.ppo_epochs):
         for ms in micro_slices(len(batch), math.ceil(len(batch) / algo.mini_batches)):
@@ -140,10 +148,31 @@ def minibatches(batch: Batch, algo: AlgoConfig, optim: OptimConfig) -> Iterator[
             # Global normalisers of this mini-batch: every rank's tokens and rows (fully masked rows count in B;
             # padding rows do not).
             g_tokens, g_seqs = dist.all_reduce_sum([float(mb.loss_mask.sum()), float(mb.row_mask.sum())])
+            if skip_zero_adv:
+                keep = signal_rows(mb)
+                mb = mb.slice(keep) if keep else blank(mb)
             yield [
                 (m, algos.agg_scale(mode, m.loss_mask, g_tokens, g_seqs) * world if m.row_mask.any() else 0.0)
                 for _, m in micro_batches(mb, optim)
             ]
+
+
+def signal_rows(b: Batch) -> list[int]:
+    """Rows with a non-zero advantage on some loss token (the others add nothing to a `zero_at_zero_adv` loss)."""
+    has = ((b.advantages != 0) & (b.loss_mask > 0)).any(-1) & (b.row_mask > 0)  # [B]
+    return has.nonzero().flatten().tolist()
+
+
+def skips_exactly(optim: OptimConfig, algo: AlgoConfig) -> bool:
+    """Whether leaving zero-advantage rows out leaves the gradient unchanged: the loss vanishes at A = 0 and no
+    term that does not (entropy bonus, KL loss) is on."""
+    kl_loss = algo.kl_coef > 0 and not algo.kl_in_reward
+    return (
+        optim.skip_zero_adv
+        and algos.registry.POLICY_LOSSES.meta(algo.policy_loss).get("zero_at_zero_adv", False)
+        and algo.entropy_coef == 0
+        and not kl_loss
+    )
 
 
 def grad_norm_and_clip(model, max_norm: float) -> float:
@@ -167,13 +196,16 @@ class PolicyUpdate:
         self.optim, self.algo, self.model = optim, algo, model
         self.opt, self.sched = make_optimizer(trainable_parameters(model), optim.lr, optim)
         self.loss_fn = algos.get_policy_loss(algo.policy_loss)
+        self.skip = skips_exactly(optim, algo)
 
     def __call__(self, batch: Batch) -> dict[str, float]:
         """Optimizer steps over this rank's share of the batch. Returns metrics averaged over micro-batches/ranks."""
         a, sums, grad_norms = self.algo, defaultdict(float), []
         tokens = [0.0, 0.0]  # tokens the forward passes computed, and what they would have computed unpacked
-        for step in minibatches(batch, a, self.optim):
+        trained = 0.0  # rows passed on to forward / backward (all epochs)
+        for step in minibatches(batch, a, self.optim, self.skip):
             for m, scale in step:
+                trained += float(m.row_mask.sum())
                 metrics, computed, unpacked = self.backward(m, scale)
                 if not m.row_mask.any():  # a blank pass (or only padding rows): nothing to report
                     continue
@@ -186,9 +218,11 @@ class PolicyUpdate:
             self.sched.step()
             self.opt.zero_grad(set_to_none=True)
         keys = sorted(k for k in sums if k != "n_micro")
-        totals = dist.all_reduce_sum([sums[k] for k in keys] + tokens + [sums["n_micro"]])
-        out = {k: v / max(totals[-1], 1.0) for k, v in zip(keys, totals[:-3])}
+        rows = float(batch.row_mask.sum()) * a.ppo_epochs
+        totals = dist.all_reduce_sum([sums[k] for k in keys] + [trained, rows] + tokens + [sums["n_micro"]])
+        out = {k: v / max(totals[-1], 1.0) for k, v in zip(keys, totals[:-5])}
         return out | {
+            "skipped_rows_frac": 1 - totals[-5] / max(totals[-4], 1.0),  # rows with no advantage, left out
             "grad_norm": sum(grad_norms) / len(grad_norms),
             "lr": self.sched.get_last_lr()[0],
             "tokens_computed": totals[-3],  # every rank's forward/backward tokens, all epochs (no padding)

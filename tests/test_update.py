@@ -67,3 +67,45 @@ def test_packing_and_token_budget_give_the_unpacked_gradient(tmp_path):
     assert _close(ref, _run(tmp_path, 2, 16, "token-mean", "ppo", "tokens=30")) < 1e-4, "world=2"
     seq = _run(tmp_path, 1, 16, "seq-mean-token-mean", "ppo", "pack=none")
     assert _close(seq, _run(tmp_path, 2, 16, "seq-mean-token-mean", "ppo", "tokens=45")) < 1e-4
+
+
+@pytest.mark.slow
+def test_skipping_zero_advantage_rows_keeps_the_gradient(tmp_path):
+    """Groups whose rewards are all equal have zero advantage: their rows are left out of forward and backward
+    (`optim.skip_zero_adv`) but still count in the normalisers, so the update is the same. At 2 ranks with one
+    equal group, the ranks keep different numbers of rows and must still run the same number of passes."""
+    import json
+
+    for mode in ("token-mean", "seq-mean-token-mean"):
+        for world, extra in ((1, ()), (1, ("tokens=30",)), (2, ()), (2, ("tokens=30",))):
+            ref = _run(tmp_path, world, 4, mode, "ppo", "equal=1", "skip=0", *extra)
+            assert max(v.abs().max().item() for v in ref.values()) > 0
+            out = tmp_path / f"d_{world}_4_{mode}_ppoequal=1skip=1{''.join(extra)}.pt"
+            got = _run(tmp_path, world, 4, mode, "ppo", "equal=1", "skip=1", *extra)
+            assert _close(ref, got) < 1e-5, (mode, world, extra)
+            m = json.load(open(str(out) + ".json"))
+            assert m["skipped_rows_frac"] == pytest.approx(0.25)  # 1 group of 4 left out
+    # every group equal: nothing to train on any rank, the gradient is exactly 0 and every row is skipped
+    zero = _run(tmp_path, 2, 4, "token-mean", "ppo", "equal=4")
+    assert max(v.abs().max().item() for v in zero.values()) == 0
+
+
+def test_skip_applies_only_where_it_is_exact():
+    import algos
+    from nanosky.update import OptimConfig, skips_exactly
+
+    on = OptimConfig()
+    assert skips_exactly(on, algos.preset("grpo"))
+    assert skips_exactly(on, algos.preset("gspo")) and skips_exactly(on, algos.preset("cispo"))
+    assert not skips_exactly(OptimConfig(skip_zero_adv=False), algos.preset("grpo"))
+    assert not skips_exactly(on, algos.preset("grpo", entropy_coef=0.01))  # the bonus reaches A = 0 rows
+    assert not skips_exactly(on, algos.preset("grpo", kl_coef=0.1))  # so does a KL loss term
+    assert skips_exactly(
+        on, algos.preset("grpo", kl_coef=0.1, kl_in_reward=True)
+    )  # ... but not KL in the reward
+
+    @algos.register_policy_loss("test_own_term")
+    def own(log_prob, old_log_prob, advantages, response_mask, cfg=None, weights=None):
+        return (log_prob * response_mask).sum(), {}
+
+    assert not skips_exactly(on, algos.preset("grpo", policy_loss="test_own_term"))

@@ -2,10 +2,11 @@
 check that the gradient does not depend on micro-batch size or world size.
 
     torchrun --nproc_per_node 2 tests/scripts/update_step.py OUT.pt MICRO_BS MODE POLICY_LOSS [ref_kl] [adv=NAME]
-        [pack=prefix|flat|none] [tokens=N]
+        [pack=prefix|flat|none] [tokens=N] [equal=K] [skip=0|1]
 
 The groups share their prompt, as GRPO groups do. With `adv=NAME`, advantages come from that estimator (default
-grpo); `pack` and `tokens` set `optim.packing` and `optim.micro_batch_tokens`. With `ref_kl`, the batch carries reference logprobs and `track_ref_kl` is on (kl_coef stays 0): the update must
+grpo); `pack` and `tokens` set `optim.packing` and `optim.micro_batch_tokens`; `equal=K` gives the first K groups equal rewards (zero advantages), `skip` sets
+`optim.skip_zero_adv`. With `ref_kl`, the batch carries reference logprobs and `track_ref_kl` is on (kl_coef stays 0): the update must
 be unchanged and train/kl logged. The metrics go to OUT.json.
 """
 
@@ -47,6 +48,8 @@ def main(
     adv: str = "grpo",
     pack: str = "prefix",
     tokens: int = 0,
+    equal: int = 0,
+    skip: bool = True,
 ) -> None:
     info = dist.init_distributed()
     torch.use_deterministic_algorithms(True)
@@ -64,7 +67,7 @@ def main(
                 loss_mask=[0] * p + [1] * r,
                 logprobs=[0.0] * p + [-1.0] * r,
                 prompt_len=p,
-                reward=float(rng.random() < 0.5),
+                reward=1.0 if i // 4 < equal else float(rng.random() < 0.5),
                 group=i // 4,
             )
         )
@@ -78,7 +81,12 @@ def main(
         batch.ref_logprobs = torch.full_like(batch.rollout_logprobs, -2.0)
     update = PolicyUpdate(
         OptimConfig(
-            lr=1.0, grad_clip=0.0, micro_batch_size=micro_bs, micro_batch_tokens=tokens, packing=pack
+            lr=1.0,
+            grad_clip=0.0,
+            micro_batch_size=micro_bs,
+            micro_batch_tokens=tokens,
+            packing=pack,
+            skip_zero_adv=skip,
         ),
         cfg,
         model,
@@ -108,4 +116,6 @@ if __name__ == "__main__":
         kw.get("adv", "grpo"),
         kw.get("pack", "prefix"),
         int(kw.get("tokens", 0)),
+        int(kw.get("equal", 0)),
+        kw.get("skip", "1") == "1",
     )
