@@ -13,7 +13,7 @@ follow the original:
 Commands: go to {recep}, open/close {recep}, take {obj} from {recep}, move {obj} to {recep} (also
 "put {obj} in/on {recep}"), heat/cool/clean {obj} with {recep}, use {obj}, examine {obj|recep}, inventory, look.
 A model's reply may wrap the command: the text inside `<action>...</action>` is used if present, else the reply's
-first non-empty line. Anything invalid gets "Nothing happens." and reward 0. Reward 1 and done when the goal
+first non-empty line. Anything invalid gets "Nothing happens." and reward 0 (−`invalid_penalty`). Reward 1 and done when the goal
 holds (`info["won"]`); the episode also ends at `max_steps` (= `max_turns`).
 
     import envs
@@ -25,7 +25,8 @@ The expert explores like a person would (visits receptacles in the listed order,
 uses what it has seen, so its demonstrations are learnable (`expert_demo(split, seed)` returns one as chat
 messages). `evaluate_policy(policy_fn, split, seeds)` gives mean reward and success rate of
 `policy_fn(env) -> action`. `n_receptacles=(lo, hi)` sizes the rooms; the default step cap covers the expert.
-`show_actions=True` ends every observation with the admissible commands (`available_actions()`); `state_key()`
+`invalid_penalty=p` makes a command that does nothing cost p (verl-agent's invalid-action penalty: a dense
+signal while successes are rare; success is still `info["won"]`). `show_actions=True` ends every observation with the admissible commands (`available_actions()`); `state_key()`
 (also `info["state_key"]`) names the state canonically for GiGPO's anchor groups.
 """
 
@@ -91,9 +92,12 @@ class AlfWorldEnv(Env):
         max_steps: int | None = None,
         n_receptacles: tuple[int, int] = (6, 10),
         show_actions: bool = False,
+        invalid_penalty: float = 0.0,
     ):
         if split not in ("train", "test"):
             raise ValueError(f"split must be 'train' or 'test', got {split!r}")
+        if invalid_penalty < 0:
+            raise ValueError(f"invalid_penalty must be >= 0, got {invalid_penalty}")
         if not 3 <= n_receptacles[0] <= n_receptacles[1]:
             raise ValueError(f"n_receptacles must be (lo, hi) with 3 <= lo <= hi, got {n_receptacles}")
         # the expert needs at most 2 * (receptacles) + 6 steps (visit + open each one, then carry two objects)
@@ -101,6 +105,7 @@ class AlfWorldEnv(Env):
         if max_steps < 1:
             raise ValueError(f"max_steps must be >= 1, got {max_steps}")
         self.split, self.seed, self.max_turns, self.show_actions = split, seed, max_steps, show_actions
+        self.invalid_penalty = float(invalid_penalty)
         self.layout: Layout = make_layout(split, seed, tuple(n_receptacles))
         self.task = self.layout.task
         self.reset()
@@ -144,10 +149,13 @@ class AlfWorldEnv(Env):
             "truncated": not self.won and self.steps >= self.max_turns,
             "state_key": self.state_key(),
         }
+        reward = float(self.won) - (0.0 if info["valid"] else self.invalid_penalty)
         if self.won or info["truncated"]:
             self.done = True
-            return StepResult([], float(self.won), True, info)
-        return StepResult([{"role": "user", "content": self._observe(info["observation"])}], 0.0, False, info)
+            return StepResult([], reward, True, info)
+        return StepResult(
+            [{"role": "user", "content": self._observe(info["observation"])}], reward, False, info
+        )
 
     def _observe(self, text: str) -> str:
         """An observation, ending with the admissible actions when `show_actions` is on (text only: the rules and

@@ -13,7 +13,7 @@ Actions are `search[query]` (search page only) and `click[value]` with a clickab
 lower-cased (product ids, option values, `description`, `features`, `< prev`, `next >`, `back to search`,
 `buy now`). A model's reply may wrap the action: the text inside `<action>...</action>` is used if present, else
 the reply's first non-empty line (see `extract_action`). `buy now` ends the episode with the WebShop reward
-(`envs/webshop/engine.py`); success means reward 1.0. Invalid actions get "Invalid action: ..." and reward 0;
+(`envs/webshop/engine.py`); success means reward 1.0. Invalid actions get "Invalid action: ..." and reward 0 (−`invalid_penalty`, verl-agent's penalty);
 the episode ends at `max_steps` (= `max_turns`).
 
     import envs
@@ -67,15 +67,18 @@ class WebShopEnv(Env):
         max_steps: int = 15,
         page_size: int = 10,
         show_actions: bool = False,
+        invalid_penalty: float = 0.0,
     ):
         if split not in ("train", "test"):
             raise ValueError(f"split must be 'train' or 'test', got {split!r}")
+        if invalid_penalty < 0:
+            raise ValueError(f"invalid_penalty must be >= 0, got {invalid_penalty}")
         if max_steps < 1:
             raise ValueError(f"max_steps must be >= 1, got {max_steps}")
         if page_size < 2:  # the expert's title search needs its product within the first two results
             raise ValueError(f"page_size must be >= 2, got {page_size}")
         self.split, self.seed, self.max_turns, self.page_size = split, seed, max_steps, page_size
-        self.show_actions = show_actions
+        self.show_actions, self.invalid_penalty = show_actions, float(invalid_penalty)
         self.goal: Goal = make_goal(split, seed)
         self.reset()
 
@@ -109,10 +112,11 @@ class WebShopEnv(Env):
             return StepResult([], reward, True, info | {"success": success, "won": success})
         text = error if error is not None else self.render()
         info |= {"success": False, "won": False, "observation": text}
+        reward = 0.0 if error is None else -self.invalid_penalty  # verl-agent's invalid-action penalty
         if self.steps >= self.max_turns:
             self.done = True
-            return StepResult([], 0.0, True, info | {"truncated": True})
-        return StepResult([{"role": "user", "content": self._observe(text)}], 0.0, False, info)
+            return StepResult([], reward, True, info | {"truncated": True})
+        return StepResult([{"role": "user", "content": self._observe(text)}], reward, False, info)
 
     def _observe(self, text: str) -> str:
         """An observation, ending with the valid actions when `show_actions` is on (text only)."""

@@ -272,7 +272,9 @@ def agent_env(env: str) -> TrainConfig:
     credit from repeated states."""
     # alfworld_lite in rooms of 3-5 receptacles (default 6-10): the agent model succeeds in 13 % of those episodes
     # at T = 1 against 5 % in full rooms, where GRPO's groups were nearly all failures (README, issue 13)
-    kwargs = {"show_actions": "true"} | (
+    # invalid_penalty 0 (verl-agent uses 0.1): with it, a loop of valid moves out-earns exploring, and at lr 3e-4
+    # the policy fell into such loops within 5 steps (README, alfworld_lite)
+    kwargs = {"show_actions": "true", "invalid_penalty": "0"} | (
         {"page_size": "3"} if env == "webshop_lite" else {"n_receptacles": "[3, 5]"}
     )
     return TrainConfig(

@@ -243,3 +243,24 @@ def test_state_key_is_the_state_not_the_path():
     assert key_after([f"go to {r1}"]) != key_after([f"go to {r2}"])
     assert key_after([f"go to {r1}"]) != same  # same place, but r2 not seen yet
     hash(same)
+
+
+def test_invalid_penalty_costs_only_commands_that_do_nothing():
+    """verl-agent's invalid-action penalty: each command that does nothing costs `invalid_penalty`; valid commands
+    and the winning one pay as before, and success is unchanged."""
+    plain, fined = AlfWorldEnv("train", 5), AlfWorldEnv("train", 5, invalid_penalty=0.1)
+    assert fined.step("fly to the moon").reward == pytest.approx(-0.1)
+    assert plain.step("fly to the moon").reward == 0.0
+    for env in (plain, fined):
+        env.reset()
+    total = {id(plain): 0.0, id(fined): 0.0}
+    while not plain.done:
+        a = plain.expert_action()
+        for env in (plain, fined):
+            r = env.step(a)
+            total[id(env)] += r.reward
+            assert r.info["valid"]
+    assert plain.won and fined.won and total[id(plain)] == total[id(fined)] == 1.0
+    with pytest.raises(ValueError, match="invalid_penalty"):
+        AlfWorldEnv("train", 5, invalid_penalty=-1)
+    assert envs.make("alfworld_lite", "train", 5, invalid_penalty=0.25).step("xyzzy").reward == -0.25

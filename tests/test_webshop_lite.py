@@ -292,3 +292,16 @@ def test_state_key_is_the_page_not_the_path():
     assert key_after([f"search[{query}]", f"click[{first}]"]) != results
     assert key_after(["search[something else entirely]"]) != results
     assert key_after([]) == key_after([f"search[{query}]", "click[back to search]"])  # the search page
+
+
+def test_invalid_penalty_costs_only_invalid_actions():
+    env = WebShopEnv(split="train", seed=2, max_steps=7, invalid_penalty=0.1)
+    r = env.step("click[nonexistent]")
+    assert not r.info["valid"] and r.reward == pytest.approx(-0.1)
+    r = env.step("search[shirt]")
+    assert r.info["valid"] and r.reward == 0.0
+    fined, plain = WebShopEnv("test", 4, invalid_penalty=0.1), WebShopEnv("test", 4)
+    while not plain.done:  # the expert's episode pays exactly as before
+        a = plain.expert_action()
+        assert fined.step(a).reward == plain.step(a).reward
+    assert fined.done

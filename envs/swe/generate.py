@@ -13,7 +13,8 @@ input tells it apart (tests that fail on the bug become FAIL_TO_PASS and live in
 the repository's visible tests, PASS_TO_PASS). Bugs are split by a hash of (function, kind, site): a bug that
 `split="test"` can draw is never drawn by `split="train"`, so held-out instances are unseen bugs.
 
-Levels: 1 = one module, the issue names the function, its file, the call and the expected value; 2 = three modules
+The package is one of six repositories, one per theme (`REPOSITORIES`), so many bugs share a repository as in
+SWE-smith. Levels: 1 = one module, the issue names the function, its file, the call and the expected value; 2 = three modules
 re-exported by the package, the issue gives the call and the expected value but not the file; 3 = the same layout,
 and the issue only names the function and a bad input.
 """
@@ -41,7 +42,12 @@ _CMP = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.
         ast.In: ast.NotIn, ast.NotIn: ast.In}  # fmt: skip
 _STR = {"-": "_", "_": "-", ".": ",", "0": " ", "?": ""}
 
-# the names a generated package and its modules get (a theme's module is one of its three names)
+# The repository (package) of each theme, and its modules' names (a task's module is one of three). As in SWE-smith,
+# where thousands of bugs come from ~100 repositories, many bugs share a repository: a small model can learn the
+# few package names instead of having to copy an unseen one out of the issue.
+# None is a repository of the shipped swe_mini suite (evals/data/swe_mini/repos), which stays unseen.
+REPOSITORIES = {"text": "strtools", "numbers": "numlib", "lists": "listtools", "dates": "datebox",
+                "pricing": "pricecore", "grades": "gradebook"}  # fmt: skip
 MODULE_NAMES = {
     "text": ("text", "strings", "textops"),
     "numbers": ("numbers", "mathutil", "stats"),
@@ -50,9 +56,6 @@ MODULE_NAMES = {
     "pricing": ("pricing", "billing", "checkout"),
     "grades": ("grades", "scores", "grading"),
 }
-
-PACKAGE_WORDS = (("tiny", "mini", "easy", "quick", "simple", "handy", "small", "plain"),
-                 ("kit", "lib", "utils", "tools", "box", "core"))  # fmt: skip
 
 
 @dataclass
@@ -356,7 +359,7 @@ def generate(seed: int, level: int = 1, split: str = "train") -> Task:
 def _attempt(rng: random.Random, seed: int, level: int, split: str) -> Task | None:
     themes = sorted(THEMES)
     picked = [rng.choice(themes)] if level == 1 else rng.sample(themes, 3)
-    package = rng.choice(PACKAGE_WORDS[0]) + picked[0][:4] + rng.choice(PACKAGE_WORDS[1])
+    package = REPOSITORIES[picked[0]]  # the bug's theme names the repository
     modules = {th: rng.choice(MODULE_NAMES[th]) for th in picked}
     chosen = {th: _functions(th, rng.sample([f.name for f in THEMES[th]], 3)) for th in picked}
     target_theme = picked[0]
