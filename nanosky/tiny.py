@@ -35,9 +35,9 @@ spends its whole budget on the one skill.
 The `swe` variant (`--model.path tiny-swe`, what the swe preset starts from) is trained from scratch with a BPE of its
 own data: 400 whole expert episodes of `envs.make("swe")` (tools run for real), 5,000 first turns of more episodes
 built without the sandbox ((grep,) view, the fixing str_replace; the same turns the env shows), and drills that copy
-numbered view lines into an old_str. It writes well-formed calls and names the right module, but does not yet copy
-the issue's package name into its first `view` (0 / 100 held-out level-1 tasks, README): copying has to emerge
-first, as it did for the tool variant only after ~20k drills.
+numbered view lines into an old_str. It views the bug's file first in 100 / 100 held-out level-1 tasks and writes
+the fix into a new_str in a third of them, but puts the memorised correct line (or some other line) into old_str
+instead of copying the buggy one from the view, so it resolves none (`bench/swe_model_check.py`, README).
 """
 
 from __future__ import annotations
