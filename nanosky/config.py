@@ -247,7 +247,8 @@ def tool_use() -> TrainConfig:
     """Dr. GRPO on the tool_use env (calculator / python_exec tasks), multi-turn, the bundled tool model.
 
     arith + python only: the train split's wiki / search questions name entities the model saw in its demonstrations,
-    so on train they are answered from memory, not with the tools. Dr. GRPO, not GRPO: std normalisation turns the
+    so on train they are answered from memory, not with the tools. 80 steps: held-out accuracy still rose at step 80
+    in both seeds measured (0.130 -> 0.214, 0.131 -> 0.224). Dr. GRPO, not GRPO: std normalisation turns the
     0.1 format term into a full-size signal in groups with no correct answer. lr 5e-5: at 1e-4 and above the policy
     got worse within 10 steps (README, tool_use)."""
     return TrainConfig(
@@ -255,7 +256,7 @@ def tool_use() -> TrainConfig:
         env="tool_use",
         env_kwargs={"kinds": '["arith", "python"]'},
         model=ModelConfig(path="tiny-tool"),
-        steps=30,
+        steps=80,  # ~12 s per step on the 2-core box: ~20 minutes with the evals (README, tool_use)
         rollout=RolloutConfig(group_size=8, prompts_per_step=32, max_new_tokens=64, max_total_tokens=480),
         envpool=EnvPoolConfig(workers=2, step_timeout_s=60.0),
         optim=OptimConfig(lr=5e-5, micro_batch_size=16),
