@@ -221,6 +221,8 @@ class PolicyUpdate:
         rows = float(batch.row_mask.sum()) * a.ppo_epochs
         totals = dist.all_reduce_sum([sums[k] for k in keys] + [trained, rows] + tokens + [sums["n_micro"]])
         out = {k: v / max(totals[-1], 1.0) for k, v in zip(keys, totals[:-5])}
+        if totals[-1] == 0:  # every row skipped (no advantage anywhere): the loss is exactly 0
+            out["pg_loss"] = 0.0
         return out | {
             "skipped_rows_frac": 1 - totals[-5] / max(totals[-4], 1.0),  # rows with no advantage, left out
             "grad_norm": sum(grad_norms) / len(grad_norms),

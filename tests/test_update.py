@@ -88,6 +88,8 @@ def test_skipping_zero_advantage_rows_keeps_the_gradient(tmp_path):
     # every group equal: nothing to train on any rank, the gradient is exactly 0 and every row is skipped
     zero = _run(tmp_path, 2, 4, "token-mean", "ppo", "equal=4")
     assert max(v.abs().max().item() for v in zero.values()) == 0
+    m = json.load(open(str(tmp_path / "d_2_4_token-mean_ppoequal=4.pt") + ".json"))
+    assert m["skipped_rows_frac"] == 1.0 and m["pg_loss"] == 0.0  # still logged
 
 
 def test_skip_applies_only_where_it_is_exact():
