@@ -9,13 +9,12 @@ some str_replace applied (its old_str matched); resolved.
 """
 
 import argparse
-import json
-import re
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import envs
+from envs.tools.parse import parse_tool_calls
 from nanosky.chat import prompt_ids
 
 ap = argparse.ArgumentParser()
@@ -41,10 +40,10 @@ for seed in range(args.n):
         "swe", "test", seed=seed, level=args.level, test_suite="generated", max_turns=args.max_turns
     )
     msgs, tools = env.reset(), [t.schema for t in env.tools]
+    patch = env.instance["patch"].splitlines()
     added = [
-        ln[1:].strip() for ln in env.instance["patch"].splitlines() if ln.startswith("+") and ln[1:].strip()
+        ln[1:].strip() for ln in patch if ln.startswith("+") and not ln.startswith("+++") and ln[1:].strip()
     ]
-    added = [a for a in added if not a.startswith("++")]
     calls, applied, res = [], False, None
     for _ in range(args.max_turns):
         ids = prompt_ids(tok, msgs, tools)
@@ -56,11 +55,8 @@ for seed in range(args.n):
             top_p=1.0,
         )
         text = tok.decode(out[0, len(ids) :], skip_special_tokens=True).strip()
-        m = re.search(r"<tool_call>(.*?)</tool_call>", text, re.S)
-        try:
-            calls.append(json.loads(m.group(1))["arguments"] if m else {})
-        except (ValueError, KeyError, TypeError):
-            calls.append({})
+        parsed = parse_tool_calls(text)  # the env's own parser: a malformed call counts as no call
+        calls.append(parsed[0].arguments if parsed and parsed[0].error is None else {})
         res = env.step(text)
         obs = res.observations[0]["content"] if res.observations else ""
         if calls[-1].get("command") == "str_replace" and not obs.startswith("Error"):

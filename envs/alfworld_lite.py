@@ -13,8 +13,8 @@ follow the original:
 Commands: go to {recep}, open/close {recep}, take {obj} from {recep}, move {obj} to {recep} (also
 "put {obj} in/on {recep}"), heat/cool/clean {obj} with {recep}, use {obj}, examine {obj|recep}, inventory, look.
 A model's reply may wrap the command: the text inside `<action>...</action>` is used if present, else the reply's
-first non-empty line. Anything invalid gets "Nothing happens." and reward 0 (−`invalid_penalty`). Reward 1 and done when the goal
-holds (`info["won"]`); the episode also ends at `max_steps` (= `max_turns`).
+first non-empty line. Anything invalid gets "Nothing happens." and reward 0 (−`invalid_penalty`). Reward 1 and
+done when the goal holds (`info["won"]`); the episode also ends at `max_steps` (= `max_turns`).
 
     import envs
     env = envs.make("alfworld_lite", split="test", seed=0)
@@ -26,8 +26,9 @@ uses what it has seen, so its demonstrations are learnable (`expert_demo(split, 
 messages). `evaluate_policy(policy_fn, split, seeds)` gives mean reward and success rate of
 `policy_fn(env) -> action`. `n_receptacles=(lo, hi)` sizes the rooms; the default step cap covers the expert.
 `invalid_penalty=p` makes a command that does nothing cost p (verl-agent's invalid-action penalty: a dense
-signal while successes are rare; success is still `info["won"]`). `show_actions=True` ends every observation with the admissible commands (`available_actions()`); `state_key()`
-(also `info["state_key"]`) names the state canonically for GiGPO's anchor groups.
+signal while successes are rare; success is still `info["won"]`). `show_actions=True` ends every observation with
+the admissible commands (`available_actions()`); `state_key()` (also `info["state_key"]`) names the state
+canonically for GiGPO's anchor groups.
 """
 
 from __future__ import annotations

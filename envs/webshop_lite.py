@@ -13,8 +13,8 @@ Actions are `search[query]` (search page only) and `click[value]` with a clickab
 lower-cased (product ids, option values, `description`, `features`, `< prev`, `next >`, `back to search`,
 `buy now`). A model's reply may wrap the action: the text inside `<action>...</action>` is used if present, else
 the reply's first non-empty line (see `extract_action`). `buy now` ends the episode with the WebShop reward
-(`envs/webshop/engine.py`); success means reward 1.0. Invalid actions get "Invalid action: ..." and reward 0 (−`invalid_penalty`, verl-agent's penalty);
-the episode ends at `max_steps` (= `max_turns`).
+(`envs/webshop/engine.py`); success means reward 1.0. Invalid actions get "Invalid action: ..." and reward 0
+(−`invalid_penalty`, verl-agent's penalty); the episode ends at `max_steps` (= `max_turns`).
 
     import envs
     env = envs.make("webshop_lite", split="test", seed=0)

@@ -14,9 +14,9 @@ the repository's visible tests, PASS_TO_PASS). Bugs are split by a hash of (func
 `split="test"` can draw is never drawn by `split="train"`, so held-out instances are unseen bugs.
 
 The package is one of six repositories, one per theme (`REPOSITORIES`), so many bugs share a repository as in
-SWE-smith. Levels: 1 = one module, the issue names the function, its file, the call and the expected value; 2 = three modules
-re-exported by the package, the issue gives the call and the expected value but not the file; 3 = the same layout,
-and the issue only names the function and a bad input.
+SWE-smith. Levels: 1 = one module, the issue names the function, its file, the call and the expected value; 2 =
+three modules re-exported by the package, the issue gives the call and the expected value but not the file; 3 =
+the same layout, and the issue only names the function and a bad input.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ _STR = {"-": "_", "_": "-", ".": ",", "0": " ", "?": ""}
 # The repository (package) of each theme, and its modules' names (a task's module is one of three). As in SWE-smith,
 # where thousands of bugs come from ~100 repositories, many bugs share a repository: a small model can learn the
 # few package names instead of having to copy an unseen one out of the issue.
-# None is a repository of the shipped swe_mini suite (evals/data/swe_mini/repos), which stays unseen.
+# No name here is one of the shipped swe_mini suite's repositories (evals/data/swe_mini/repos), which stay unseen.
 REPOSITORIES = {"text": "strtools", "numbers": "numlib", "lists": "listtools", "dates": "datebox",
                 "pricing": "pricecore", "grades": "gradebook"}  # fmt: skip
 MODULE_NAMES = {
