@@ -49,6 +49,12 @@ class RunLogger:
             self.bar.update(1)
             self.bar.set_postfix({k: f"{v:.3g}" for k, v in values.items()}, refresh=False)
 
+    def resumed_at(self, step: int) -> None:
+        """A resumed run's bar starts at the step it resumed from, so the count and the ETA are for what is left."""
+        if self.bar is not None:
+            self.bar.n = self.bar.last_print_n = step
+            self.bar.refresh()
+
     def print(self, msg: str) -> None:
         if not self.enabled:
             return

@@ -121,6 +121,10 @@ class TinyConfig:
     """The first turns of swe expert episodes ((grep,) view, the fixing str_replace), built without the sandbox."""
     n_code_copy: int = 0
     """Copy drills on lines of generated package sources (the editor's old_str is copied from a file view)."""
+    code_copy_mutate: float = 0.0
+    """Share of those drills with one shown token changed at random (nanosky.tiny_swe_data: copying, not recall)."""
+    n_swe_spot: int = 0
+    """Spot-the-change turns: a task's first turns on a file with one random line change (nanosky.tiny_swe_data)."""
     lm_weight: float = 0.0
     """Loss weight of every other token (prompts, observations, admissible lists) relative to the trained turns:
     > 0 adds language modelling on the whole context, where entity names repeat (the room's receptacles, then the

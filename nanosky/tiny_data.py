@@ -7,7 +7,6 @@ An example is `(messages, tool schemas)`, or `(messages, None, "last")` when onl
 
 from __future__ import annotations
 
-import json
 import random
 from typing import TYPE_CHECKING
 
@@ -106,95 +105,6 @@ def _action_copy_texts(n: int, seed: int) -> list[str]:
     return out
 
 
-def _swe_examples(
-    n: int, seed: int, levels: tuple[int, ...] = (1, 1, 2)
-) -> list[tuple[list[dict], list[dict]]]:
-    """Whole expert episodes of `envs.make("swe")` (train split; level by index from `levels`), tools run for real
-    in the sandbox (grading skipped: the expert resolves every instance), with the tools' schemas."""
-    if n <= 0:
-        return []
-    import envs
-    from envs.base import expert_episode
-
-    out = []
-    for i in range(n):
-        env = envs.make(
-            "swe", split="train", seed=seed * 1_000_003 + 300_000 + i, level=levels[i % len(levels)]
-        )
-        env.grade = False
-        out.append((expert_episode(env), [t.schema for t in env.tools]))
-    return out
-
-
-def _swe_fix_turns(
-    n: int, seed: int, levels: tuple[int, ...] = (1, 1, 2)
-) -> list[tuple[list[dict], list[dict]]]:
-    """The first turns of expert episodes, cheaply: (grep,) view, then the str_replace that fixes the bug. The view
-    is the real editor's output on the task's files in a scratch dir, and the grep line is what `grep -rn` prints,
-    so these are the same turns `_swe_examples` records, without the sandbox (no test run, no submit)."""
-    if n <= 0:
-        return []
-    import os
-    import tempfile
-
-    from envs.swe import OBS_CHARS, generate
-    from envs.swe.build import unified_diff
-    from envs.swe.env import SYSTEM_PROMPT, SubmitTool, expert_plan
-    from envs.tools import BashTool, StrReplaceEditor
-
-    schemas = [t.schema for t in (BashTool(), StrReplaceEditor(), SubmitTool())]
-    out = []
-    for i in range(n):
-        task = generate(seed * 1_000_003 + 600_000 + i, levels[i % len(levels)])
-        with tempfile.TemporaryDirectory(prefix="nanosky-tiny-swe-") as root:
-            for path, text in task.files.items():
-                os.makedirs(os.path.dirname(os.path.join(root, path)) or root, exist_ok=True)
-                with open(os.path.join(root, path), "w") as f:
-                    f.write(text)
-            ed = StrReplaceEditor(root=root, max_output_chars=OBS_CHARS, protected=(".git",))
-            inst = {"patch": unified_diff(task.files, task.fixed_files), "level": task.level, "bug": task.bug}
-            plan = expert_plan(inst, task.files.get)[:-2]  # without the test run and submit
-            msgs = [
-                {"role": "system", "content": SYSTEM_PROMPT},
-                {"role": "user", "content": task.problem_statement.strip()},
-            ]
-            for action in plan:
-                call = json.loads(action.removeprefix("<tool_call>").removesuffix("</tool_call>"))
-                if call["name"] == "bash":  # grep -rn 'def f(' --include=*.py . : one definition, one line
-                    src = task.files[task.bug["path"]].split("\n")
-                    k = next(j for j, ln in enumerate(src) if ln.startswith(f"def {task.bug['function']}("))
-                    obs = f"./{task.bug['path']}:{k + 1}:{src[k]}"
-                else:
-                    try:
-                        obs = ed(**call["arguments"])
-                    except ValueError as e:
-                        obs = f"Error: str_replace_editor failed: ValueError: {e}"
-                msgs += [
-                    {"role": "assistant", "content": action},
-                    {"role": "tool", "name": call["name"], "content": obs},
-                ]
-            out.append((msgs[:-1], schemas))
-    return out
-
-
-def _code_copy_examples(n: int, seed: int) -> list[tuple[list[dict], None]]:
-    """Copy drills for the editor: lines of a generated package's source as `str_replace_editor view` shows them
-    (numbered), to be written back as the JSON string an old_str is (one to four lines, indentation kept)."""
-    if n <= 0:
-        return []
-    from envs.swe import generate
-
-    rng, out = random.Random(seed + 91), []
-    while len(out) < n:
-        task = generate(seed * 1_000_003 + 400_000 + len(out), rng.choice((1, 2)))
-        lines = task.files[task.bug["path"]].splitlines()
-        k = rng.choice((1, 1, 2, 3, 4))
-        i = rng.randrange(max(1, len(lines) - k))
-        shown = "\n".join(f"{j + 1:6d}\t{lines[j]}" for j in range(i, min(len(lines), i + k)))
-        out.append(_copy_drill(shown, json.dumps("\n".join(lines[i : i + k]))))
-    return out
-
-
 def _copy_drill(text: str, answer: str | None = None) -> tuple[list[dict], None]:
     return (
         [
@@ -252,7 +162,9 @@ def conversations(
         )
         convs += _step_examples(n_steps, seed, cfg.step_noise, cfg.history_window)
         convs += [_copy_drill(text) for text in _action_copy_texts(n_act, seed)]
-        n_swe, n_code, n_fix = (cfg.n_swe, cfg.n_code_copy, cfg.n_swe_fix) if stage == 1 else (0, 0, 0)
-        convs += _swe_examples(n_swe, seed) + _code_copy_examples(n_code, seed) + _swe_fix_turns(n_fix, seed)
+        if stage == 1:
+            from nanosky.tiny_swe_data import swe_conversations
+
+            convs += swe_conversations(cfg, seed)
     rng.shuffle(convs)
     return convs, rng

@@ -269,6 +269,7 @@ def resume(run: Run) -> None:
         path, model=run.policy, optimizer=run.update.opt, scheduler=run.update.sched, **_extras(run)
     )
     run.step, run.version, run.acc0 = state["step"], state["version"], state["acc0"]
+    run.log.resumed_at(run.step)
     run.log.print(f"resumed from {path} at step {run.step}")
 
 

@@ -147,7 +147,7 @@ def test_swe_variant_data_are_real_expert_episodes_and_editor_copy_drills(tok):
     import json
 
     from nanosky.tiny import _encode
-    from nanosky.tiny_data import _code_copy_examples, _swe_examples
+    from nanosky.tiny_swe_data import _code_copy_examples, _swe_examples
 
     ((messages, schemas),) = _swe_examples(1, 0)
     assert [s["function"]["name"] for s in schemas] == ["bash", "str_replace_editor", "submit"]
@@ -169,7 +169,7 @@ def test_swe_fix_turns_are_the_envs_own_first_turns():
     grep line, file view and str_replace call."""
     import envs
     from envs.base import expert_episode
-    from nanosky.tiny_data import _swe_fix_turns
+    from nanosky.tiny_swe_data import _swe_fix_turns
 
     examples = _swe_fix_turns(3, 5)
     for i, (messages, schemas) in enumerate(examples):

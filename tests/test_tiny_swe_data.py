@@ -1,0 +1,83 @@
+"""tiny-swe's drills (nanosky.tiny_swe_data): random one-token changes, spot-the-change turns whose str_replace is
+exactly what the real editor needs, and copy drills that recall cannot answer."""
+
+import ast
+import json
+import os
+import random
+
+from nanosky.tiny_swe_data import _code_copy_examples, _held_out_bugs, _spot_turns, mutate_line
+
+
+def test_mutate_line_changes_one_token_and_skips_what_has_none():
+    rng = random.Random(0)
+    line = "    return [items[i:i + size] for i in range(0, len(items), size)]"
+    for _ in range(50):
+        new = mutate_line(line, rng, ["items", "size", "total"])
+        assert new is not None and new != line
+        assert new[:4] == "    "  # indentation kept
+        a, b = line.split(), new.split()
+        # one token differs: the texts share a prefix and a suffix that cover all but the change
+        pre = len(os.path.commonprefix([line, new]))
+        suf = len(os.path.commonprefix([line[::-1], new[::-1]]))
+        assert pre + suf >= min(len(line), len(new)) - 8, (line, new, a, b)
+    for nothing in ("", "    ", '    """A docstring."""', "    # comment only", "    return"):
+        assert mutate_line(nothing, rng, ["x"]) is None
+
+
+def _call(msg: dict) -> dict:
+    return json.loads(msg["content"].removeprefix("<tool_call>").removesuffix("</tool_call>"))
+
+
+def test_spot_turns_fix_the_changed_line_with_the_real_editor(tmp_path):
+    from envs.swe.generate import generate
+    from envs.tools import StrReplaceEditor
+
+    for i, (messages, schemas) in enumerate(_spot_turns(12, 3)):
+        assert [s["function"]["name"] for s in schemas] == ["bash", "str_replace_editor", "submit"]
+        calls = [_call(m) for m in messages if m["role"] == "assistant"]
+        view, fix = calls[-2]["arguments"], calls[-1]["arguments"]
+        assert view["command"] == "view" and fix["command"] == "str_replace" and view["path"] == fix["path"]
+        fn = messages[1]["content"].split("`")[1]
+        task = generate(3 * 1_000_003 + 800_000 + i, (1, 1, 2)[i % 3])  # the clean files it was drawn from
+        clean = task.fixed_files[fix["path"]]
+        changed = clean.replace(fix["new_str"], fix["old_str"])
+        assert changed != clean and changed.count(fix["old_str"]) == 1
+        # the view showed the changed file, and the named function holds the change
+        shown = messages[-2]["content"]
+        assert all(f"\t{ln}" in shown for ln in fix["old_str"].split("\n") if ln.strip())
+        tree = ast.parse(changed)
+        f = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == fn)
+        body = "\n".join(changed.split("\n")[f.lineno - 1 : f.end_lineno])
+        assert fix["old_str"].strip() in body and ast.unparse(ast.parse(body)) not in _held_out_bugs()
+        # the real editor applies it and gets the clean file back
+        root = tmp_path / str(i)
+        (root / os.path.dirname(fix["path"])).mkdir(parents=True)
+        (root / fix["path"]).write_text(changed)
+        StrReplaceEditor(root=str(root))(**fix)
+        assert (root / fix["path"]).read_text() == clean
+
+
+def test_held_out_bugs_are_the_generators_test_split():
+    from envs.swe.generate import generate
+
+    bugs = _held_out_bugs()
+    for seed in range(5):
+        task = generate(seed, 1, split="test")
+        src = task.files[task.bug["path"]]
+        fn = next(n for n in ast.parse(src).body if getattr(n, "name", "") == task.bug["function"])
+        assert ast.unparse(fn) in bugs
+
+
+def test_mutated_code_copy_drills_show_lines_recall_cannot_supply():
+    from envs.swe.generate import THEMES
+
+    templates = "\n".join(f.source for fns in THEMES.values() for f in fns)
+    drills = _code_copy_examples(60, 0, p_mutate=1.0)
+    novel = 0
+    for drill, _ in drills:
+        shown, answer = drill[1]["content"], drill[2]["content"]
+        lines = [ln.split("\t", 1)[1] for ln in shown.split("\n")]
+        assert json.loads(answer) == "\n".join(lines)
+        novel += any(ln.strip() and ln.strip() not in templates for ln in lines)
+    assert novel >= 40  # most drills hold a line no template has
