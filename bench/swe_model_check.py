@@ -4,8 +4,9 @@ graded on submit) as the swe preset runs it: concatenated turns, at most `--max-
 
     python bench/swe_model_check.py MODEL_DIR [--n 30] [--level 1] [--greedy]
 
-Stages: the first call views the bug's file; some str_replace has a new_str that holds the gold patch's added lines;
-some str_replace applied (its old_str matched); resolved.
+Stages: the first call views the bug's file; some str_replace has an old_str that holds the gold patch's removed
+lines (the buggy line, copied from the view); some str_replace has a new_str that holds its added lines; some
+str_replace applied (its old_str matched); resolved.
 """
 
 import argparse
@@ -31,6 +32,7 @@ model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32).ev
 torch.manual_seed(0)
 stages = {
     "views the bug's file first": 0,
+    "copies the bug into old_str": 0,
     "writes the fix in a new_str": 0,
     "str_replace applied": 0,
     "resolved": 0,
@@ -41,9 +43,9 @@ for seed in range(args.n):
     )
     msgs, tools = env.reset(), [t.schema for t in env.tools]
     patch = env.instance["patch"].splitlines()
-    added = [
-        ln[1:].strip() for ln in patch if ln.startswith("+") and not ln.startswith("+++") and ln[1:].strip()
-    ]
+    added, removed = (
+        [ln[1:].strip() for ln in patch if ln[:1] == c and ln[:3] != c * 3 and ln[1:].strip()] for c in "+-"
+    )
     calls, applied, res = [], False, None
     for _ in range(args.max_turns):
         ids = prompt_ids(tok, msgs, tools)
@@ -67,6 +69,10 @@ for seed in range(args.n):
     first = calls[0] if calls else {}
     stages["views the bug's file first"] += (
         first.get("command") == "view" and first.get("path") == env.instance["bug"]["path"]
+    )
+    stages["copies the bug into old_str"] += any(
+        c.get("command") == "str_replace" and all(r in str(c.get("old_str", "")) for r in removed)
+        for c in calls
     )
     stages["writes the fix in a new_str"] += any(
         c.get("command") == "str_replace" and all(a in str(c.get("new_str", "")) for a in added)
