@@ -296,7 +296,8 @@ def agent_env(env: str) -> TrainConfig:
         ),
         # lr 5e-5: at 2e-4 both grpo and gigpo fell into loops within 7 steps (README, alfworld_lite).
         # Micro-batches by tokens: sorted, so a group's turns (one system prompt and task) are packed together.
-        optim=OptimConfig(lr=5e-5, micro_batch_tokens=4096),
+        # 768 (one packed row): a 14 % faster train phase than 4,096 in rows of 1,024 (bench/train_phase.py)
+        optim=OptimConfig(lr=5e-5, micro_batch_tokens=768),
         eval=EvalConfig(every=5, limit=50, n_samples=1),
         log=LogConfig(run_dir=f"runs/{env}", ckpt_every=0),
     )

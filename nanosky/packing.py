@@ -158,20 +158,36 @@ def logprobs(
     with_entropy: bool = False,
     entropy_grad: bool = False,
     temperature: float = 1.0,
+    keep: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """`policy.token_logprobs` on packed rows: log p(ids[b, t+1] | ids[b, ≤t]) [B, T] and the entropy [B, T]."""
+    """`policy.token_logprobs` on packed rows: log p(ids[b, t+1] | ids[b, ≤t]) [B, T] and the entropy [B, T].
+
+    `keep` [B, T] bool: the positions whose values are wanted (the loss mask); the others come back 0. Only the
+    packed columns some kept position sits in go through the LM head: a step-wise row scores ~5 action tokens
+    after a ~250-token prompt, and the [V]-wide head and softmax on every prompt token cost ~10 % of the train
+    phase there (bench/train_phase.py)."""
     check_attention(model)
-    out = model(input_ids=p.input_ids, position_ids=p.position_ids, attention_mask=p.attention_mask)
-    logits = out.logits.float()  # [R, Lp, V]
+    kw, col, valid = {}, p.pos, p.valid
+    if keep is not None:
+        valid = p.valid & keep
+        cols = torch.unique(p.pos[valid])  # [K] sorted packed columns that any row needs
+        if cols.numel() == 0:  # nothing scored (a blank pass): one column keeps every layer in the graph
+            cols = torch.zeros(1, dtype=torch.long, device=p.pos.device)
+        lut = torch.zeros(p.input_ids.shape[1], dtype=torch.long, device=p.pos.device)
+        lut[cols] = torch.arange(len(cols), device=p.pos.device)
+        kw, col = {"logits_to_keep": cols}, lut[p.pos]  # [B, T] index into the kept columns
+    out = model(input_ids=p.input_ids, position_ids=p.position_ids, attention_mask=p.attention_mask, **kw)
+    logits = out.logits.float()  # [R, Lp or K, V]
     if temperature != 1.0:
         logits = logits / temperature
-    logp = torch.log_softmax(logits, dim=-1)  # [R, Lp, V]
-    lp = logp[p.row, p.pos, p.target]  # [B, T]
-    lp = torch.where(p.valid, lp, torch.zeros_like(lp))
+    logp = torch.log_softmax(logits, dim=-1)  # [R, Lp or K, V]
+    lp = logp[p.row, col, p.target]  # [B, T]
+    lp = torch.where(valid, lp, torch.zeros_like(lp))
     ent = None
     if with_entropy:
         with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
-            ent = p.gather(-(logp.exp() * logp).sum(-1))  # [R, Lp] -> [B, T]
+            e = -(logp.exp() * logp).sum(-1)[p.row, col]  # [R, Lp or K] -> [B, T]
+            ent = torch.where(valid, e, torch.zeros_like(e))
     return lp, ent
 
 

@@ -108,13 +108,14 @@ def logprobs(
     model, m: Batch, optim: OptimConfig, with_entropy: bool = False, entropy_grad: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor | None, int, packing.Packed | None]:
     """Logprobs (and entropy) of a micro-batch's tokens, [b, T], through the configured `optim.packing`. Also
-    returns T and the packed rows (None when not packed)."""
+    returns T and the packed rows (None when not packed). Packed, only the loss mask's positions are scored (the
+    others are 0): every consumer (losses, KL, rollout correction, metrics) reads them through that mask."""
     ids, att, T = m.inputs()
     if optim.packing == "none":
         lp, ent = token_logprobs(model, ids, att, with_entropy, entropy_grad)
         return lp, ent, T, None
     p = pack_batch(m, T, optim)
-    lp, ent = packing.logprobs(model, p, with_entropy, entropy_grad)
+    lp, ent = packing.logprobs(model, p, with_entropy, entropy_grad, keep=m.loss_mask[:, :T] > 0)
     return lp, ent, T, p
 
 

@@ -116,6 +116,37 @@ def test_logprobs_entropy_and_gradients_equal_unpacked(model, row_tokens, share)
         assert (g0[n] - g1[n]).abs().max() <= 1e-5 * scale, n
 
 
+@pytest.mark.parametrize("row_tokens", [1024, 40])
+def test_scoring_only_the_loss_mask_keeps_its_values_and_gradients(model, row_tokens):
+    """`keep` = the loss mask: only those columns go through the LM head. The kept logprobs, entropies and every
+    gradient of a masked loss equal the full computation; the positions left out come back 0."""
+    seqs, mask = _workload(2)
+    T = mask.shape[1]
+    adv = torch.randn(mask.shape, generator=torch.Generator().manual_seed(3))
+    p = packing.pack(seqs, T, row_tokens=row_tokens)
+
+    def run(keep):
+        model.zero_grad(set_to_none=True)
+        lp, ent = packing.logprobs(model, p, with_entropy=True, entropy_grad=True, keep=keep)
+        (((lp * adv + 0.1 * ent) * mask).sum() / mask.sum()).backward()
+        return lp.detach(), ent.detach(), {n: q.grad.clone() for n, q in model.named_parameters()}
+
+    lp0, e0, g0 = run(None)
+    keep = mask > 0
+    lp1, e1, g1 = run(keep)
+    assert keep.any() and (p.valid & ~keep).any()  # some scored positions really are left out
+    assert (lp0 - lp1)[keep].abs().max() < 1e-5 and (e0 - e1)[keep].abs().max() < 1e-5
+    assert (lp1[~keep] == 0).all() and (e1[~keep] == 0).all() and (lp0[p.valid & ~keep] != 0).all()
+    for n in g0:
+        assert (g0[n] - g1[n]).abs().max() <= 1e-5 * g0[n].abs().max(), n
+    # nothing kept (a blank pass): zeros, and backward still reaches every parameter (FSDP's hooks must fire)
+    lp, _ = packing.logprobs(model, p, keep=torch.zeros_like(keep))
+    assert (lp == 0).all()
+    model.zero_grad(set_to_none=True)
+    lp.sum().backward()
+    assert all(q.grad is not None for q in model.parameters())
+
+
 def test_critic_values_and_gradients_equal_unpacked(tiny_path):
     from nanosky.critic import Critic
 
