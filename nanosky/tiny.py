@@ -52,7 +52,7 @@ from pathlib import Path
 
 import torch
 
-from nanosky.chat import encode_conversation, prompt_ids
+from nanosky.chat import encode, encode_conversation, prompt_ids, render
 from nanosky.tiny_data import conversations
 from nanosky.tokenizer import build_tokenizer
 
@@ -125,6 +125,9 @@ class TinyConfig:
     """Share of those drills with one shown token changed at random (nanosky.tiny_swe_data: copying, not recall)."""
     n_swe_spot: int = 0
     """Spot-the-change turns: a task's first turns on a file with one random line change (nanosky.tiny_swe_data)."""
+    n_swe_recover: int = 0
+    """Recovery turns: a recalled old_str fails, the error quotes the buggy lines, the next call copies them
+    (nanosky.tiny_swe_data)."""
     lm_weight: float = 0.0
     """Loss weight of every other token (prompts, observations, admissible lists) relative to the trained turns:
     > 0 adds language modelling on the whole context, where entity names repeat (the room's receptacles, then the
@@ -170,13 +173,21 @@ def _length_bucketed_batches(
 
 
 def _encode(tok, example: tuple) -> tuple[list[int], list[int]]:
-    """(messages, tool schemas) → ids and a loss mask on every assistant turn; (messages, None, "last") → on the
-    last turn only (a step-wise example: the history's actions were sampled from other prompts)."""
+    """(messages, tool schemas) → ids and a loss mask on every assistant turn but those marked `"train": False`;
+    (messages, None, "last") → on the last turn only (a step-wise example: the history's actions were sampled from
+    other prompts)."""
     messages, schemas, *last = example
     ids, mask = encode_conversation(tok, messages, schemas)
     if last:
         head = len(prompt_ids(tok, messages[:-1], schemas))
         mask = [0] * head + mask[head:]
+    for i, m in enumerate(
+        messages
+    ):  # a turn marked "train": False is context, not a target (a shown mistake)
+        if m["role"] == "assistant" and m.get("train") is False:
+            a = len(prompt_ids(tok, messages[:i], schemas))
+            b = len(encode(tok, render(tok, messages[: i + 1], schemas)))
+            mask[a:b] = [0] * (b - a)
     return ids, mask
 
 

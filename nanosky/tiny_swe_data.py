@@ -9,6 +9,8 @@ match. Two drills train copying over recall, on lines no memory can supply:
 - spot-the-change turns: the real first turns of a task (issue, view, str_replace) on a file where one line of the
   named function was changed at random; the old_str is that changed line as the view shows it, the new_str the
   clean line. Random edits, not the generator's bugs, so no held-out bug (`split="test"`) is ever shown.
+And recovery turns: the recalled old_str fails, the editor's no-match error quotes the file's closest lines (the
+buggy ones), and the next str_replace copies them; copying from the turn just before is easier than from the view.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import re
 import tempfile
 from typing import TYPE_CHECKING
 
+from envs.tools.parse import format_tool_call
 from nanosky.tiny_data import _copy_drill
 
 if TYPE_CHECKING:
@@ -117,9 +120,16 @@ def _swe_examples(
     return out
 
 
-def _first_turns(files: dict, fixed: dict, statement: str, level: int, bug: dict) -> list[dict]:
+def _first_turns(
+    files: dict, fixed: dict, statement: str, level: int, bug: dict, recall: bool = False
+) -> list[dict] | None:
     """The expert's turns up to the fixing str_replace ((grep,) view, str_replace) on `files`, as the env shows them:
-    the view is the real editor's output on the files in a scratch dir, the grep line what `grep -rn` prints."""
+    the view is the real editor's output on the files in a scratch dir, the grep line what `grep -rn` prints.
+
+    `recall`: each str_replace comes after the mistake the model makes, an old_str recalled as the clean code
+    (old_str = new_str), and the editor's real no-match error, which quotes the file's closest lines; the fix then
+    copies them. That mistaken turn is marked `"train": False` (no loss on it). None when the error would not quote
+    exactly the expert's old_str (a missing line, or the clean text is in the file elsewhere)."""
     from envs.swe import OBS_CHARS
     from envs.swe.build import unified_diff
     from envs.swe.env import SYSTEM_PROMPT, expert_plan
@@ -141,15 +151,37 @@ def _first_turns(files: dict, fixed: dict, statement: str, level: int, bug: dict
                 k = next(j for j, ln in enumerate(src) if ln.startswith(f"def {bug['function']}("))
                 obs = f"./{bug['path']}:{k + 1}:{src[k]}"
             else:
+                args = call["arguments"]
+                if recall and args["command"] == "str_replace":
+                    wrong = {**args, "old_str": args["new_str"]}
+                    try:
+                        ed(**wrong)
+                        return None  # the clean text is in the file: that edit would have applied
+                    except ValueError as e:
+                        if not str(e).endswith(":\n" + args["old_str"]):
+                            return None
+                        msgs += [
+                            {
+                                "role": "assistant",
+                                "content": format_tool_call(call["name"], wrong),
+                                "train": False,
+                            },
+                            {"role": "tool", "name": call["name"], "content": _editor_error(e)},
+                        ]
                 try:
-                    obs = ed(**call["arguments"])
+                    obs = ed(**args)
                 except ValueError as e:
-                    obs = f"Error: str_replace_editor failed: ValueError: {e}"
+                    obs = _editor_error(e)
             msgs += [
                 {"role": "assistant", "content": action},
                 {"role": "tool", "name": call["name"], "content": obs},
             ]
     return msgs[:-1]
+
+
+def _editor_error(e: ValueError) -> str:
+    """An editor mistake as the env's observation (`envs.tools.run_tool_call`)."""
+    return f"Error: str_replace_editor failed: ValueError: {e}"
 
 
 def _schemas() -> list[dict]:
@@ -172,6 +204,27 @@ def _swe_fix_turns(
         bug = {k: task.bug[k] for k in ("path", "function")}
         msgs = _first_turns(task.files, task.fixed_files, task.problem_statement, task.level, bug)
         out.append((msgs, schemas))
+    return out
+
+
+def _recover_turns(
+    n: int, seed: int, levels: tuple[int, ...] = (1, 1, 2)
+) -> list[tuple[list[dict], list[dict]]]:
+    """First turns with the recalled-old_str mistake and its recovery (`_first_turns(recall=True)`): the failed
+    str_replace (not trained), the no-match error quoting the buggy lines, and the str_replace that copies them.
+    Tasks whose bug adds lines (a missing return or branch) have no such quote and are passed over."""
+    from envs.swe import generate
+
+    out, schemas, i = [], _schemas(), 0
+    while len(out) < n:
+        task = generate(seed * 1_000_003 + 900_000 + i, levels[i % len(levels)])
+        i += 1
+        bug = {k: task.bug[k] for k in ("path", "function")}
+        msgs = _first_turns(
+            task.files, task.fixed_files, task.problem_statement, task.level, bug, recall=True
+        )
+        if msgs is not None:
+            out.append((msgs, schemas))
     return out
 
 
@@ -237,4 +290,5 @@ def swe_conversations(cfg: TinyConfig, seed: int) -> list:
         + _code_copy_examples(cfg.n_code_copy, seed, cfg.code_copy_mutate)
         + _swe_fix_turns(cfg.n_swe_fix, seed)
         + _spot_turns(cfg.n_swe_spot, seed)
+        + _recover_turns(cfg.n_swe_recover, seed)
     )

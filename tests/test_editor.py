@@ -47,6 +47,22 @@ def test_str_replace_needs_exactly_one_match(ed, tmp_path):
     assert (tmp_path / "pkg" / "mod.py").read_text() == SRC.replace("a - b", "a + b", 1)
 
 
+def test_no_match_quotes_the_closest_lines(ed, tmp_path):
+    """An old_str that occurs nowhere gets the file's most alike lines (as many as it has) in the error, to copy;
+    nothing alike, no quote; the file is unchanged either way."""
+    with pytest.raises(ValueError) as e:
+        ed(command="str_replace", path="pkg/mod.py", old_str="def add(a, b):\n    return a + b", new_str="x")
+    assert str(e.value).endswith("The closest text is at lines 1-2:\ndef add(a, b):\n    return a - b")
+    with pytest.raises(ValueError) as e:
+        ed(command="str_replace", path="pkg/mod.py", old_str="def sub(x, b):", new_str="x")
+    assert str(e.value).endswith("at line 5:\ndef sub(a, b):")
+    for unlike in ("while True: pass", " \t ", "q" * 3000):  # unlike, blank, too long to search
+        with pytest.raises(ValueError) as e:
+            ed(command="str_replace", path="pkg/mod.py", old_str=unlike, new_str="x")
+        assert "closest" not in str(e.value)
+    assert (tmp_path / "pkg" / "mod.py").read_text() == SRC
+
+
 def test_insert_create_and_undo(ed, tmp_path):
     mod = tmp_path / "pkg" / "mod.py"
     ed(command="insert", path="pkg/mod.py", insert_line=0, new_str="import math")

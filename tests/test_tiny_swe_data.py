@@ -1,12 +1,20 @@
 """tiny-swe's drills (nanosky.tiny_swe_data): random one-token changes, spot-the-change turns whose str_replace is
-exactly what the real editor needs, and copy drills that recall cannot answer."""
+exactly what the real editor needs, copy drills that recall cannot answer, and recovery turns whose failed call is
+shown but not trained."""
 
 import ast
 import json
 import os
 import random
 
-from nanosky.tiny_swe_data import _code_copy_examples, _held_out_bugs, _spot_turns, mutate_line
+from nanosky.tiny_swe_data import (
+    _code_copy_examples,
+    _first_turns,
+    _held_out_bugs,
+    _recover_turns,
+    _spot_turns,
+    mutate_line,
+)
 
 
 def test_mutate_line_changes_one_token_and_skips_what_has_none():
@@ -81,3 +89,43 @@ def test_mutated_code_copy_drills_show_lines_recall_cannot_supply():
         assert json.loads(answer) == "\n".join(lines)
         novel += any(ln.strip() and ln.strip() not in templates for ln in lines)
     assert novel >= 40  # most drills hold a line no template has
+
+
+def test_recovery_turns_copy_the_quoted_lines_and_train_only_the_fix(tmp_path):
+    """The recalled old_str (the clean text) fails in the real editor, whose error quotes exactly the buggy lines;
+    the next str_replace copies them and gives the fixed file; the failed call is in the context, not the loss."""
+    from transformers import AutoTokenizer
+
+    from envs.swe.generate import generate
+    from envs.tools import StrReplaceEditor
+    from nanosky.tiny import SWE_DIR, _encode
+
+    tok = AutoTokenizer.from_pretrained(SWE_DIR)
+    examples = _recover_turns(10, 1)
+    assert len(examples) == 10
+    for messages, schemas in examples:
+        wrong_msg, error, fix_msg = messages[-3:]
+        wrong, fix = _call(wrong_msg)["arguments"], _call(fix_msg)["arguments"]
+        assert wrong_msg.get("train") is False and fix_msg.get("train") is None
+        assert wrong["old_str"] == wrong["new_str"] == fix["new_str"] != fix["old_str"]
+        assert error["content"].startswith("Error: str_replace_editor failed: ValueError: no match")
+        assert error["content"].endswith(":\n" + fix["old_str"])
+        ids, mask = _encode(tok, (messages, schemas))
+        trained = tok.decode([t for t, m in zip(ids, mask) if m])
+        assert json.dumps(fix["old_str"]) in trained and trained.count('"command": "str_replace"') == 1
+    # on generated tasks, the recovered fix applies to the buggy file with the real editor and gives the clean one
+    applied = 0
+    for i in range(12):
+        task = generate(100 + i, 1)
+        bug = {k: task.bug[k] for k in ("path", "function")}
+        msgs = _first_turns(task.files, task.fixed_files, task.problem_statement, 1, bug, recall=True)
+        if msgs is None:  # no quote to copy (a bug that adds lines): passed over
+            continue
+        fix = _call(msgs[-1])["arguments"]
+        root = tmp_path / str(i)
+        (root / os.path.dirname(fix["path"])).mkdir(parents=True)
+        (root / fix["path"]).write_text(task.files[fix["path"]])
+        StrReplaceEditor(root=str(root))(**fix)
+        assert (root / fix["path"]).read_text() == task.fixed_files[fix["path"]]
+        applied += 1
+    assert applied >= 6

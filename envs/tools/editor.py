@@ -7,7 +7,7 @@
 
 Commands: `view` (a file with line numbers, optionally `view_range` [start, end], end -1 = to the end; or a
 directory, two levels deep), `create` (a new file; refuses to overwrite), `str_replace` (`old_str` must occur
-exactly once), `insert` (`new_str` after line `insert_line`, 0 = at the top) and `undo_edit` (the last edit of that
+exactly once; when it occurs nowhere, the error quotes the file's closest lines), `insert` (`new_str` after line `insert_line`, 0 = at the top) and `undo_edit` (the last edit of that
 file). A path that leaves the work tree (`..`, an absolute path elsewhere, a symlink out) is refused. Mistakes raise
 ValueError with a message written for the model; `run_tool_call` turns it into an "Error: ..." observation.
 The registered instance (`get_tool("str_replace_editor")`) works in the current directory; an env makes its own
@@ -16,6 +16,7 @@ with `root=` its work tree.
 
 from __future__ import annotations
 
+import difflib
 import os
 
 from envs.tools.base import Tool
@@ -110,6 +111,7 @@ class StrReplaceEditor(Tool):
         if n == 0:
             raise ValueError(
                 f"no match for old_str in {path}; it must match the file exactly, whitespace included"
+                + _closest_hint(text, old_str)
             )
         if n > 1:
             at = [text[:i].count("\n") + 1 for i in _find_all(text, old_str)]
@@ -179,6 +181,45 @@ def _snippet(text: str, first: int, last: int, context: int = 3) -> str:
 def _numbered(lines: list[str], first: int, last: int) -> str:
     """Lines first..last (1-based, inclusive) as `cat -n` prints them."""
     return "\n".join(f"{n:6d}\t{lines[n - 1]}" for n in range(first, last + 1))
+
+
+HINT_MIN_RATIO = 0.6
+"""How alike (difflib's ratio) the closest lines must be to old_str for the no-match error to quote them."""
+
+
+def _closest_hint(
+    text: str, old_str: str, max_chars: int = 2000, budget: int = 3_000_000, top: int = 20
+) -> str:
+    """The file's lines most like `old_str` (as many lines as it has), quoted for the no-match error: an agent that
+    recalled a line instead of copying it from the view (the correct line where the file has a bug in it) gets the
+    file's real text to copy, as Aider does for a failed search block. "" when nothing is alike enough.
+
+    Bounded on any input: an old_str of at most `max_chars`, windows of at most `budget` characters in all (k lines
+    × the file), each screened by difflib's quick_ratio (a character-count bound, O(length)); only the `top` best
+    get the full ratio, and none much longer than old_str can (ratio ≤ 2·min / sum)."""
+    want = old_str.strip("\n")
+    lines = text.split("\n")
+    k = want.count("\n") + 1
+    n = len(lines) - k + 1
+    if not want.strip() or len(want) > max_chars or n < 1 or k * len(text) > budget:
+        return ""
+    sm = difflib.SequenceMatcher(None, autojunk=False)
+    sm.set_seq2(want)  # difflib caches the second sequence's index: set it once
+    quick = []
+    for i in range(n):
+        sm.set_seq1("\n".join(lines[i : i + k]))
+        quick.append((sm.quick_ratio(), -i))
+    best, at = HINT_MIN_RATIO, -1
+    for q, i in sorted(quick, reverse=True)[:top]:
+        if q <= best:
+            break
+        sm.set_seq1("\n".join(lines[-i : -i + k]))
+        if (r := sm.ratio()) > best:
+            best, at = r, -i
+    if at < 0:
+        return ""
+    span = f"line {at + 1}" if k == 1 else f"lines {at + 1}-{at + k}"
+    return f". The closest text is at {span}:\n" + "\n".join(lines[at : at + k])
 
 
 def _find_all(text: str, sub: str) -> list[int]:
