@@ -5,8 +5,8 @@ graded on submit) as the swe preset runs it: concatenated turns, at most `--max-
     python bench/swe_model_check.py MODEL_DIR [--n 30] [--level 1] [--greedy]
 
 Stages: the first call views the bug's file; some str_replace has an old_str that holds the gold patch's removed
-lines (the buggy line, copied from the view); some str_replace has a new_str that holds its added lines; some
-str_replace applied (its old_str matched); resolved.
+lines (the buggy line, copied from the view); some str_replace or replace_lines has a new_str that holds its added
+lines; some edit applied (a str_replace whose old_str matched, or a replace_lines); resolved.
 """
 
 import argparse
@@ -34,7 +34,7 @@ stages = {
     "views the bug's file first": 0,
     "copies the bug into old_str": 0,
     "writes the fix in a new_str": 0,
-    "str_replace applied": 0,
+    "an edit applied": 0,
     "resolved": 0,
 }
 for seed in range(args.n):
@@ -61,7 +61,7 @@ for seed in range(args.n):
         calls.append(parsed[0].arguments if parsed and parsed[0].error is None else {})
         res = env.step(text)
         obs = res.observations[0]["content"] if res.observations else ""
-        if calls[-1].get("command") == "str_replace" and not obs.startswith("Error"):
+        if calls[-1].get("command") in ("str_replace", "replace_lines") and not obs.startswith("Error"):
             applied = True
         msgs += [{"role": "assistant", "content": text}, *res.observations]
         if res.done:
@@ -75,10 +75,11 @@ for seed in range(args.n):
         for c in calls
     )
     stages["writes the fix in a new_str"] += any(
-        c.get("command") == "str_replace" and all(a in str(c.get("new_str", "")) for a in added)
+        c.get("command") in ("str_replace", "replace_lines")
+        and all(a in str(c.get("new_str", "")) for a in added)
         for c in calls
     )
-    stages["str_replace applied"] += applied
+    stages["an edit applied"] += applied
     stages["resolved"] += bool(res is not None and res.info.get("success"))
 mode = "greedy" if args.greedy else "T = 1"
 print(f"{args.model}: {args.n} held-out level-{args.level} tasks, {mode}")

@@ -5,6 +5,7 @@ by supervised training on the project's own synthetic data. No network, determin
     python -m nanosky.tiny --force            # rebuild (the committed copy lives in nanosky/assets/tiny)
     python -m nanosky.tiny --variant agent    # the agent model (nanosky/assets/tiny-agent), see below
     python -m nanosky.tiny --variant tool     # the tool_use model (nanosky/assets/tiny-tool), see below
+    python -m nanosky.tiny --variant swe      # the swe model's first stage (nanosky/assets/tiny-swe), see below
 
 The warm start deliberately mixes three answer styles for text_math so that RL has something real to learn:
   think  — the worked steps, then <answer>N</answer>   (right most often)
@@ -37,7 +38,14 @@ own data: 400 whole expert episodes of `envs.make("swe")` (tools run for real), 
 built without the sandbox ((grep,) view, the fixing str_replace; the same turns the env shows), and drills that copy
 numbered view lines into an old_str. It views the bug's file first in 100 / 100 held-out level-1 tasks and writes
 the fix into a new_str in a third of them, but puts the memorised correct line (or some other line) into old_str
-instead of copying the buggy one from the view, so it resolves none (`bench/swe_model_check.py`, README).
+instead of copying the buggy one from the view, so it resolves none (`bench/swe_model_check.py`, README). The
+shipped `tiny-swe` is that build continued for 300 steps (5 min on 2 threads) on recovery turns: the recalled
+old_str fails, the editor's error quotes the closest lines with their numbers, and `replace_lines` rewrites them
+(`nanosky.tiny_swe_data`); it resolves 4 / 50 held-out level-1 tasks at T = 1:
+
+    python -m nanosky.tiny --variant swe --out /tmp/tiny-swe-base        # from scratch (~46 min, 1 thread)
+    python -m nanosky.tiny --variant swe --init /tmp/tiny-swe-base --n-swe 100 --n-swe-fix 1000 \
+        --n-swe-recover 2000 --n-code-copy 500 --lr 3e-4 --steps 300 --steps2 0 --threads 2
 """
 
 from __future__ import annotations

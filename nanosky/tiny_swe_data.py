@@ -10,7 +10,8 @@ match. Two drills train copying over recall, on lines no memory can supply:
   named function was changed at random; the old_str is that changed line as the view shows it, the new_str the
   clean line. Random edits, not the generator's bugs, so no held-out bug (`split="test"`) is ever shown.
 And recovery turns: the recalled old_str fails, the editor's no-match error quotes the file's closest lines (the
-buggy ones), and the next str_replace copies them; copying from the turn just before is easier than from the view.
+buggy ones) with their numbers, and a `replace_lines` of those numbers writes the recalled clean code: it needs the
+line number copied, not the line (the model, shown the error's quote, still wrote its memory into old_str).
 """
 
 from __future__ import annotations
@@ -126,10 +127,10 @@ def _first_turns(
     """The expert's turns up to the fixing str_replace ((grep,) view, str_replace) on `files`, as the env shows them:
     the view is the real editor's output on the files in a scratch dir, the grep line what `grep -rn` prints.
 
-    `recall`: each str_replace comes after the mistake the model makes, an old_str recalled as the clean code
-    (old_str = new_str), and the editor's real no-match error, which quotes the file's closest lines; the fix then
-    copies them. That mistaken turn is marked `"train": False` (no loss on it). None when the error would not quote
-    exactly the expert's old_str (a missing line, or the clean text is in the file elsewhere)."""
+    `recall`: each str_replace becomes the mistake the model makes, an old_str recalled as the clean code
+    (old_str = new_str), the editor's real no-match error, which quotes the file's closest lines with their numbers,
+    and a `replace_lines` of those lines by the clean code. The mistaken turn is marked `"train": False` (no loss on
+    it). None when that would not give exactly the fixed files (a missing line, or the clean text is elsewhere)."""
     from envs.swe import OBS_CHARS
     from envs.swe.build import unified_diff
     from envs.swe.env import SYSTEM_PROMPT, expert_plan
@@ -158,7 +159,8 @@ def _first_turns(
                         ed(**wrong)
                         return None  # the clean text is in the file: that edit would have applied
                     except ValueError as e:
-                        if not str(e).endswith(":\n" + args["old_str"]):
+                        at = re.search(r"The closest text is at lines? (\d+)(?:-(\d+))?:\n", str(e))
+                        if at is None:
                             return None
                         msgs += [
                             {
@@ -168,6 +170,10 @@ def _first_turns(
                             },
                             {"role": "tool", "name": call["name"], "content": _editor_error(e)},
                         ]
+                    lines = [int(at.group(1)), int(at.group(2) or at.group(1))]
+                    args = {"command": "replace_lines", "path": args["path"], "line_range": lines}
+                    action = format_tool_call(call["name"], args | {"new_str": wrong["new_str"]})
+                    args = args | {"new_str": wrong["new_str"]}
                 try:
                     obs = ed(**args)
                 except ValueError as e:
@@ -176,6 +182,11 @@ def _first_turns(
                 {"role": "assistant", "content": action},
                 {"role": "tool", "name": call["name"], "content": obs},
             ]
+        if recall:  # the quoted lines were the bug's: the line edit gives exactly the fixed files
+            for path, text in fixed.items():
+                with open(os.path.join(root, path)) as f:
+                    if f.read() != text:
+                        return None
     return msgs[:-1]
 
 
@@ -211,7 +222,7 @@ def _recover_turns(
     n: int, seed: int, levels: tuple[int, ...] = (1, 1, 2)
 ) -> list[tuple[list[dict], list[dict]]]:
     """First turns with the recalled-old_str mistake and its recovery (`_first_turns(recall=True)`): the failed
-    str_replace (not trained), the no-match error quoting the buggy lines, and the str_replace that copies them.
+    str_replace (not trained), the no-match error quoting the buggy lines, and the replace_lines that fixes them.
     Tasks whose bug adds lines (a missing return or branch) have no such quote and are passed over."""
     from envs.swe import generate
 

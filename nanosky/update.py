@@ -208,7 +208,11 @@ class PolicyUpdate:
             for m, scale in step:
                 trained += float(m.row_mask.sum())
                 metrics, computed, unpacked = self.backward(m, scale)
-                if not m.row_mask.any():  # a blank pass (or only padding rows): nothing to report
+                if (
+                    not m.row_mask.any()
+                ):  # a blank pass (or only padding rows): nothing to report, but the keys
+                    for k in metrics:  # must match the other ranks' for the all-reduce below (a rank whose
+                        sums[k] += 0.0  # rows were all skipped runs only blank passes)
                     continue
                 for k, v in metrics.items():
                     sums[k] += v

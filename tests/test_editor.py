@@ -63,6 +63,32 @@ def test_no_match_quotes_the_closest_lines(ed, tmp_path):
     assert (tmp_path / "pkg" / "mod.py").read_text() == SRC
 
 
+def test_replace_lines_by_number_and_undo(ed, tmp_path):
+    out = ed(command="replace_lines", path="pkg/mod.py", line_range=[2, 2], new_str="    return a + b")
+    assert (tmp_path / "pkg" / "mod.py").read_text() == SRC.replace("a - b", "a + b", 1)
+    assert "     2\t    return a + b" in out
+    ed(
+        command="replace_lines",
+        path="pkg/mod.py",
+        line_range=[5, 6],
+        new_str="def sub(a, b):\n    x = a\n    return x - b",
+    )
+    assert (tmp_path / "pkg" / "mod.py").read_text().split("\n")[4:8] == [
+        "def sub(a, b):",
+        "    x = a",
+        "    return x - b",
+        "",
+    ]
+    for bad in ([0, 1], [3, 2], [6, 9], [1]):
+        with pytest.raises(ValueError, match="line_range"):
+            ed(command="replace_lines", path="pkg/mod.py", line_range=bad, new_str="x")
+    with pytest.raises(ValueError, match="needs new_str"):
+        ed(command="replace_lines", path="pkg/mod.py", line_range=[1, 1])
+    ed(command="undo_edit", path="pkg/mod.py")
+    ed(command="undo_edit", path="pkg/mod.py")
+    assert (tmp_path / "pkg" / "mod.py").read_text() == SRC
+
+
 def test_insert_create_and_undo(ed, tmp_path):
     mod = tmp_path / "pkg" / "mod.py"
     ed(command="insert", path="pkg/mod.py", insert_line=0, new_str="import math")

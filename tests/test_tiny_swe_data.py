@@ -91,9 +91,9 @@ def test_mutated_code_copy_drills_show_lines_recall_cannot_supply():
     assert novel >= 40  # most drills hold a line no template has
 
 
-def test_recovery_turns_copy_the_quoted_lines_and_train_only_the_fix(tmp_path):
-    """The recalled old_str (the clean text) fails in the real editor, whose error quotes exactly the buggy lines;
-    the next str_replace copies them and gives the fixed file; the failed call is in the context, not the loss."""
+def test_recovery_turns_fix_the_quoted_lines_by_number_and_train_only_the_fix(tmp_path):
+    """The recalled old_str (the clean text) fails in the real editor, whose error quotes exactly the buggy lines
+    with their numbers; the next call replaces those lines by the clean text; the failed call is context, not loss."""
     from transformers import AutoTokenizer
 
     from envs.swe.generate import generate
@@ -107,12 +107,15 @@ def test_recovery_turns_copy_the_quoted_lines_and_train_only_the_fix(tmp_path):
         wrong_msg, error, fix_msg = messages[-3:]
         wrong, fix = _call(wrong_msg)["arguments"], _call(fix_msg)["arguments"]
         assert wrong_msg.get("train") is False and fix_msg.get("train") is None
-        assert wrong["old_str"] == wrong["new_str"] == fix["new_str"] != fix["old_str"]
+        assert wrong["command"] == "str_replace" and wrong["old_str"] == wrong["new_str"] == fix["new_str"]
+        assert fix["command"] == "replace_lines" and fix["path"] == wrong["path"]
+        a, b = fix["line_range"]
+        span = f"line {a}" if a == b else f"lines {a}-{b}"
         assert error["content"].startswith("Error: str_replace_editor failed: ValueError: no match")
-        assert error["content"].endswith(":\n" + fix["old_str"])
+        assert f"The closest text is at {span}:\n" in error["content"]
         ids, mask = _encode(tok, (messages, schemas))
         trained = tok.decode([t for t, m in zip(ids, mask) if m])
-        assert json.dumps(fix["old_str"]) in trained and trained.count('"command": "str_replace"') == 1
+        assert '"command": "replace_lines"' in trained and '"command": "str_replace"' not in trained
     # on generated tasks, the recovered fix applies to the buggy file with the real editor and gives the clean one
     applied = 0
     for i in range(12):
@@ -122,6 +125,7 @@ def test_recovery_turns_copy_the_quoted_lines_and_train_only_the_fix(tmp_path):
         if msgs is None:  # no quote to copy (a bug that adds lines): passed over
             continue
         fix = _call(msgs[-1])["arguments"]
+        assert fix["command"] == "replace_lines"
         root = tmp_path / str(i)
         (root / os.path.dirname(fix["path"])).mkdir(parents=True)
         (root / fix["path"]).write_text(task.files[fix["path"]])

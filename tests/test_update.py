@@ -85,6 +85,13 @@ def test_skipping_zero_advantage_rows_keeps_the_gradient(tmp_path):
             assert _close(ref, got) < 1e-5, (mode, world, extra)
             m = json.load(open(str(out) + ".json"))
             assert m["skipped_rows_frac"] == pytest.approx(0.25)  # 1 group of 4 left out
+    # one rank with nothing to train (all its groups equal) while the other trains: it runs only blank passes, and
+    # the metrics' all-reduce must still match (regression: a gloo size mismatch crashed a 2-rank swe run)
+    ref = _run(tmp_path, 2, 4, "token-mean", "ppo", "idle=1", "skip=0")
+    got = _run(tmp_path, 2, 4, "token-mean", "ppo", "idle=1", "skip=1")
+    assert _close(ref, got) < 1e-5 and max(v.abs().max().item() for v in got.values()) > 0
+    m = json.load(open(str(tmp_path / "d_2_4_token-mean_ppoidle=1skip=1.pt") + ".json"))
+    assert m["skipped_rows_frac"] == pytest.approx(0.5) and m["pg_loss"] != 0.0
     # every group equal: nothing to train on any rank, the gradient is exactly 0 and every row is skipped
     zero = _run(tmp_path, 2, 4, "token-mean", "ppo", "equal=4")
     assert max(v.abs().max().item() for v in zero.values()) == 0

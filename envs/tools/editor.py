@@ -7,9 +7,12 @@
 
 Commands: `view` (a file with line numbers, optionally `view_range` [start, end], end -1 = to the end; or a
 directory, two levels deep), `create` (a new file; refuses to overwrite), `str_replace` (`old_str` must occur
-exactly once; when it occurs nowhere, the error quotes the file's closest lines), `insert` (`new_str` after line `insert_line`, 0 = at the top) and `undo_edit` (the last edit of that
-file). A path that leaves the work tree (`..`, an absolute path elsewhere, a symlink out) is refused. Mistakes raise
-ValueError with a message written for the model; `run_tool_call` turns it into an "Error: ..." observation.
+exactly once; when it occurs nowhere, the error quotes the file's closest lines and their numbers), `insert`
+(`new_str` after line `insert_line`, 0 = at the top), `replace_lines` (lines `line_range` [start, end] become
+`new_str`: SWE-agent's `edit start:end`, for an agent that knows the line but cannot copy it) and `undo_edit` (the
+last edit of that file). A path that leaves the work tree (`..`, an absolute path elsewhere, a symlink out) is
+refused. Mistakes raise ValueError with a message written for the model; `run_tool_call` turns it into an
+"Error: ..." observation.
 The registered instance (`get_tool("str_replace_editor")`) works in the current directory; an env makes its own
 with `root=` its work tree.
 """
@@ -21,7 +24,7 @@ import os
 
 from envs.tools.base import Tool
 
-COMMANDS = ("view", "create", "str_replace", "insert", "undo_edit")
+COMMANDS = ("view", "create", "str_replace", "insert", "replace_lines", "undo_edit")
 
 
 class StrReplaceEditor(Tool):
@@ -29,7 +32,8 @@ class StrReplaceEditor(Tool):
     description = (
         "View, create and edit files: view (a file with line numbers, or a directory), create (a new file), "
         "str_replace (replace old_str, which must occur exactly once, by new_str), insert (new_str after line "
-        "insert_line) and undo_edit (revert the last edit of a file)."
+        "insert_line), replace_lines (lines line_range [start, end] by new_str) and undo_edit (revert the last edit "
+        "of a file)."
     )
     parameters = {
         "type": "object",
@@ -40,6 +44,10 @@ class StrReplaceEditor(Tool):
             "old_str": {"type": "string", "description": "str_replace: the exact text to replace"},
             "new_str": {"type": "string", "description": "str_replace / insert: the new text"},
             "insert_line": {"type": "integer", "description": "insert: after this line (0 = at the top)"},
+            "line_range": {
+                "type": "array",
+                "description": "replace_lines: [start, end] lines, both included",
+            },
             "view_range": {"type": "array", "description": "view: [start, end] lines, end -1 = to the end"},
         },
         "required": ["command", "path"],
@@ -137,6 +145,22 @@ class StrReplaceEditor(Tool):
         new = "\n".join(lines[:k] + new_str.split("\n") + lines[k:])
         self._write(full, new, previous=text)
         return f"edited {path}:\n" + _snippet(new, k + 1, k + 1 + new_str.count("\n"))
+
+    def _replace_lines(
+        self, full: str, path: str, new_str: str | None = None, line_range: list | None = None, **_
+    ) -> str:
+        if new_str is None or line_range is None or len(line_range) != 2:
+            raise ValueError("replace_lines needs new_str and line_range [start, end]")
+        text = self._read(full, path)
+        lines = text.split("\n")
+        start, end = int(line_range[0]), int(line_range[1])
+        if not 1 <= start <= end <= len(lines):
+            raise ValueError(
+                f"line_range {line_range} is outside 1..{len(lines)} ({path} has {len(lines)} lines)"
+            )
+        new = "\n".join(lines[: start - 1] + new_str.split("\n") + lines[end:])
+        self._write(full, new, previous=text)
+        return f"edited {path}:\n" + _snippet(new, start, start + new_str.count("\n"))
 
     def _undo_edit(self, full: str, path: str, **_) -> str:
         if not self.history.get(full):

@@ -2,10 +2,10 @@
 check that the gradient does not depend on micro-batch size or world size.
 
     torchrun --nproc_per_node 2 tests/scripts/update_step.py OUT.pt MICRO_BS MODE POLICY_LOSS [ref_kl] [adv=NAME]
-        [pack=prefix|flat|none] [tokens=N] [equal=K] [skip=0|1]
+        [pack=prefix|flat|none] [tokens=N] [equal=K] [idle=1] [skip=0|1]
 
 The groups share their prompt, as GRPO groups do. With `adv=NAME`, advantages come from that estimator (default
-grpo); `pack` and `tokens` set `optim.packing` and `optim.micro_batch_tokens`; `equal=K` gives the first K groups equal rewards (zero advantages), `skip` sets
+grpo); `pack` and `tokens` set `optim.packing` and `optim.micro_batch_tokens`; `equal=K` gives the first K groups equal rewards (zero advantages), `idle=1` every group of rank 0, `skip` sets
 `optim.skip_zero_adv`. With `ref_kl`, the batch carries reference logprobs and `track_ref_kl` is on (kl_coef stays 0): the update must
 be unchanged and train/kl logged. The metrics go to OUT.json.
 """
@@ -50,6 +50,7 @@ def main(
     tokens: int = 0,
     equal: int = 0,
     skip: bool = True,
+    idle: bool = False,
 ) -> None:
     info = dist.init_distributed()
     torch.use_deterministic_algorithms(True)
@@ -74,7 +75,11 @@ def main(
     cfg = algos.preset(
         "grpo", adv_estimator=adv, loss_agg_mode=mode, policy_loss=loss, track_ref_kl=ref_kl, norm_const=16
     )
-    local = split_groups(trajs, info.world)[info.rank]
+    parts = split_groups(trajs, info.world)
+    if idle:  # rank 0's groups all get equal rewards: with skipping, that rank trains nothing
+        for i in parts[0]:
+            trajs[i].reward = 1.0
+    local = parts[info.rank]
     batch = to_batch([trajs[i] for i in local], 0, info.device)
     compute_advantages(batch, cfg, token_rewards(batch))
     if ref_kl:  # a reference that differs from the policy by a fixed offset per token
@@ -118,4 +123,5 @@ if __name__ == "__main__":
         int(kw.get("tokens", 0)),
         int(kw.get("equal", 0)),
         kw.get("skip", "1") == "1",
+        kw.get("idle", "0") == "1",
     )
