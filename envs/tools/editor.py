@@ -229,17 +229,17 @@ def _closest_hint(
         return ""
     sm = difflib.SequenceMatcher(None, autojunk=False)
     sm.set_seq2(want)  # difflib caches the second sequence's index: set it once
-    quick = []
+    quick = []  # [n] an upper bound of each window's ratio
     for i in range(n):
         sm.set_seq1("\n".join(lines[i : i + k]))
-        quick.append((sm.quick_ratio(), -i))
+        quick.append(sm.quick_ratio())
     best, at = HINT_MIN_RATIO, -1
-    for q, i in sorted(quick, reverse=True)[:top]:
-        if q <= best:
+    for i in sorted(range(n), key=lambda i: -quick[i])[:top]:  # stable: on a tie the earlier lines
+        if quick[i] <= best:
             break
-        sm.set_seq1("\n".join(lines[-i : -i + k]))
+        sm.set_seq1("\n".join(lines[i : i + k]))
         if (r := sm.ratio()) > best:
-            best, at = r, -i
+            best, at = r, i
     if at < 0:
         return ""
     span = f"line {at + 1}" if k == 1 else f"lines {at + 1}-{at + k}"
