@@ -263,10 +263,13 @@ def test_oracle_agent_through_base_url(instances, tmp_path):
 
 
 @pytest.mark.slow
-def test_agent_end_to_end_with_the_tiny_model(tiny_path, tmp_path):
-    """`python -m evals.swebench --ckpt <bundled tiny model> --limit 2`: vLLM in-process on CPU, agent, grading."""
+def test_agent_end_to_end_with_the_tiny_model(tmp_path):
+    """`python -m evals.swebench --ckpt <bundled tiny-swe model> --limit 2`: vLLM in-process on CPU, agent, grading.
+    tiny-swe, not the base model: the tools' schemas alone fill most of the base model's 512 positions."""
+    from nanosky.tiny import SWE_DIR
+
     out = tmp_path / "out"
-    cmd = [sys.executable, "-m", "evals.swebench", "--ckpt", tiny_path, "--limit", "2", "--max-steps", "2",
+    cmd = [sys.executable, "-m", "evals.swebench", "--ckpt", str(SWE_DIR), "--limit", "2", "--max-steps", "2",
            "--cache-dir", str(tmp_path / "cache"), "--out", str(out)]  # fmt: skip
     launcher = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
     env = {
