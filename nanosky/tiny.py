@@ -134,8 +134,8 @@ class TinyConfig:
     n_swe_spot: int = 0
     """Spot-the-change turns: a task's first turns on a file with one random line change (nanosky.tiny_swe_data)."""
     n_swe_recover: int = 0
-    """Recovery turns: a recalled old_str fails, the error quotes the buggy lines, the next call copies them
-    (nanosky.tiny_swe_data)."""
+    """Recovery turns: a recalled old_str fails, the error quotes the buggy lines with their numbers, the next call
+    replaces those lines (replace_lines; nanosky.tiny_swe_data)."""
     lm_weight: float = 0.0
     """Loss weight of every other token (prompts, observations, admissible lists) relative to the trained turns:
     > 0 adds language modelling on the whole context, where entity names repeat (the room's receptacles, then the
@@ -189,9 +189,8 @@ def _encode(tok, example: tuple) -> tuple[list[int], list[int]]:
     if last:
         head = len(prompt_ids(tok, messages[:-1], schemas))
         mask = [0] * head + mask[head:]
-    for i, m in enumerate(
-        messages
-    ):  # a turn marked "train": False is context, not a target (a shown mistake)
+    # a turn marked "train": False is context, not a target (a mistake shown so that the next turn can recover)
+    for i, m in enumerate(messages):
         if m["role"] == "assistant" and m.get("train") is False:
             a = len(prompt_ids(tok, messages[:i], schemas))
             b = len(encode(tok, render(tok, messages[: i + 1], schemas)))

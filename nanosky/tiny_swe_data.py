@@ -171,9 +171,13 @@ def _first_turns(
                             {"role": "tool", "name": call["name"], "content": _editor_error(e)},
                         ]
                     lines = [int(at.group(1)), int(at.group(2) or at.group(1))]
-                    args = {"command": "replace_lines", "path": args["path"], "line_range": lines}
-                    action = format_tool_call(call["name"], args | {"new_str": wrong["new_str"]})
-                    args = args | {"new_str": wrong["new_str"]}
+                    args = {
+                        "command": "replace_lines",
+                        "path": args["path"],
+                        "line_range": lines,
+                        "new_str": wrong["new_str"],
+                    }
+                    action = format_tool_call(call["name"], args)
                 try:
                     obs = ed(**args)
                 except ValueError as e:
@@ -223,7 +227,8 @@ def _recover_turns(
 ) -> list[tuple[list[dict], list[dict]]]:
     """First turns with the recalled-old_str mistake and its recovery (`_first_turns(recall=True)`): the failed
     str_replace (not trained), the no-match error quoting the buggy lines, and the replace_lines that fixes them.
-    Tasks whose bug adds lines (a missing return or branch) have no such quote and are passed over."""
+    Tasks where that would not give the fixed files (a bug that adds lines: a missing return or branch) are passed
+    over."""
     from envs.swe import generate
 
     out, schemas, i = [], _schemas(), 0
