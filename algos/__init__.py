@@ -11,6 +11,7 @@ Importing `algos` registers every built-in, so worker processes see the same reg
 """
 
 from algos import advantages as _advantages  # noqa: F401  (registers the built-in estimators)
+from algos.advantages import scale_negative
 from algos.agg import AGG_MODES, agg_loss, agg_scale
 from algos.config import PRESETS, AlgoConfig, PolicyLossConfig, preset
 from algos.correction import mismatch_metrics, rollout_correction
@@ -67,6 +68,7 @@ __all__ = [
     "register_policy_loss",
     "rollout_correction",
     "scalar_to_token_rewards",
+    "scale_negative",
     "step_group_advantages",
     "value_loss",
 ]

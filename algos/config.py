@@ -83,6 +83,10 @@ class AlgoConfig:
     """Passes over each rollout batch."""
     mini_batches: int = 1
     """Optimizer steps per epoch (the global batch is split into this many mini-batches)."""
+    neg_adv_scale: float = 1.0
+    """Negative advantages are multiplied by this after the estimator (`algos.scale_negative`): 1 = unchanged; 0 =
+    learn only from better-than-average samples (RAFT-like); in between, failures are down-weighted. Rows left
+    with no non-zero advantage are skipped by the update (`--optim.skip-zero-adv`)."""
     entropy_coef: float = 0.0
     """Entropy bonus coefficient (loss -= coef * entropy); 0 = off."""
     value_clip: float | None = 0.5
@@ -122,6 +126,7 @@ class AlgoConfig:
             "ppo_epochs": self.ppo_epochs >= 1,
             "mini_batches": self.mini_batches >= 1,
             "entropy_coef": self.entropy_coef >= 0,
+            "neg_adv_scale": self.neg_adv_scale >= 0,
             "value_clip": self.value_clip is None or self.value_clip > 0,
             "critic_lr": self.critic_lr > 0,
             "critic_warmup_steps": self.critic_warmup_steps >= 0,

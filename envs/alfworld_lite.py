@@ -26,7 +26,12 @@ uses what it has seen, so its demonstrations are learnable (`expert_demo(split, 
 messages). `evaluate_policy(policy_fn, split, seeds)` gives mean reward and success rate of
 `policy_fn(env) -> action`. `n_receptacles=(lo, hi)` sizes the rooms; the default step cap covers the expert.
 `invalid_penalty=p` makes a command that does nothing cost p (verl-agent's invalid-action penalty: a dense
-signal while successes are rare; success is still `info["won"]`). `show_actions=True` ends every observation with
+signal while successes are rare; success is still `info["won"]`). `progress_reward=p` pays p the first time each
+subgoal of the task is reached in an episode (`subgoals()`: an object of the task's type in hand; that object hot,
+cool or clean where the task asks for it; each object placed; for look_at_obj_in_light, standing by the lamp with
+it): a failed episode that got further earns more, so a group of failures still ranks its episodes, and the
+anchor states of GiGPO see different returns. It cannot be farmed (each subgoal pays once) and success stays
+`info["won"]`. `show_actions=True` ends every observation with
 the admissible commands (`available_actions()`); `state_key()` (also `info["state_key"]`) names the state
 canonically for GiGPO's anchor groups.
 """
@@ -94,11 +99,14 @@ class AlfWorldEnv(Env):
         n_receptacles: tuple[int, int] = (6, 10),
         show_actions: bool = False,
         invalid_penalty: float = 0.0,
+        progress_reward: float = 0.0,
     ):
         if split not in ("train", "test"):
             raise ValueError(f"split must be 'train' or 'test', got {split!r}")
         if invalid_penalty < 0:
             raise ValueError(f"invalid_penalty must be >= 0, got {invalid_penalty}")
+        if progress_reward < 0:
+            raise ValueError(f"progress_reward must be >= 0, got {progress_reward}")
         if not 3 <= n_receptacles[0] <= n_receptacles[1]:
             raise ValueError(f"n_receptacles must be (lo, hi) with 3 <= lo <= hi, got {n_receptacles}")
         # the expert needs at most 2 * (receptacles) + 6 steps (visit + open each one, then carry two objects)
@@ -106,7 +114,7 @@ class AlfWorldEnv(Env):
         if max_steps < 1:
             raise ValueError(f"max_steps must be >= 1, got {max_steps}")
         self.split, self.seed, self.max_turns, self.show_actions = split, seed, max_steps, show_actions
-        self.invalid_penalty = float(invalid_penalty)
+        self.invalid_penalty, self.progress_reward = float(invalid_penalty), float(progress_reward)
         self.layout: Layout = make_layout(split, seed, tuple(n_receptacles))
         self.task = self.layout.task
         self.reset()
@@ -122,6 +130,7 @@ class AlfWorldEnv(Env):
         self.lamp_on = False
         self.observed: set[str] = set()  # receptacles whose contents have been shown
         self.steps, self.done, self.won = 0, False, False
+        self.reached: set[str] = set()  # subgoals reached so far (each pays progress_reward once)
         intro = (
             "You are in the middle of a room. Looking quickly around you, you see "
             f"{_listing(list(self.layout.receptacles))}.\n\nYour task is to: {self.task.text}"
@@ -150,7 +159,11 @@ class AlfWorldEnv(Env):
             "truncated": not self.won and self.steps >= self.max_turns,
             "state_key": self.state_key(),
         }
-        reward = float(self.won) - (0.0 if info["valid"] else self.invalid_penalty)
+        new = self.subgoals() - self.reached
+        self.reached |= new
+        info["subgoals"] = len(self.reached)
+        fine = 0.0 if info["valid"] else self.invalid_penalty
+        reward = float(self.won) + self.progress_reward * len(new) - fine
         if self.won or info["truncated"]:
             self.done = True
             return StepResult([], reward, True, info)
@@ -273,6 +286,22 @@ class AlfWorldEnv(Env):
             for o in objs
             if kind(o) == t.obj and (t.state is None or t.state in self.states.get(o, ()))
         ]
+
+    def subgoals(self) -> set[str]:
+        """The task's subgoals that hold now: "hold" (an object of the task's type in hand), "state" (one in hand
+        or placed with the state the task asks for), "placed k" (k objects placed, k up to the task's count), "lamp"
+        (look_at_obj_in_light: holding it where the desklamp is)."""
+        t, out = self.task, set()
+        held = [o for o in self.inventory if kind(o) == t.obj]
+        if held:
+            out.add("hold")
+        placed = self._placed()
+        if t.state is not None and any(t.state in self.states.get(o, ()) for o in held + placed):
+            out.add("state")
+        out |= {f"placed {k}" for k in range(1, min(len(placed), t.count) + 1)}
+        if t.target is None and held and LAMP in self._visible():
+            out.add("lamp")
+        return out
 
     def _goal_met(self) -> bool:
         t = self.task

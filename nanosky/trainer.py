@@ -130,13 +130,16 @@ def prepare(run: Run, trajs: list[Trajectory]) -> tuple[Batch, dict[str, float]]
         rewards = kl_in_reward(rewards, batch, a.kl_coef)
     if stepwise and not meta["needs_values"]:  # the estimator runs on the episodes (nanosky/stepwise.py)
         penalty = (outcome - rewards).sum(-1) if rewards is not outcome else None  # [B] what the KL took
-        return batch, assign_advantages(batch, trajs, rows, mine, a, penalty, run.cfg.rollout.step_weight)
-    steps, metrics = None, {}
-    if meta["needs_steps"]:
-        steps = step_info(local)
-        m = anchor_metrics(steps, [t.group for t in local], a.gamma, a.step_adv_mode)
-        metrics = dict(zip(m, (v / info.world for v in dist.all_reduce_sum(list(m.values())))))
-    compute_advantages(batch, a, rewards, steps)
+        metrics = assign_advantages(batch, trajs, rows, mine, a, penalty, run.cfg.rollout.step_weight)
+    else:
+        steps, metrics = None, {}
+        if meta["needs_steps"]:
+            steps = step_info(local)
+            m = anchor_metrics(steps, [t.group for t in local], a.gamma, a.step_adv_mode)
+            metrics = dict(zip(m, (v / info.world for v in dist.all_reduce_sum(list(m.values())))))
+        compute_advantages(batch, a, rewards, steps)
+    # --algorithm.neg-adv-scale; the critic's returns keep the estimator's values
+    batch.advantages = algos.scale_negative(batch.advantages, a.neg_adv_scale)
     return batch, metrics
 
 
@@ -356,6 +359,7 @@ def step_metrics(
             "train/response_len": n_tok / n,
             "train/adv_mean": float(adv.mean()) if adv.numel() else 0.0,
             "train/adv_std": float(adv.std()) if adv.numel() > 1 else 0.0,
+            "train/adv_min": float(adv.min()) if adv.numel() else 0.0,
             "rollout/turns_mean": sum(t.turns for t in trajs) / n,
             "envs/failed": dist.all_reduce_sum([float(run.pool.stats["failed"])])[0],
             "tools/calls_per_traj": calls / n,

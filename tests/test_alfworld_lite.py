@@ -264,3 +264,36 @@ def test_invalid_penalty_costs_only_commands_that_do_nothing():
     with pytest.raises(ValueError, match="invalid_penalty"):
         AlfWorldEnv("train", 5, invalid_penalty=-1)
     assert envs.make("alfworld_lite", "train", 5, invalid_penalty=0.25).step("xyzzy").reward == -0.25
+
+
+@pytest.mark.parametrize("ttype", TASK_TYPES)
+def test_progress_reward_pays_each_subgoal_once_and_keeps_success(ttype):
+    """`progress_reward`: the expert's episode earns p per subgoal of its task (hold; the state where one is asked
+    for; each object placed; by the lamp), each once, plus 1 for success; an episode that stops earlier earns
+    less; undoing and redoing a subgoal pays nothing more."""
+    env = _find("train", lambda e: e.task.type == ttype)
+    shaped = AlfWorldEnv("train", env.seed, progress_reward=0.2)
+    t = shaped.task
+    want = {"hold"} | ({"state"} if t.state else set()) | ({"lamp"} if t.target is None else set())
+    want |= {f"placed {k}" for k in range(1, t.count + 1)} if t.target else set()
+    rewards = []
+    while not shaped.done:
+        a = shaped.expert_action()
+        assert env.step(a).reward == (1.0 if env.won else 0.0)  # unshaped: unchanged
+        rewards.append(shaped.step(a).reward)
+    assert shaped.won and shaped.reached == want
+    assert sum(rewards) == pytest.approx(1.0 + 0.2 * len(want))
+    assert rewards[-1] >= 1.0 and all(r in (0.0, 0.2, 0.4) for r in rewards[:-1])
+    # farming: take the object, put it back, take it again: "hold" paid on the first take only
+    farm = AlfWorldEnv("train", env.seed, progress_reward=0.2)
+    while "hold" not in farm.reached:
+        farm.step(farm.expert_action())
+    obj, loc = farm.inventory[0], farm.location
+    assert farm.step(f"move {obj} to {loc}").reward == 0.0 and not farm.inventory
+    assert farm.step(f"take {obj} from {loc}").reward == 0.0 and farm.inventory == [obj]
+
+
+def test_progress_reward_validated():
+    with pytest.raises(ValueError, match="progress_reward"):
+        AlfWorldEnv("train", 0, progress_reward=-0.1)
+    assert envs.make("alfworld_lite", "train", 0, progress_reward=0.1).progress_reward == 0.1

@@ -271,6 +271,23 @@ def test_estimators_zero_off_mask_and_all_equal(name):
         assert adv[0:2].abs().max() < 1e-6  # group 0 has all-equal rewards → no signal
 
 
+def test_scale_negative_scales_only_negative_advantages():
+    mask = T_([[1, 1, 0], [1, 1, 1], [1, 0, 0]])
+    rewards = algos.scalar_to_token_rewards(T_([1.0, 0.0, 0.0]), mask)  # one success, two failures
+    adv, _ = algos.get_adv_estimator("dr_grpo")(rewards, mask, T_([0, 0, 0]))
+    assert adv[0, 0] == pytest.approx(2 / 3) and adv[1, 0] == pytest.approx(-1 / 3)
+    half, zero = algos.scale_negative(adv, 0.5), algos.scale_negative(adv, 0.0)
+    assert torch.equal(algos.scale_negative(adv, 1.0), adv)
+    assert torch.allclose(half, torch.where(adv < 0, adv / 2, adv)) and torch.equal(half[0], adv[0])
+    # failures carry nothing: their rows are skipped by the update
+    assert torch.equal(zero[0], adv[0]) and (zero[1:] == 0).all()
+    assert (half[mask == 0] == 0).all()
+    with pytest.raises(ValueError, match="scale"):
+        algos.scale_negative(adv, -1.0)
+    with pytest.raises(ValueError, match="neg_adv_scale"):
+        algos.preset("grpo", neg_adv_scale=-0.5)
+
+
 # ---------------------------------------------------------------- policy losses
 
 

@@ -50,6 +50,23 @@ def test_preset_trains(algo, tmp_path):
 
 
 @pytest.mark.slow
+def test_neg_adv_scale_zero_trains_only_on_better_than_average_samples(tmp_path):
+    """--algorithm.neg-adv-scale 0 reaches the update: every loss token's advantage is >= 0 while the rewards still
+    spread (without it the groups' below-average samples carry negative advantages), and rows left at 0 are skipped."""
+    run_dir = str(tmp_path / "pos")
+    cmd = [sys.executable, "run.py", "--preset", "smoke", "--steps", "2", "--log.run-dir", run_dir]
+    cmd += ["--algorithm.neg-adv-scale", "0", "--eval.limit", "4", "--envpool.workers", "0"]
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, env=child_env())
+    assert r.returncode == 0, r.stderr[-4000:]
+    s = scalars(run_dir)
+    assert all(v >= 0 for _, v in s["train/adv_min"])
+    spread = [step for step, v in s["train/adv_std"] if v > 0]
+    assert spread, "no group had any spread: the run tested nothing"
+    assert all(v > 0 for step, v in s["train/adv_mean"] if step in spread)
+    assert all(0 < v < 1 for step, v in s["train/skipped_rows_frac"] if step in spread)
+
+
+@pytest.mark.slow
 def test_lora_training_syncs_merged_weights(tmp_path):
     """LoRA through peft + FSDP2: the sync streams merged weights; the probe (which fails the run on a mismatch)
     must see the engine agree with the trainer after every update, and the adapter is saved in peft format."""
