@@ -31,7 +31,9 @@ subgoal of the task is reached in an episode (`subgoals()`: an object of the tas
 cool or clean where the task asks for it; each object placed; for look_at_obj_in_light, standing by the lamp with
 it): a failed episode that got further earns more, so a group of failures still ranks its episodes, and the
 anchor states of GiGPO see different returns. It cannot be farmed (each subgoal pays once) and success stays
-`info["won"]`. `show_actions=True` ends every observation with
+`info["won"]`. `test_set="seen"` makes the test split ALFWorld's in-distribution held-out set (the train split's task kinds in
+households never drawn for training) instead of the unseen task kinds ("unseen", the default).
+`show_actions=True` ends every observation with
 the admissible commands (`available_actions()`); `state_key()` (also `info["state_key"]`) names the state
 canonically for GiGPO's anchor groups.
 """
@@ -100,9 +102,12 @@ class AlfWorldEnv(Env):
         show_actions: bool = False,
         invalid_penalty: float = 0.0,
         progress_reward: float = 0.0,
+        test_set: str = "unseen",
     ):
         if split not in ("train", "test"):
             raise ValueError(f"split must be 'train' or 'test', got {split!r}")
+        if test_set not in ("unseen", "seen"):
+            raise ValueError(f"test_set must be 'unseen' or 'seen', got {test_set!r}")
         if invalid_penalty < 0:
             raise ValueError(f"invalid_penalty must be >= 0, got {invalid_penalty}")
         if progress_reward < 0:
@@ -115,7 +120,8 @@ class AlfWorldEnv(Env):
             raise ValueError(f"max_steps must be >= 1, got {max_steps}")
         self.split, self.seed, self.max_turns, self.show_actions = split, seed, max_steps, show_actions
         self.invalid_penalty, self.progress_reward = float(invalid_penalty), float(progress_reward)
-        self.layout: Layout = make_layout(split, seed, tuple(n_receptacles))
+        where = "seen" if split == "test" and test_set == "seen" else split
+        self.layout: Layout = make_layout(where, seed, tuple(n_receptacles))
         self.task = self.layout.task
         self.reset()
 

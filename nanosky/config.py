@@ -276,7 +276,9 @@ def agent_env(env: str) -> TrainConfig:
     # invalid_penalty 0 (verl-agent uses 0.1): with it, a loop of valid moves out-earns exploring, and at lr 3e-4
     # the policy fell into such loops within 5 steps (README, alfworld_lite)
     kwargs = {"show_actions": "true", "invalid_penalty": "0"} | (
-        {"page_size": "3"} if env == "webshop_lite" else {"n_receptacles": "[3, 5]", "progress_reward": "0"}
+        {"page_size": "3"}
+        if env == "webshop_lite"
+        else {"n_receptacles": "[3, 5]", "progress_reward": "0", "test_set": "unseen"}
     )
     return TrainConfig(
         env=env,

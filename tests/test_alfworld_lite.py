@@ -293,6 +293,23 @@ def test_progress_reward_pays_each_subgoal_once_and_keeps_success(ttype):
     assert farm.step(f"take {obj} from {loc}").reward == 0.0 and farm.inventory == [obj]
 
 
+def test_seen_test_set_holds_train_task_kinds_in_new_households():
+    """test_set="seen" (ALFWorld's valid_seen): the test split's episodes have the train split's task kinds, but
+    households never drawn for training; the default stays the unseen kinds."""
+    seen = [AlfWorldEnv("test", s, test_set="seen").layout for s in range(100)]
+    train = [make_layout("train", s) for s in range(2000)]
+    kinds = {(lay.task.type, lay.task.obj, lay.task.target) for lay in train}
+    assert all(task_split(lay.task) == "train" for lay in seen)
+    assert sum((lay.task.type, lay.task.obj, lay.task.target) in kinds for lay in seen) >= 70  # 79 of 100
+    assert not {repr(lay) for lay in seen} & {repr(lay) for lay in train}
+    assert AlfWorldEnv("test", 3).layout == make_layout("test", 3)  # unseen by default
+    assert AlfWorldEnv("train", 3, test_set="seen").layout == make_layout("train", 3)  # train ignores it
+    with pytest.raises(ValueError, match="test_set"):
+        AlfWorldEnv("test", 0, test_set="valid")
+    with pytest.raises(ValueError, match="split"):
+        make_layout("valid", 0)
+
+
 def test_progress_reward_validated():
     with pytest.raises(ValueError, match="progress_reward"):
         AlfWorldEnv("train", 0, progress_reward=-0.1)
