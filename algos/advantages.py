@@ -199,8 +199,9 @@ def scale_negative(advantages: Tensor, scale: float) -> Tensor:
     """Advantages with every negative entry multiplied by `scale` (same shape; positive and zero entries unchanged).
 
     scale = 1 is the estimator's own advantage; scale = 0 learns only from better-than-average samples, as
-    rejection-sampling fine-tuning (RAFT) does; in between, negative samples are down-weighted. A small agent whose failures far outnumber its successes otherwise spends most of each
-    gradient pushing its own sampled actions down, which moves the freed mass onto actions it never tried."""
+    rejection-sampling fine-tuning (RAFT) does; in between, negative samples are down-weighted. A small agent whose
+    failures far outnumber its successes otherwise spends most of each gradient pushing its own sampled actions
+    down, which moves the freed mass onto actions it never tried."""
     if scale < 0:
         raise ValueError(f"scale must be >= 0, got {scale}")
     return advantages if scale == 1 else torch.where(advantages < 0, advantages * scale, advantages)

@@ -31,11 +31,10 @@ subgoal of the task is reached in an episode (`subgoals()`: an object of the tas
 cool or clean where the task asks for it; each object placed; for look_at_obj_in_light, standing by the lamp with
 it): a failed episode that got further earns more, so a group of failures still ranks its episodes, and the
 anchor states of GiGPO see different returns. It cannot be farmed (each subgoal pays once) and success stays
-`info["won"]`. `test_set="seen"` makes the test split ALFWorld's in-distribution held-out set (the train split's task kinds in
-households never drawn for training) instead of the unseen task kinds ("unseen", the default).
-`show_actions=True` ends every observation with
-the admissible commands (`available_actions()`); `state_key()` (also `info["state_key"]`) names the state
-canonically for GiGPO's anchor groups.
+`info["won"]`. `test_set="seen"` makes the test split ALFWorld's in-distribution held-out set (the train split's
+task kinds in households never drawn for training) instead of the unseen task kinds ("unseen", the default).
+`show_actions=True` ends every observation with the admissible commands (`available_actions()`); `state_key()`
+(also `info["state_key"]`) names the state canonically for GiGPO's anchor groups.
 """
 
 from __future__ import annotations
