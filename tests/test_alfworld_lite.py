@@ -269,8 +269,8 @@ def test_invalid_penalty_costs_only_commands_that_do_nothing():
 @pytest.mark.parametrize("ttype", TASK_TYPES)
 def test_progress_reward_pays_each_subgoal_once_and_keeps_success(ttype):
     """`progress_reward`: the expert's episode earns p per subgoal of its task (hold; the state where one is asked
-    for; each object placed; by the lamp), each once, plus 1 for success; an episode that stops earlier earns
-    less; undoing and redoing a subgoal pays nothing more."""
+    for; each object placed; by the lamp), each once, plus 1 for success, while the unshaped env pays as before;
+    undoing and redoing a subgoal pays nothing more."""
     env = _find("train", lambda e: e.task.type == ttype)
     shaped = AlfWorldEnv("train", env.seed, progress_reward=0.2)
     t = shaped.task
