@@ -72,6 +72,9 @@ class LogConfig:
     """Keep the last K checkpoints."""
     samples_per_step: int = 4
     """Rollouts written to rollouts.jsonl and TensorBoard text each step."""
+    eval_samples: int = 2
+    """Eval rollouts written to rollouts.jsonl (split "eval") at each eval, from rank 0's share of the held-out
+    episodes; a large number keeps all of that share, to read where the held-out episodes fail."""
     tqdm: bool = True
 
 
@@ -100,8 +103,8 @@ class TrainConfig:
     env_data: str | None = None
     """Optional data file for the env (e.g. GSM8K-style JSONL for math)."""
     env_kwargs: dict[str, str] = field(default_factory=dict)
-    """Extra env constructor arguments, e.g. `--env-kwargs page_size 3 max_turns 6` (values parsed as JSON when
-    they are JSON, else kept as strings)."""
+    """Extra env constructor arguments, e.g. `--env-kwargs page_size 3 max_turns 6` or `--env-kwargs.page-size 3`
+    (values parsed as JSON when they are JSON, else kept as strings); merged over the preset's."""
     steps: int = 50
     """Optimizer steps (rollout → update → sync cycles)."""
     seed: int = 0
@@ -342,6 +345,39 @@ PRESETS = {
 }
 
 
+def _env_kwargs_flags(base: TrainConfig, argv: list[str]) -> tuple[TrainConfig, list[str]]:
+    """Env kwargs from `--env-kwargs K V [K V ...]` and `--env-kwargs.K V` (K with - or _), merged over the
+    preset's. Parsed here, not by tyro: tyro gives a dict with preset keys only per-key flags for those keys, so
+    every other key (and the pairs form) would be refused on the presets that set any."""
+    extra, rest, i = {}, [], 0
+    while i < len(argv):
+        a = argv[i]
+        if a == "--env-kwargs":
+            j = i + 1
+            while j < len(argv) and not argv[j].startswith("--"):
+                j += 1
+            pairs = argv[i + 1 : j]
+            if len(pairs) % 2:
+                raise SystemExit(f"--env-kwargs takes KEY VALUE pairs, got {pairs}")
+            extra |= {k.replace("-", "_"): v for k, v in zip(pairs[::2], pairs[1::2])}
+            i = j
+        elif a.startswith("--env-kwargs."):
+            key, eq, value = a[len("--env-kwargs.") :].partition("=")
+            if not eq:
+                if i + 1 >= len(argv):
+                    raise SystemExit(f"{a} needs a value")
+                value, i = argv[i + 1], i + 1
+            extra[key.replace("-", "_")] = value
+            i += 1
+        else:
+            rest.append(a)
+            i += 1
+    if extra:
+        base = copy.copy(base)
+        base.env_kwargs = base.env_kwargs | extra
+    return base, rest
+
+
 def parse_args(argv: list[str] | None = None, console: bool = True) -> TrainConfig:
     """`--preset NAME` picks the base config, `--algo NAME` the algorithm preset, `--plugins` are imported first (so
     their registered names are valid choices); tyro parses every other flag."""
@@ -366,6 +402,7 @@ def parse_args(argv: list[str] | None = None, console: bool = True) -> TrainConf
     env_name = env.parse_known_args(rest)[0].env
     preset = known.preset or (env_name if env_name in ENV_PRESETS else "default")
     base = PRESETS[preset]()
+    base, rest = _env_kwargs_flags(base, rest)
     if known.algo is not None:
         if known.algo not in algos.PRESETS:
             raise SystemExit(f"--algo: unknown {known.algo!r}; valid: {', '.join(sorted(algos.PRESETS))}")

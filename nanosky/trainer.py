@@ -332,7 +332,7 @@ def run_eval(run: Run, step: int) -> float:
         cfg.eval.n_samples,
     )
     run.log.scalars(step, m)
-    run.log.rollouts(step, trajs, run.tok, 2, tag="eval")
+    run.log.rollouts(step, trajs, run.tok, cfg.log.eval_samples, tag="eval")
     run.log.print(f"step {step}: eval accuracy {m['eval/accuracy']:.3f}")
     return m["eval/accuracy"]
 

@@ -77,7 +77,8 @@ def scalars(run_dir: str) -> dict[str, list[tuple[int, float]]]:
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory):
     run_dir = str(tmp_path_factory.mktemp("run") / "smoke")
-    r = torchrun(["--preset", "smoke", "--log.run-dir", run_dir, "--algorithm.kl-coef", "0.001"])
+    kl, evals = ["--algorithm.kl-coef", "0.001"], ["--log.eval-samples", "100"]
+    r = torchrun(["--preset", "smoke", "--log.run-dir", run_dir, *kl, *evals])
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
     return run_dir
 
@@ -100,6 +101,11 @@ def test_two_rank_run_logs_and_syncs(smoke_run):
     lines = open(os.path.join(smoke_run, "rollouts.jsonl")).read().splitlines()
     rec = json.loads(lines[-1])
     assert {"messages", "reward", "stop_reason"} <= set(rec)
+    # --log.eval-samples 100 keeps every eval episode of rank 0's share (test seeds 0, 2, ..., 14 of 16)
+    evals = [json.loads(x) for x in lines if '"split": "eval"' in x]
+    for step in (0, 3):
+        seeds = sorted(r["env_seed"] for r in evals if r["step"] == step and r["split"] == "eval")
+        assert seeds == list(range(0, 16, 2)), (step, seeds)
 
 
 @pytest.mark.slow
