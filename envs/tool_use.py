@@ -4,7 +4,8 @@ Kinds: "arith" (big-number arithmetic -> calculator), "wiki" (a fact about a min
 "search" (a reverse lookup, e.g. which city has mayor X -> search), "python" (what a small program prints ->
 python_exec) and, off by default, "multihop" (two wiki lookups). The policy calls tools with
 `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` and finishes with `<answer>...</answer>`: 1.0 if
-correct, 0.1 if well-formed but wrong after at least one tool call that ran (`format_needs_tool`), 0 otherwise.
+correct, 0.1 if well-formed but wrong after at least one tool call that ran (`format_needs_tool`), 0 otherwise;
+`call_reward=c` adds c once for a call that returns what the gold call returns.
 
     env = ToolUseEnv(split="test", seed=3)
     msgs = env.reset()                       # [system, user]
@@ -297,11 +298,16 @@ class ToolUseEnv(Env):
         system_prompt: str = SYSTEM_PROMPT,
         format_needs_tool: bool = True,
         format_reward: float = 0.1,
+        call_reward: float = 0.0,
     ):
         """`format_needs_tool`: the 0.1 format term is paid only after a tool call that ran; a well-formed answer
         given without any working call earns 0. Without it, GRPO on a model that is rarely right learns that
         skipping the tools is the safe 0.1 (measured: tool calls per trajectory 1.0 -> 0.07 in 30 steps).
-        `format_reward`: the value of that format term (0 = reward correctness only)."""
+        `format_reward`: the value of that format term (0 = reward correctness only).
+        `call_reward`: paid once per episode, on the turn of the first call whose output equals the output of one
+        of the task's gold calls (the expert's calls, run once on first use): a step reward for getting the
+        intermediate result right (ToolRL-style tool-call reward), judged by what the call returns, so a
+        rewritten but equivalent expression or program counts too. Success is unchanged."""
         if split not in ("train", "test"):
             raise ValueError(f"split must be 'train' or 'test', got {split!r}")
         kinds = tuple(kinds) if kinds else KINDS
@@ -317,11 +323,27 @@ class ToolUseEnv(Env):
         self.max_calls_per_turn = max_calls_per_turn
         self.system_prompt = system_prompt
         self.format_needs_tool, self.format_reward = format_needs_tool, float(format_reward)
+        self.call_reward = float(call_reward)
+        if self.call_reward < 0:
+            raise ValueError(f"call_reward must be >= 0, got {call_reward}")
+        self._gold: set[str] | None = None  # the gold calls' outputs, computed on first use
         self.tools = [get_tool(n) for n in TOOL_NAMES]
         self._reset_state()
 
     def _reset_state(self) -> None:
         self.turn, self.done, self.n_calls, self.n_invalid = 0, False, 0, 0
+        self.call_paid = False
+
+    def gold_outputs(self) -> set[str]:
+        """The stripped outputs of the task's gold calls (the tools really run; cached per env)."""
+        if self._gold is None:
+            table = {t.name: t for t in self.tools}
+            calls = [
+                c for name, args in self.task.calls for c in parse_tool_calls(format_tool_call(name, args))
+            ]
+            results = [run_tool_call(c, table, self.tool_timeout_s) for c in calls]
+            self._gold = {r.output.strip() for r in results if r.ok}
+        return self._gold
 
     def reset(self) -> list[Message]:
         self._reset_state()
@@ -353,9 +375,13 @@ class ToolUseEnv(Env):
             self.n_invalid += sum(not r.ok for r in results)
             self.done = out_of_turns
             obs = [] if self.done else [r.to_message() for r in results]
-            return StepResult(
-                obs, 0.0, self.done, self._info(success=False, calls=[r.record() for r in results])
-            )
+            reward = 0.0
+            if self.call_reward and not self.call_paid:
+                gold = self.gold_outputs()
+                if any(r.ok and r.output.strip() in gold for r in results):
+                    self.call_paid, reward = True, self.call_reward
+            info = self._info(success=False, calls=[r.record() for r in results])
+            return StepResult(obs, reward, self.done, info)
         if extract_answer(action) is not None:
             reward, info = score_answer(action, self.task.answer)
             if not info["success"] and reward > 0:  # the format term: its size, and only after a working call
@@ -376,6 +402,7 @@ class ToolUseEnv(Env):
             "turn": self.turn,
             "kind": self.task.kind,
             "answer": self.task.answer,
+            "gold_call": self.call_paid,  # a call returned a gold call's output (call_reward's condition)
             **extra,
         }
 

@@ -144,6 +144,33 @@ def test_answers_are_scored():
     assert score_answer("<answer>1,234</answer>", "1234")[0] == 1.0
 
 
+def test_call_reward_pays_once_for_a_call_that_returns_the_gold_result():
+    env = _env(call_reward=0.5)
+    ((name, args),) = env.task.calls
+    assert name == "calculator" and env.gold_outputs() == {env.task.answer}
+    assert env.step(CALC).reward == 0.0 and not env.step(CALC).info["gold_call"]  # ran, but not the result
+    # the gold expression rewritten (parentheses, spacing) returns the same output: paid, on that turn, once
+    res = env.step(format_tool_call("calculator", {"expression": f"( {args['expression']} )"}))
+    assert res.reward == 0.5 and res.info["gold_call"] and not res.done
+    env = _env(call_reward=0.5)
+    assert env.step(format_tool_call(name, args)).reward == 0.5
+    assert env.step(format_tool_call(name, args)).reward == 0.0  # a second gold call earns nothing more
+    res = env.step(f"<answer>{env.task.answer}</answer>")
+    assert (
+        res.reward == 1.0 and res.info["success"] and res.info["gold_call"]
+    )  # success and its reward unchanged
+    env.reset()  # a new episode pays again
+    assert not env.call_paid and env.step(format_tool_call(name, args)).reward == 0.5
+    # python: a different program that prints the same value is paid; the default pays nothing
+    env = _env("python", call_reward=0.3)
+    code = f"print({env.task.answer!r})"  # prints the answer string itself
+    assert env.step(format_tool_call("python_exec", {"code": code})).reward == 0.3
+    plain = _env("python")
+    assert plain.step(format_tool_call("python_exec", {"code": code})).reward == 0.0
+    with pytest.raises(ValueError, match="call_reward"):
+        _env(call_reward=-1)
+
+
 def test_neither_call_nor_answer_nudges_until_out_of_turns():
     env = _env(max_turns=3)
     for turn in (1, 2):
