@@ -4,6 +4,7 @@ import json
 import random
 import string
 import time
+import warnings
 
 import pytest
 
@@ -84,6 +85,16 @@ def test_register_tool_subclass_with_custom_name(registry):
 
 
 # ---------------------------------------------------------------------------------------------- calculator
+
+
+def test_calculator_keeps_the_models_parse_warnings_out_of_the_log():
+    # "1if ..." compiles with a SyntaxWarning (invalid decimal literal) before it is refused; the run's log used to
+    # print it as "<unknown>:1: SyntaxWarning"
+    with warnings.catch_warnings(record=True) as log:
+        for expr in ("1if 2 else 3", "8ch1 + 2", "0x1g"):
+            with pytest.raises(CalcError):
+                evaluate(expr)
+    assert not [w for w in log if issubclass(w.category, SyntaxWarning)]
 
 
 def test_calculator_is_exact_on_big_integers():
