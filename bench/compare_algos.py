@@ -14,19 +14,14 @@ import shlex
 import statistics
 import sys
 
-from launch import ROOT, run_py
+from launch import ROOT, run_py, scalars
 
 ALGOS = ["grpo", "dr_grpo", "rloo", "reinforce_pp", "ppo", "dapo", "gspo", "sapo", "cispo"]
 
 
 def last_scalar(run_dir: str, tag: str) -> float | None:
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    acc = EventAccumulator(run_dir)
-    acc.Reload()
-    if tag not in acc.Tags()["scalars"]:
-        return None
-    return acc.Scalars(tag)[-1].value
+    points = scalars(run_dir).get(tag)
+    return points[-1][1] if points else None
 
 
 def main() -> None:

@@ -1,4 +1,4 @@
-"""What the bench scripts share: launching `run.py` under torchrun from the repo root."""
+"""What the bench scripts share: launching `run.py` under torchrun from the repo root, and reading its scalars."""
 
 import os
 import subprocess
@@ -19,3 +19,12 @@ def run_py(nproc: int, args: list[str]) -> subprocess.CompletedProcess:
         "run.py",
     ]
     return subprocess.run([*cmd, *args], cwd=ROOT, capture_output=True, text=True)
+
+
+def scalars(run_dir: str) -> dict[str, list[tuple[int, float]]]:
+    """Every scalar tag of a run's TensorBoard events: tag -> [(step, value)] in logged order, none sampled away."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(run_dir, size_guidance={"scalars": 0})
+    acc.Reload()
+    return {t: [(e.step, e.value) for e in acc.Scalars(t)] for t in acc.Tags()["scalars"]}

@@ -14,27 +14,25 @@ import math
 from html import escape
 from pathlib import Path
 
+from launch import scalars
+
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#17becf", "#7f7f7f")
 W, H, L, R, T, B = 640, 360, 56, 170, 36, 44  # canvas and margins (px)
 
 
 def read_scalars(run_dir: str, tag: str) -> list[tuple[int, float]]:
     """(step, value) pairs of one tag, sorted by step; the last value wins where a step was logged twice."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    acc = EventAccumulator(run_dir, size_guidance={"scalars": 0})
-    acc.Reload()
-    if tag not in acc.Tags()["scalars"]:
-        raise SystemExit(f"{run_dir}: no scalar {tag!r}; it has {sorted(acc.Tags()['scalars'])}")
-    return sorted({e.step: e.value for e in acc.Scalars(tag)}.items())
+    logged = scalars(run_dir)
+    if tag not in logged:
+        raise SystemExit(f"{run_dir}: no scalar {tag!r}; it has {sorted(logged)}")
+    return sorted(dict(logged[tag]).items())
 
 
 def smooth(points: list[tuple[int, float]], k: int) -> list[tuple[int, float]]:
+    """Each point's value replaced by the mean of it and the k - 1 before it (fewer at the start)."""
     vals = [v for _, v in points]
-    return [
-        (s, sum(vals[max(0, i - k + 1) : i + 1]) / len(vals[max(0, i - k + 1) : i + 1]))
-        for i, (s, _) in enumerate(points)
-    ]
+    windows = [vals[max(0, i - k + 1) : i + 1] for i in range(len(vals))]
+    return [(s, sum(w) / len(w)) for (s, _), w in zip(points, windows)]
 
 
 def _nice_top(top: float) -> float:
@@ -73,11 +71,8 @@ def svg(series: dict[str, list[tuple[int, float]]], title: str, ylabel: str) -> 
         c = COLORS[i % len(COLORS)]
         path = " ".join(f"{px(s):.1f},{py(v):.1f}" for s, v in pts)
         out.append(f'<polyline points="{path}" fill="none" stroke="{c}" stroke-width="1.8"/>')
-        out += [
-            f'<circle cx="{px(s):.1f}" cy="{py(v):.1f}" r="2.2" fill="{c}"/>'
-            for s, v in pts
-            if len(pts) <= 30
-        ]
+        if len(pts) <= 30:  # markers only where they stay apart
+            out += [f'<circle cx="{px(s):.1f}" cy="{py(v):.1f}" r="2.2" fill="{c}"/>' for s, v in pts]
         y = T + 14 + 16 * i
         out.append(
             f'<line x1="{W - R + 12}" y1="{y - 4}" x2="{W - R + 30}" y2="{y - 4}" stroke="{c}" stroke-width="2"/>'

@@ -14,7 +14,7 @@ import statistics
 import sys
 import tempfile
 
-from launch import run_py
+from launch import run_py, scalars
 from shapes import MAX_TOTAL, SYSTEM
 
 
@@ -56,13 +56,10 @@ def main() -> None:
     r = run_py(args.nproc, flags)
     if r.returncode != 0:
         sys.exit(r.stderr[-4000:])
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    acc = EventAccumulator(run_dir)
-    acc.Reload()
+    logged = scalars(run_dir)
 
     def med(tag: str) -> float:
-        vals = [e.value for e in acc.Scalars(tag)][1:]  # drop the warm-up step
+        vals = [v for _, v in logged[tag]][1:]  # drop the warm-up step
         return statistics.median(vals)
 
     print(

@@ -27,7 +27,7 @@ from typing import Any
 
 from envs.base import Env, Message, StepResult
 from envs.text_math import extract_answer, normalize_answer
-from envs.tools import format_tool_call, get_tool, parse_tool_calls, run_tool_call
+from envs.tools import ToolResult, format_tool_call, get_tool, parse_tool_calls, run_tool_call
 from envs.tools.calculator import evaluate, format_number
 from envs.tools.search import search_wiki
 from envs.tools.wiki_data import Page, is_test_entity, pages
@@ -334,15 +334,18 @@ class ToolUseEnv(Env):
         self.turn, self.done, self.n_calls, self.n_invalid = 0, False, 0, 0
         self.call_paid = False
 
+    def _run_gold_calls(self) -> list[tuple[str, list[ToolResult]]]:
+        """Each of the task's gold (expert) calls as the model would write it, with its results (the tools run)."""
+        table = {t.name: t for t in self.tools}
+        texts = [format_tool_call(name, args) for name, args in self.task.calls]
+        return [
+            (t, [run_tool_call(c, table, self.tool_timeout_s) for c in parse_tool_calls(t)]) for t in texts
+        ]
+
     def gold_outputs(self) -> set[str]:
-        """The stripped outputs of the task's gold calls (the tools really run; cached per env)."""
+        """The stripped outputs of the task's gold calls (cached per env: they run once)."""
         if self._gold is None:
-            table = {t.name: t for t in self.tools}
-            calls = [
-                c for name, args in self.task.calls for c in parse_tool_calls(format_tool_call(name, args))
-            ]
-            results = [run_tool_call(c, table, self.tool_timeout_s) for c in calls]
-            self._gold = {r.output.strip() for r in results if r.ok}
+            self._gold = {r.output.strip() for _, results in self._run_gold_calls() for r in results if r.ok}
         return self._gold
 
     def reset(self) -> list[Message]:
@@ -413,12 +416,8 @@ class ToolUseEnv(Env):
             {"role": "system", "content": self.system_prompt},
             {"role": "user", "content": self.task.question},
         ]
-        table = {t.name: t for t in self.tools}
-        for name, args in self.task.calls:
-            text = format_tool_call(name, args)
+        for text, results in self._run_gold_calls():
             msgs.append({"role": "assistant", "content": text})
-            msgs += [
-                run_tool_call(c, table, self.tool_timeout_s).to_message() for c in parse_tool_calls(text)
-            ]
+            msgs += [r.to_message() for r in results]
         msgs.append({"role": "assistant", "content": f"<answer>{self.task.answer}</answer>"})
         return msgs

@@ -1,6 +1,7 @@
 """bench/plot_runs.py: TensorBoard scalars of several runs drawn as one SVG."""
 
 import importlib.util
+import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -8,6 +9,7 @@ import pytest
 from torch.utils.tensorboard import SummaryWriter
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))  # as `python bench/plot_runs.py` has it: its `launch` import
 spec = importlib.util.spec_from_file_location("plot_runs", ROOT / "bench" / "plot_runs.py")
 plot_runs = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(plot_runs)
