@@ -317,6 +317,10 @@ class AlfWorldEnv(Env):
 
     # ------------------------------------------------------------------------------------------------ actions
 
+    def action_choices(self) -> list[str] | None:
+        """`available_actions()`, for constrained sampling; None once the episode is over."""
+        return self.available_actions() or None
+
     def available_actions(self) -> list[str]:
         """ALFWorld's admissible commands in the current state."""
         if self.done:

@@ -42,6 +42,11 @@ class Env:
         next action is taken in). None = no key: consumers fall back to the observation text."""
         return None
 
+    def action_choices(self) -> list[str] | None:
+        """The exact replies that are valid actions now, for constrained sampling (`--rollout.constrain-actions`);
+        None = free text (the default). Text-game envs return their `available_actions()`."""
+        return None
+
 
 ACTIONS_HEADER = "\n\nYour admissible actions of the current situation are: ["
 """Starts the `show_actions` suffix; step-wise prompts cut it from past observations (`nanosky.stepwise.window`)."""

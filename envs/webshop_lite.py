@@ -215,6 +215,10 @@ class WebShopEnv(Env):
         values = [v for vs in self.item.options.values() for v in vs]
         return ["back to search", "< prev", *values, "description", "features", "buy now"]
 
+    def action_choices(self) -> list[str] | None:
+        """`available_actions()`, for constrained sampling; None once the episode is over."""
+        return self.available_actions() or None
+
     def available_actions(self) -> list[str]:
         """Valid actions now. On the search page any search[...] is valid; the one listed searches the
         instruction (without its price clause)."""

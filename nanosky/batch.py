@@ -57,13 +57,29 @@ class Batch:
     old_logprobs: torch.Tensor | None = None  # [B, L-1]
     ref_logprobs: torch.Tensor | None = None  # [B, L-1]
     values: torch.Tensor | None = None  # [B, L-1]
+    choice_pos: torch.Tensor | None = None  # [N, 2] (row, t) of constrained positions (nanosky/constrain.py)
+    choice_bits: torch.Tensor | None = None  # [N, ceil(V/32)] int32: the tokens allowed at each of them
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
 
     def slice(self, idx: slice | list[int]) -> Batch:
-        kw = {k: (v[idx] if isinstance(v, torch.Tensor) else v) for k, v in self.__dict__.items()}
+        per_row = {k: v for k, v in self.__dict__.items() if k not in ("choice_pos", "choice_bits")}
+        kw = {k: (v[idx] if isinstance(v, torch.Tensor) else v) for k, v in per_row.items()}
+        if self.choice_pos is not None:
+            from nanosky.constrain import slice_rows
+
+            kw["choice_pos"], kw["choice_bits"] = slice_rows(
+                self.choice_pos, self.choice_bits, idx, len(self)
+            )
         return Batch(**kw)
+
+    def allowed(self, T: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The constrained positions inside the first T columns and their bitmasks, or None."""
+        if self.choice_pos is None or not len(self.choice_pos):
+            return None
+        keep = self.choice_pos[:, 1] < T
+        return self.choice_pos[keep], self.choice_bits[keep]
 
     def inputs(self) -> tuple[torch.Tensor, torch.Tensor, int]:
         """Model inputs without the columns that are padding in every row: ids [B, L'], attention mask [B, L'], and

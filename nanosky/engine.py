@@ -64,6 +64,9 @@ class SamplingSpec:
     seed: int | None = None
     stop: tuple[str, ...] = ()
     ignore_eos: bool = False  # --dry-run: always generate max_tokens (the longest sequences a run can see)
+    choices: tuple[str, ...] | None = (
+        None  # sample exactly one of these (structured outputs; nanosky/constrain.py)
+    )
 
 
 @dataclass
@@ -157,6 +160,8 @@ class Engine:
             enable_sleep_mode=self.can_sleep,
             enable_prefix_caching=True,
             max_num_batched_tokens=max(cfg.max_batched_tokens, cfg.max_model_len),
+            # constrained turns: xgrammar always, so the trainer's masks are the engine's (nanosky/constrain.py)
+            structured_outputs_config={"backend": "xgrammar"},
         )
         self.dtype = dtype
         self._queue: deque[tuple[str, list[int], object]] = deque()  # submitted, not yet in vLLM
@@ -176,9 +181,10 @@ class Engine:
         other weights than the trainer believes is an error, never a warning. `seed` is this request's own
         sampling seed (what makes a resumed run draw the same tokens)."""
         from vllm import SamplingParams
-        from vllm.sampling_params import RequestOutputKind
+        from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
 
         self._check(version)
+        constraint = StructuredOutputsParams(choice=list(spec.choices)) if spec.choices else None
         params = SamplingParams(
             n=spec.n,
             max_tokens=spec.max_tokens,
@@ -189,6 +195,7 @@ class Engine:
             logprobs=0,  # logprob of the sampled token only
             ignore_eos=spec.ignore_eos,
             skip_special_tokens=False,
+            structured_outputs=constraint,  # logprobs are then of the masked distribution, as the trainer scores
         )
         params.output_kind = RequestOutputKind.FINAL_ONLY  # one output per request, when it finishes
         self._next_id += 1

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-from nanosky import dist
+from nanosky import constrain, dist
 
 
 @dataclass
@@ -159,13 +159,15 @@ def logprobs(
     entropy_grad: bool = False,
     temperature: float = 1.0,
     keep: torch.Tensor | None = None,
+    allowed: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """`policy.token_logprobs` on packed rows: log p(ids[b, t+1] | ids[b, ≤t]) [B, T] and the entropy [B, T].
 
     `keep` [B, T] bool: the positions whose values are wanted (the loss mask); the others come back 0. Only the
     packed columns some kept position sits in go through the LM head: a step-wise row scores ~5 action tokens
     after a ~250-token prompt, and the [V]-wide head and softmax on every prompt token cost ~10 % of the train
-    phase there (bench/train_phase.py)."""
+    phase there (bench/train_phase.py). `allowed` (positions [N, 2], bitmasks [N, W]): constrained positions, scored
+    under their masks (`nanosky.constrain`); they must be kept positions."""
     check_attention(model)
     kw, col, valid = {}, p.pos, p.valid
     if keep is not None:
@@ -188,6 +190,10 @@ def logprobs(
         with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
             e = -(logp.exp() * logp).sum(-1)[p.row, col]  # [R, Lp or K] -> [B, T]
             ent = torch.where(valid, e, torch.zeros_like(e))
+    if allowed is not None:
+        b, t = allowed[0].unbind(-1)
+        lp, ent = constrain.apply(logits[p.row[b, t], col[b, t]], p.target[b, t], allowed, (b, t), lp, ent,
+                                  entropy_grad)  # fmt: skip
     return lp, ent
 
 

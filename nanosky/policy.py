@@ -81,8 +81,10 @@ def token_logprobs(
     with_entropy: bool = False,
     entropy_grad: bool = False,
     temperature: float = 1.0,
+    allowed: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """log p(ids[:, t] | ids[:, <t]) for t = 1..L-1, aligned with `loss_mask[:, 1:]`.
+    """log p(ids[:, t] | ids[:, <t]) for t = 1..L-1, aligned with `loss_mask[:, 1:]`. `allowed` (positions [N, 2],
+    bitmasks [N, W]): constrained positions, scored under their masks (`nanosky.constrain`).
 
     input_ids, attention_mask: [B, L] (right-padded). Returns logprobs [B, L-1] and entropy [B, L-1] (no grad).
     """
@@ -95,6 +97,11 @@ def token_logprobs(
     if with_entropy:
         with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
             ent = -(logp.exp() * logp).sum(-1)  # [B, L-1]
+    if allowed is not None:
+        from nanosky import constrain
+
+        b, t = allowed[0].unbind(-1)
+        lp, ent = constrain.apply(logits[b, t], input_ids[b, t + 1], allowed, (b, t), lp, ent, entropy_grad)
     return lp, ent
 
 

@@ -43,6 +43,11 @@ class RolloutConfig:
     (verl-agent's choice). episode: each row's advantage is scaled by S_mean / S_i (S_i its episode's turns, S_mean
     the batch's mean), so every episode carries the same total weight, however long it ran."""
 
+    constrain_actions: bool = False
+    """Sample every turn from the env's admissible actions only (`Env.action_choices()`: webshop_lite, alfworld_lite),
+    with vLLM's structured outputs, and train under the same masks: the policy is the masked distribution, exactly
+    (nanosky/constrain.py). Turns of envs that list no actions are sampled freely."""
+
     def __post_init__(self):
         for f in ("group_size", "prompts_per_step", "max_new_tokens", "max_total_tokens"):
             if getattr(self, f) < 1:

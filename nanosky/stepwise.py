@@ -95,6 +95,7 @@ def samples(trajs: list[Trajectory]) -> list[Trajectory]:
                     env_seed=t.env_seed,
                     task_id=t.task_id,
                     info={"episode": i, "step": k},
+                    constraints=[(n, s.choices)] if s.choices else [],
                 )
             )
     return rows

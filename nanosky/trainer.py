@@ -36,6 +36,7 @@ from nanosky.checkpoint import (
     save_checkpoint,
 )
 from nanosky.config import TrainConfig
+from nanosky.constrain import ChoiceMasker
 from nanosky.critic import Critic, CriticUpdate, forward_values, load_critic
 from nanosky.engine import Engine, StaleWeightsError
 from nanosky.envpool import EnvPool, InProcessPool, make_pool
@@ -119,6 +120,8 @@ def prepare(run: Run, trajs: list[Trajectory]) -> tuple[Batch, dict[str, float]]
     else:
         local = [trajs[i] for i in split_groups(trajs, info.world)[info.rank]]
     batch = to_batch(local, run.tok.pad_token_id, info.device)
+    if run.masker is not None:
+        run.masker.attach(batch, local)
     if a.ppo_epochs > 1 or a.mini_batches > 1:  # otherwise the update's first forward is the behaviour policy
         batch.old_logprobs = forward_logprobs(run.policy, batch, optim)
     if run.ref is not None:
@@ -186,6 +189,7 @@ class Run:
     step: int = 0  # last completed step (non-zero after a resume)
     acc0: float | None = None  # held-out accuracy before training
     n_params: int = 0  # the policy's parameters (all of them, LoRA's base too)
+    masker: ChoiceMasker | None = None  # --rollout.constrain-actions: the constrained turns' masks
 
 
 def build(cfg: TrainConfig) -> Run:
@@ -194,7 +198,7 @@ def build(cfg: TrainConfig) -> Run:
     )  # run.py may have joined already; train(cfg) alone must too
     cfg.validate_for_world(info.world)
     dist.seed_everything(cfg.seed + info.rank)
-    from transformers import AutoTokenizer
+    from transformers import AutoConfig, AutoTokenizer
 
     if info.is_main:  # build the bundled model once, before other ranks look for it
         resolve_model_path(cfg.model.path)
@@ -215,6 +219,8 @@ def build(cfg: TrainConfig) -> Run:
         log=RunLogger(cfg.run_dir, info.is_main, cfg.steps, cfg.log.tqdm),
         probe_ids=probe_sequence(tok, cfg.env, cfg.env_args()),
     )
+    if cfg.rollout.constrain_actions:  # the engine's masks, rebuilt for the trainer's logprobs
+        run.masker = ChoiceMasker(tok, AutoConfig.from_pretrained(path).vocab_size)
     if cfg.algorithm.needs_ref:  # frozen copy of the starting policy (the base model when training LoRA)
         run.ref = load_model(path, info, trainable=False)
     if cfg.algorithm.needs_critic:

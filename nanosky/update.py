@@ -111,11 +111,13 @@ def logprobs(
     returns T and the packed rows (None when not packed). Packed, only the loss mask's positions are scored (the
     others are 0): every consumer (losses, KL, rollout correction, metrics) reads them through that mask."""
     ids, att, T = m.inputs()
+    allowed = m.allowed(T)  # constrained turns (--rollout.constrain-actions): scored under their masks
     if optim.packing == "none":
-        lp, ent = token_logprobs(model, ids, att, with_entropy, entropy_grad)
+        lp, ent = token_logprobs(model, ids, att, with_entropy, entropy_grad, allowed=allowed)
         return lp, ent, T, None
     p = pack_batch(m, T, optim)
-    lp, ent = packing.logprobs(model, p, with_entropy, entropy_grad, keep=m.loss_mask[:, :T] > 0)
+    keep = m.loss_mask[:, :T] > 0
+    lp, ent = packing.logprobs(model, p, with_entropy, entropy_grad, keep=keep, allowed=allowed)
     return lp, ent, T, p
 
 

@@ -34,6 +34,9 @@ class Request:
     top_p: float = 1.0
     seed: int | None = None  # this request's sampling seed (exact resume, common random numbers in evals)
     ignore_eos: bool = False
+    choices: list[str] | None = (
+        None  # sample one of these strings, exactly (constrained actions; token-in only)
+    )
 
 
 @dataclass
@@ -91,7 +94,8 @@ class EngineBackend:
                 f"prompt of {len(req.prompt_ids)} tokens leaves no room in {self.engine.cfg.max_model_len}"
             )
         spec = SamplingSpec(max_tokens=max_tokens, temperature=req.temperature, top_p=req.top_p,
-                            ignore_eos=req.ignore_eos)  # fmt: skip
+                            ignore_eos=req.ignore_eos,
+                            choices=tuple(req.choices) if req.choices else None)  # fmt: skip
         rid = self.engine.submit(req.prompt_ids, spec, seed=req.seed, version=self.version)
         fut = asyncio.get_running_loop().create_future()
         self._waiting[rid] = fut
@@ -228,6 +232,10 @@ class OpenAIBackend:
         return self.model
 
     async def generate(self, req: Request) -> GenerationResult:
+        if req.choices:  # not a lost episode: the run is misconfigured (raised past the episode handler)
+            raise NotImplementedError(
+                "constrained actions (Request.choices) need the in-process EngineBackend"
+            )
         tools = req.tools if self.tool_mode == "native" else None
         body = {
             "model": await self.resolve_model(),

@@ -60,6 +60,7 @@ class AgentRunner:
         stage_limits: dict[str, int] | None = None,
         ignore_eos: bool = False,
         history_window: int | None = None,
+        constrain_actions: bool = False,
     ):
         if max_tokens_per_turn < 1 or (max_turns is not None and max_turns < 1):
             raise ValueError("max_tokens_per_turn and max_turns must be >= 1")
@@ -75,7 +76,7 @@ class AgentRunner:
             ignore_eos,
         )
         self.max_parallel_agents, self.stage_limits = max_parallel_agents, dict(stage_limits or {})
-        self.history_window = history_window
+        self.history_window, self.constrain_actions = history_window, constrain_actions
         self.last_dispatcher: Dispatcher | None = None  # inspect .peak after a run
         self.on_episode_done: Callable[[Trajectory], None] | None = None  # e.g. a progress bar's update
         self.last_wall_s = 0.0
@@ -88,7 +89,7 @@ class AgentRunner:
         return cls(backend, tok=tok, max_parallel_agents=None, max_turns=cfg.max_turns,
                    max_tokens_per_turn=cfg.max_new_tokens, max_total_tokens=cfg.max_total_tokens,
                    temperature=cfg.temperature if temperature is None else temperature, top_p=cfg.top_p,
-                   ignore_eos=cfg.ignore_eos,
+                   ignore_eos=cfg.ignore_eos, constrain_actions=cfg.constrain_actions,
                    history_window=cfg.history_window if cfg.mode == "stepwise" else None)  # fmt: skip
 
     def run(
@@ -197,7 +198,10 @@ class AgentRunner:
                 if budget < 1:
                     return "max_tokens"
             seed = None if sample_seed is None else derive_seed(sample_seed, i, turn - 1)
-            req = Request(shown, tools, budget, self.temperature, ids, self.top_p, seed, self.ignore_eos)
+            choices = await task.action_choices() if self.constrain_actions else None
+            req = Request(
+                shown, tools, budget, self.temperature, ids, self.top_p, seed, self.ignore_eos, choices
+            )
             async with d.stage("generate"):
                 t1 = time.perf_counter()
                 try:
@@ -207,7 +211,7 @@ class AgentRunner:
                 except Exception as e:  # stale weights, a bug in the backend: stop the run, not the episode
                     raise _Fatal() from e
                 gen_s = time.perf_counter() - t1
-            ended_at_eos = self._append_turn(t, g, ids if self.history_window else None)
+            ended_at_eos = self._append_turn(t, g, ids if self.history_window else None, choices)
             t.turn_log.append({"finish_reason": g.finish_reason, "prompt_tokens": g.prompt_tokens,
                                "completion_tokens": g.completion_tokens, "latency_s": round(gen_s, 4)})  # fmt: skip
             async with d.stage("step"):
@@ -256,9 +260,11 @@ class AgentRunner:
             t.messages += res.observations
         return "max_turns"
 
-    def _append_turn(self, t: Trajectory, g, prompt: list[int] | None = None) -> bool:
-        """Record one assistant turn (and, step-wise, the `prompt` it was sampled from as a `Step`); returns whether
-        it ended with the end-of-turn token."""
+    def _append_turn(
+        self, t: Trajectory, g, prompt: list[int] | None = None, choices: list[str] | None = None
+    ) -> bool:
+        """Record one assistant turn (and, step-wise, the `prompt` it was sampled from as a `Step`; `choices`, the
+        admissible actions it was constrained to); returns whether it ended with the end-of-turn token."""
         t.turns += 1
         t.messages.append({"role": "assistant", "content": g.text})
         t.prompt_tokens += g.prompt_tokens
@@ -272,11 +278,13 @@ class AgentRunner:
 
             ids = encode(self.tok, g.text) + ([eos] if g.finish_reason == "stop" else [])
         lps = g.logprobs if g.logprobs is not None and len(g.logprobs) == len(ids) else [0.0] * len(ids)
+        if choices and ids:
+            t.constraints.append((len(t.ids), list(choices)))
         t.ids += ids
         t.loss_mask += [1] * len(ids)
         t.logprobs += lps
         if prompt is not None:
-            t.steps.append(Step(prompt, list(ids), list(lps)))
+            t.steps.append(Step(prompt, list(ids), list(lps), list(choices) if choices else None))
         return ids[-1:] == [eos]
 
 

@@ -44,6 +44,11 @@ class Task(ABC):
         from each step's `info["state_key"]`). None: the runner keys states by the observation text."""
         return None
 
+    async def action_choices(self) -> list[str] | None:
+        """The admissible actions now, for constrained sampling (`AgentRunner(constrain_actions=True)`); None = any
+        reply. Default: None."""
+        return None
+
     async def step(self, action: str) -> StepResult:
         """React to one assistant turn. Default: a single-turn task, judged by `evaluate_result`."""
         return StepResult(observations=[], reward=0.0, done=True)
@@ -82,6 +87,9 @@ class EnvTask(Task):
     def state_key(self) -> Hashable | None:
         return self._state_key
 
+    async def action_choices(self) -> list[str] | None:
+        return await asyncio.to_thread(self.env.action_choices)
+
     async def step(self, action: str) -> StepResult:
         res = await asyncio.to_thread(self.env.step, action)
         self._rewards.append(float(res.reward))
@@ -108,6 +116,9 @@ class PooledEnvTask(EnvTask):
         [msgs] = await asyncio.to_thread(self.pool.reset, [self.handle])
         self._messages = _ok(msgs)
         self._state_key = _ok(await asyncio.to_thread(self.pool.state_key, self.handle))
+
+    async def action_choices(self) -> list[str] | None:
+        return _ok(await asyncio.to_thread(self.pool.action_choices, self.handle))
 
     async def step(self, action: str) -> StepResult:
         res = _ok(await asyncio.wrap_future(self.pool.step_async(self.handle, action)))

@@ -27,6 +27,7 @@ class Step:
     prompt_ids: list[int]
     ids: list[int]
     logprobs: list[float]
+    choices: list[str] | None = None  # the admissible actions it was sampled from (constrained turns)
 
 
 @dataclass
@@ -41,6 +42,9 @@ class Trajectory:
         default_factory=list
     )  # per turn: the env's state key before the action (GiGPO anchors)
     steps: list[Step] = field(default_factory=list)  # step-wise mode: each turn's own prompt + sampled ids
+    # constrained turns (`--rollout.constrain-actions`): (index in `ids` of the turn's first sampled id, the
+    # admissible actions it was sampled from); the trainer scores those ids under the same masks (nanosky/constrain.py)
+    constraints: list[tuple[int, list[str]]] = field(default_factory=list)
     success: bool = False
     stop_reason: str = ""  # one of STOP_REASONS
     turns: int = 0
@@ -68,7 +72,7 @@ class Trajectory:
     def to_json(self, with_ids: bool = True) -> dict:
         d = asdict(self)
         if not with_ids:
-            for k in ("ids", "loss_mask", "logprobs", "steps"):
+            for k in ("ids", "loss_mask", "logprobs", "steps", "constraints"):
                 d.pop(k)
         return d
 
