@@ -189,7 +189,8 @@ def test_gigpo_trains_on_alfworld_lite_at_two_ranks(tmp_path):
 @pytest.mark.parametrize("algo,nproc", [("gigpo", 2), ("reinforce_pp", 2), ("ppo", 1)])
 def test_stepwise_rollout_trains(algo, nproc, tmp_path):
     """`--rollout.mode stepwise`: one row per turn from a 1-turn history window; the episode-view estimators (with
-    KL-in-reward gathered over ranks: reinforce_pp), GiGPO over step rows, and GAE on the rows (ppo)."""
+    KL-in-reward gathered over ranks: reinforce_pp), GiGPO over step rows, and GAE on the rows (ppo). The gigpo run
+    also constrains its turns to the admissible actions (`--rollout.constrain-actions`)."""
     from test_e2e import torchrun
 
     run_dir = str(tmp_path / algo)
@@ -198,10 +199,16 @@ def test_stepwise_rollout_trains(algo, nproc, tmp_path):
     )
     r = torchrun(["--preset", "alfworld_lite", "--algo", algo, "--log.run-dir", run_dir, *small.split(),
                   "--rollout.mode", "stepwise", "--rollout.history-window", "1", "--envpool.workers", "1",
-                  "--eval.limit", "2", "--log.samples-per-step", "2"], nproc=nproc)  # fmt: skip
+                  "--eval.limit", "2", "--log.samples-per-step", "2"]
+                 + ["--rollout.constrain-actions"] * (algo == "gigpo"), nproc=nproc)  # fmt: skip
     assert r.returncode == 0, r.stderr[-4000:]
     s = scalars(run_dir)
     assert all(math.isfinite(v) for _, v in s["train/pg_loss"]) and len(s["train/pg_loss"]) == 2
+    if algo == "gigpo":  # the trainer scores the constrained turns as the engine sampled them
+        assert all(v < 1e-4 for _, v in s["train/mismatch/mismatch_abs_max"])
+        eps = [json.loads(line) for line in open(os.path.join(run_dir, "rollouts.jsonl"))]
+        replies = [m for e in eps for m in e["messages"][1:] if m["role"] == "user"]
+        assert replies and not any(m["content"].startswith("Nothing happens") for m in replies)
     assert s["rollout/turns_mean"][-1][1] >= 1
     if algo == "gigpo":
         assert all(v >= 1.0 for _, v in s["gigpo/anchor_size_mean"])

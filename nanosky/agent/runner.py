@@ -13,6 +13,8 @@ barrier). With `sample_seed`, request k of episode i gets the seed derive_seed(s
 call samples the same tokens however the batches happened to form (exact resume). With `history_window=K`
 (step-wise mode) each turn is sampled from its own prompt instead: the opening messages and the last K turns,
 re-rendered (`nanosky.stepwise.window`); the sampled ids and that prompt are kept per turn in `Trajectory.steps`.
+With `constrain_actions` each turn is sampled from the task's `action_choices()` only (the env's admissible
+actions; `nanosky.constrain`), and the choices are kept with the turn so the trainer scores it under the same mask.
 
 A task that hangs, crashes or raises, or a backend error, costs that episode only (stop_reason env_error /
 timeout / error / backend_error). Any other exception from the backend (stale weights, a bug) stops the run.
