@@ -75,11 +75,14 @@ class Batch:
         return Batch(**kw)
 
     def allowed(self, T: int) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """The constrained positions inside the first T columns and their bitmasks, or None."""
+        """The constrained positions inside the first T columns that are still loss positions (a blank micro-batch
+        zeroes its mask; only kept positions are scored) and their bitmasks, or None."""
         if self.choice_pos is None or not len(self.choice_pos):
             return None
-        keep = self.choice_pos[:, 1] < T
-        return self.choice_pos[keep], self.choice_bits[keep]
+        r, t = self.choice_pos.unbind(-1)
+        keep = t < T
+        keep &= self.loss_mask[r, t.clamp(max=self.loss_mask.shape[1] - 1)] > 0
+        return (self.choice_pos[keep], self.choice_bits[keep]) if keep.any() else None
 
     def inputs(self) -> tuple[torch.Tensor, torch.Tensor, int]:
         """Model inputs without the columns that are padding in every row: ids [B, L'], attention mask [B, L'], and

@@ -128,6 +128,10 @@ def test_batch_slice_keeps_each_rows_masks(tok, masker):
             assert torch.equal(batch.choice_pos[a][:, 1], sub.choice_pos[b][:, 1])
             assert torch.equal(batch.choice_bits[a], sub.choice_bits[b])
         assert len(sub.choice_pos) == sum(int((batch.choice_pos[:, 0] == o).sum()) for o in picked)
+        # a blank micro-batch (mask zeroed to keep FSDP in step) scores no constrained position
+        from nanosky.update import blank
+
+        assert blank(batch).allowed(batch.loss_mask.shape[1]) is None
         # the positions are exactly the loss mask's
         assert torch.equal(
             sub.loss_mask[sub.choice_pos[:, 0], sub.choice_pos[:, 1]], torch.ones(len(sub.choice_pos))
