@@ -96,8 +96,9 @@ def micro_slices(n: int, size: int) -> list[slice]:
     return [slice(i, min(i + size, n)) for i in range(0, n, size)]
 
 
-def to_batch(trajs: list[Trajectory | None], pad_id: int, device) -> Batch:
-    """Padded tensors of `trajs`; a None is a padding row: one pad token, fully masked, row_mask 0."""
+def to_batch(trajs: list[Trajectory | None], pad_id: int, device, masker=None) -> Batch:
+    """Padded tensors of `trajs`; a None is a padding row: one pad token, fully masked, row_mask 0. `masker`
+    (`nanosky.constrain.ChoiceMasker`): also the masks of the rows' constrained turns."""
     row_mask = torch.tensor([float(t is not None) for t in trajs], device=device)
     trajs = [
         Trajectory(ids=[pad_id], loss_mask=[0], logprobs=[0.0], group=-1) if t is None else t for t in trajs
@@ -114,7 +115,7 @@ def to_batch(trajs: list[Trajectory | None], pad_id: int, device) -> Batch:
         att[i, :n] = 1
         mask[i, :n] = torch.tensor(t.loss_mask, dtype=torch.float32)
         lps[i, :n] = torch.tensor(t.logprobs, dtype=torch.float32)
-    return Batch(
+    batch = Batch(
         input_ids=ids.to(device),
         attention_mask=att.to(device),
         loss_mask=mask[:, 1:].to(device),  # token t+1 is predicted at position t
@@ -123,6 +124,9 @@ def to_batch(trajs: list[Trajectory | None], pad_id: int, device) -> Batch:
         group_index=torch.tensor([t.group for t in trajs], dtype=torch.long, device=device),
         row_mask=row_mask,
     )
+    if masker is not None:
+        masker.attach(batch, trajs)  # padding rows have no constrained turns
+    return batch
 
 
 def split_groups(trajs: list[Trajectory], world: int) -> list[list[int]]:

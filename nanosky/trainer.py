@@ -119,9 +119,7 @@ def prepare(run: Run, trajs: list[Trajectory]) -> tuple[Batch, dict[str, float]]
         local = [None if j is None else rows[j] for j in mine]
     else:
         local = [trajs[i] for i in split_groups(trajs, info.world)[info.rank]]
-    batch = to_batch(local, run.tok.pad_token_id, info.device)
-    if run.masker is not None:
-        run.masker.attach(batch, local)
+    batch = to_batch(local, run.tok.pad_token_id, info.device, run.masker)
     if a.ppo_epochs > 1 or a.mini_batches > 1:  # otherwise the update's first forward is the behaviour policy
         batch.old_logprobs = forward_logprobs(run.policy, batch, optim)
     if run.ref is not None:
@@ -198,7 +196,7 @@ def build(cfg: TrainConfig) -> Run:
     )  # run.py may have joined already; train(cfg) alone must too
     cfg.validate_for_world(info.world)
     dist.seed_everything(cfg.seed + info.rank)
-    from transformers import AutoConfig, AutoTokenizer
+    from transformers import AutoTokenizer
 
     if info.is_main:  # build the bundled model once, before other ranks look for it
         resolve_model_path(cfg.model.path)
@@ -218,9 +216,8 @@ def build(cfg: TrainConfig) -> Run:
         rollout=Rollout(cfg.rollout, EngineBackend(engine, tok), pool, tok),
         log=RunLogger(cfg.run_dir, info.is_main, cfg.steps, cfg.log.tqdm),
         probe_ids=probe_sequence(tok, cfg.env, cfg.env_args()),
+        masker=ChoiceMasker(tok, policy.config.vocab_size) if cfg.rollout.constrain_actions else None,
     )
-    if cfg.rollout.constrain_actions:  # the engine's masks, rebuilt for the trainer's logprobs
-        run.masker = ChoiceMasker(tok, AutoConfig.from_pretrained(path).vocab_size)
     if cfg.algorithm.needs_ref:  # frozen copy of the starting policy (the base model when training LoRA)
         run.ref = load_model(path, info, trainable=False)
     if cfg.algorithm.needs_critic:
