@@ -47,6 +47,17 @@ class Env:
         None = free text (the default). Text-game envs return their `available_actions()`."""
         return None
 
+    def action_grammar(self) -> str | None:
+        """An EBNF grammar (xgrammar / vLLM structured outputs) every valid reply matches, for constrained sampling
+        when there is no finite list of choices; None = free text (the default). Envs whose every turn is one tool
+        call return `envs.tools.tool_call_grammar(self.tools)`."""
+        return None
+
+    def action_constraint(self) -> list[str] | str | None:
+        """What the next reply may be: `action_choices()` if the env has them, else `action_grammar()`."""
+        choices = self.action_choices()
+        return choices if choices is not None else self.action_grammar()
+
 
 ACTIONS_HEADER = "\n\nYour admissible actions of the current situation are: ["
 """Starts the `show_actions` suffix; step-wise prompts cut it from past observations (`nanosky.stepwise.window`)."""

@@ -34,6 +34,7 @@ def rollout(model, tok, envs: list[Env], cfg: EvalConfig, desc: str = "eval") ->
         temperature=cfg.temperature,  # 0 = greedy
         max_total_tokens=cfg.max_model_len if engine else None,
         history_window=cfg.history_window,
+        constrain_actions=cfg.constrain_actions,
     )
     tasks = [EnvTask(e, task_id=str(i)) for i, e in enumerate(envs)]
     with tqdm(total=len(envs), desc=desc) as bar:

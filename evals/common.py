@@ -47,6 +47,9 @@ class EvalConfig:
     history_window: int | None = None
     """Step-wise prompts, as a model trained with --rollout.mode stepwise saw them: the opening messages and the
     last K turns. None: the whole conversation."""
+    constrain_actions: bool = False
+    """--ckpt: sample each turn under the env's action constraint (its admissible actions, or one well-formed tool
+    call), as a model trained with --rollout.constrain-actions was sampled (nanosky/constrain.py)."""
     batch_size: int = 32
     """--ckpt: episodes rolled out together (one progress-bar tick per batch)."""
     concurrency: int = 4
@@ -60,6 +63,8 @@ class EvalConfig:
     def __post_init__(self):
         if self.ckpt and self.base_url:
             raise ValueError("give either --ckpt or --base-url, not both")
+        if self.constrain_actions and self.base_url:
+            raise ValueError("--constrain-actions needs --ckpt (the in-process engine's structured outputs)")
         if self.limit is not None and self.limit < 1:
             raise ValueError(f"limit must be >= 1, got {self.limit}")
         for f in ("n_samples", "max_steps", "max_new_tokens", "batch_size", "concurrency"):

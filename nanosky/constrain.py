@@ -1,16 +1,18 @@
-"""Constrained actions: each turn is sampled from the env's admissible actions only, and trained under the same mask.
+"""Constrained actions: each turn is sampled from what the env admits only, and trained under the same masks.
 
 With `--rollout.constrain-actions` the runner asks the task for its admissible actions before every turn
-(`Env.action_choices()`: webshop_lite's and alfworld_lite's `available_actions()`), and the engine samples the turn
+(`Env.action_constraint()`: webshop_lite's and alfworld_lite's `available_actions()`), and the engine samples the turn
 under vLLM's structured outputs with `choice=actions` (the xgrammar backend): at each position only the tokens that
 keep the reply a prefix of some admissible action (or, once one is complete, the end-of-turn token) can be drawn.
 A 4M-parameter model that cannot copy a product id still picks among real products, and RL learns *which* action,
-not how to spell it (the invalid-action rate is 0 by construction).
+not how to spell it (the invalid-action rate is 0 by construction). Envs with no finite list of actions may give a
+grammar instead (`Env.action_grammar()`): swe's turns are sampled as one well-formed call of its tools
+(`envs.tools.tool_call_grammar`), so RL moves what the calls say, not their JSON syntax.
 
 The policy being trained is then the masked distribution q(a_t | s) = p(a_t | s)·m_t / Σ_v p(v | s)·m_t(v), not p:
 the engine's logprobs are log q (vLLM applies the grammar's bitmask before it computes them). So the trainer scores
 the same tokens under the same masks: `ChoiceMasker.attach` replays every constrained turn's sampled ids through an
-xgrammar matcher built exactly as vLLM builds its own (same tokenizer info, same `choice_as_grammar` text), stores
+xgrammar matcher built exactly as vLLM builds its own (same tokenizer info, same grammar text), stores
 the bitmask of each position on the batch, and `packing.logprobs` / `policy.token_logprobs` apply it before the
 softmax. Ratios, KL, entropy and the engine-vs-trainer logprob check all see q (tests/test_constrain.py checks the
 trainer's masked logprobs against the engine's to 1e-5).
@@ -38,7 +40,8 @@ def choice_grammar(choices: list[str]) -> str:
 
 
 class ChoiceMasker:
-    """Per-position allowed-token bitmasks of constrained turns, built as vLLM's xgrammar backend builds them."""
+    """Per-position allowed-token bitmasks of constrained turns, built as vLLM's xgrammar backend builds them. A
+    turn's rule is a list of choices or an EBNF grammar (a str), as `Trajectory.constraints` holds it."""
 
     def __init__(self, tokenizer, vocab_size: int, cache: int = 4096):
         import xgrammar as xgr
@@ -46,38 +49,41 @@ class ChoiceMasker:
         self.xgr, self.vocab_size, self.eos = xgr, vocab_size, tokenizer.eos_token_id
         info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size, stop_token_ids=[self.eos])
         self.compiler = xgr.GrammarCompiler(info, max_threads=1, cache_enabled=False)
-        self._cache: OrderedDict[tuple[str, ...], object] = OrderedDict()  # choices -> compiled grammar (LRU)
+        self._cache: OrderedDict[tuple[str, ...] | str, object] = (
+            OrderedDict()
+        )  # rule -> compiled grammar (LRU)
         self._max = cache
 
-    def _compiled(self, choices: tuple[str, ...]):
-        g = self._cache.get(choices)
+    def _compiled(self, rule: tuple[str, ...] | str):
+        g = self._cache.get(rule)
         if g is None:
-            g = self._cache[choices] = self.compiler.compile_grammar(choice_grammar(list(choices)))
+            text = rule if isinstance(rule, str) else choice_grammar(list(rule))
+            g = self._cache[rule] = self.compiler.compile_grammar(text)
             if len(self._cache) > self._max:
                 self._cache.popitem(last=False)
         else:
-            self._cache.move_to_end(choices)
+            self._cache.move_to_end(rule)
         return g
 
-    def turn_bits(self, choices: list[str], ids: list[int]) -> torch.Tensor:
-        """[len(ids), W] int32: the bitmask each sampled id of one turn was drawn under. Raises if an id was not
-        allowed (the turn was not sampled under these choices)."""
+    def turn_bits(self, rule: list[str] | str, ids: list[int]) -> torch.Tensor:
+        """[len(ids), W] int32: the bitmask each sampled id of one turn was drawn under (`rule`: its choices or its
+        grammar). Raises if an id was not allowed (the turn was not sampled under this rule)."""
         xgr = self.xgr
-        matcher = xgr.GrammarMatcher(self._compiled(tuple(choices)))
+        matcher = xgr.GrammarMatcher(self._compiled(rule if isinstance(rule, str) else tuple(rule)))
         bits = xgr.allocate_token_bitmask(max(len(ids), 1), self.vocab_size)[: len(ids)]
         for k, tok in enumerate(ids):
             matcher.fill_next_token_bitmask(bits, k)
             if not matcher.accept_token(tok):
-                raise ValueError(f"token {tok} at position {k} of a constrained turn is outside its choices")
+                raise ValueError(f"token {tok} at position {k} of a constrained turn is outside its rule")
         return bits
 
     def attach(self, batch, rows: list[Trajectory | None]) -> None:
         """Set `batch.choice_pos` / `choice_bits` from the rows' `constraints` (None rows are padding)."""
         pos, bits = [], []
         for i, t in enumerate(rows):
-            for start, choices in t.constraints if t is not None else ():
+            for start, rule in t.constraints if t is not None else ():
                 n = _turn_len(t.loss_mask, start)
-                b = self.turn_bits(choices, t.ids[start : start + n])
+                b = self.turn_bits(rule, t.ids[start : start + n])
                 pos += [
                     (i, start - 1 + k) for k in range(n)
                 ]  # id at `start + k` is scored at position start-1+k

@@ -67,6 +67,7 @@ class SamplingSpec:
     choices: tuple[str, ...] | None = (
         None  # sample exactly one of these (structured outputs; nanosky/constrain.py)
     )
+    grammar: str | None = None  # or a reply this EBNF grammar matches (a tool call; envs/tools/grammar.py)
 
 
 @dataclass
@@ -184,7 +185,13 @@ class Engine:
         from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
 
         self._check(version)
-        constraint = StructuredOutputsParams(choice=list(spec.choices)) if spec.choices else None
+        constraint = (
+            StructuredOutputsParams(choice=list(spec.choices))
+            if spec.choices
+            else StructuredOutputsParams(grammar=spec.grammar)
+            if spec.grammar
+            else None
+        )
         params = SamplingParams(
             n=spec.n,
             max_tokens=spec.max_tokens,

@@ -97,8 +97,8 @@ def _worker_main(conn) -> None:
                 reply = ("ok", live[handle].step(payload))
             elif op == "state_key":
                 reply = ("ok", live[handle].state_key())
-            elif op == "action_choices":
-                reply = ("ok", live[handle].action_choices())
+            elif op == "action_constraint":
+                reply = ("ok", live[handle].action_constraint())
             elif op == "replay":  # payload: (spec, log) -> digest of every reset (None) / step (action)
                 spec, log = payload
                 env = live[handle] = _build(spec)
@@ -261,9 +261,9 @@ class EnvPool:
         """The env's `state_key()` now (None = it defines none)."""
         return self._submit(handle, "state_key", None).result()
 
-    def action_choices(self, handle: int) -> list[str] | None | EnvFailure:
-        """The env's `action_choices()` now (None = any reply)."""
-        return self._submit(handle, "action_choices", None).result()
+    def action_constraint(self, handle: int) -> list[str] | str | None | EnvFailure:
+        """The env's `action_constraint()` now: its choices, its grammar, or None (any reply)."""
+        return self._submit(handle, "action_constraint", None).result()
 
     def tools(self, handle: int) -> list[dict]:
         r = self._records.get(handle)
@@ -343,7 +343,7 @@ class EnvPool:
         if status == "ok":
             if op == "make":
                 r.tools, r.max_turns = value
-            elif op not in ("state_key", "action_choices"):  # a read changes nothing: not replayed
+            elif op not in ("state_key", "action_constraint"):  # a read changes nothing: not replayed
                 r.log.append((payload if op == "step" else None, _digest(value)))
                 with self._lock:
                     self.stats["steps"] += op == "step"
@@ -456,8 +456,8 @@ class InProcessPool:
     def state_key(self, handle: int) -> Hashable | EnvFailure:
         return self._do(handle, lambda e: e.state_key())
 
-    def action_choices(self, handle: int) -> list[str] | None | EnvFailure:
-        return self._do(handle, lambda e: e.action_choices())
+    def action_constraint(self, handle: int) -> list[str] | str | None | EnvFailure:
+        return self._do(handle, lambda e: e.action_constraint())
 
     def tools(self, handle: int) -> list[dict]:
         return _describe(self._envs[handle])[0] if handle in self._envs else []

@@ -44,9 +44,10 @@ class RolloutConfig:
     the batch's mean), so every episode carries the same total weight, however long it ran."""
 
     constrain_actions: bool = False
-    """Sample every turn from the env's admissible actions only (`Env.action_choices()`: webshop_lite, alfworld_lite),
+    """Sample every turn under the env's `action_constraint()`: one of its admissible actions (`action_choices()`:
+    webshop_lite, alfworld_lite) or a reply its grammar matches (`action_grammar()`: swe, one well-formed tool call),
     with vLLM's structured outputs, and train under the same masks: the policy is the masked distribution, exactly
-    (nanosky/constrain.py). Turns of envs that list no actions are sampled freely."""
+    (nanosky/constrain.py). Turns of envs that give neither are sampled freely."""
 
     def __post_init__(self):
         for f in ("group_size", "prompts_per_step", "max_new_tokens", "max_total_tokens"):

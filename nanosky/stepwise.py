@@ -95,7 +95,7 @@ def samples(trajs: list[Trajectory]) -> list[Trajectory]:
                     env_seed=t.env_seed,
                     task_id=t.task_id,
                     info={"episode": i, "step": k},
-                    constraints=[(n, s.choices)] if s.choices else [],
+                    constraints=[(n, s.constraint)] if s.constraint else [],
                 )
             )
     return rows

@@ -106,7 +106,7 @@ def test_masked_loss_has_finite_gradients(tok, model, masker):
 
 def test_masker_refuses_a_token_outside_the_choices(tok, masker):
     bad = tok("open drawer 3")["input_ids"]
-    with pytest.raises(ValueError, match="outside its choices"):
+    with pytest.raises(ValueError, match="outside its rule"):
         masker.turn_bits(CHOICES, bad)
 
 
@@ -152,9 +152,9 @@ def test_runner_constrains_every_turn_to_the_admissible_actions(engine, tok):
     trajs = runner.run(tasks(), sample_seed=0)
     for t in trajs:
         assert t.stop_reason in ("done", "max_turns"), t.error
-        assert t.steps and all(s.choices for s in t.steps)
+        assert t.steps and all(s.constraint for s in t.steps)
         for s, m in zip(t.steps, [m for m in t.messages if m["role"] == "assistant"]):
-            assert m["content"] in s.choices
+            assert m["content"] in s.constraint
         assert len(t.constraints) == len(t.steps)
         # the env never answered "Nothing happens." (alfworld's reply to an invalid command)
         assert not any(m["role"] == "user" and m["content"].startswith("Nothing happens") for m in t.messages)
@@ -162,5 +162,36 @@ def test_runner_constrains_every_turn_to_the_admissible_actions(engine, tok):
     free = AgentRunner(EngineBackend(engine, tok), tok=tok, max_turns=6, max_tokens_per_turn=48, history_window=1,
                        max_total_tokens=512).run(tasks(), sample_seed=0)  # fmt: skip
     assert not any(t.constraints for t in free)
-    valid = {a for t in trajs for s in t.steps for a in s.choices}
+    valid = {a for t in trajs for s in t.steps for a in s.constraint}
     assert any(m["content"] not in valid for t in free for m in t.messages if m["role"] == "assistant")
+
+
+def test_engine_samples_well_formed_tool_calls_under_a_grammar(engine, tok, model, masker):
+    """A grammar rule (swe's: exactly one call of bash / str_replace_editor / submit): a model that was never shown
+    the format writes only calls that parse and that the tools accept, and the trainer's masked logprobs are the
+    engine's."""
+    from envs.swe.env import SubmitTool
+    from envs.tools import BashTool, StrReplaceEditor, parse_tool_calls, tool_call_grammar, validate_arguments
+    from nanosky.policy import token_logprobs
+
+    tools = {t.name: t for t in (BashTool(), StrReplaceEditor(), SubmitTool())}
+    grammar = tool_call_grammar(list(tools.values()))
+    prompt = tok("Fix the issue in this repo with the tools, then call submit.")["input_ids"]
+    out = engine.generate([prompt], SamplingSpec(n=16, max_tokens=96, seed=0, grammar=grammar))[0]
+    finished = [o for o in out if o.token_ids[-1] == tok.eos_token_id]
+    assert len(finished) >= 4, [tok.decode(o.token_ids) for o in out]
+    for o in finished:
+        [call] = parse_tool_calls(tok.decode(o.token_ids, skip_special_tokens=True))
+        assert call.error is None and call.name in tools
+        assert validate_arguments(tools[call.name].parameters, call.arguments)[1] is None
+    free = engine.generate([prompt], SamplingSpec(n=16, max_tokens=96, seed=0))[0]
+    assert not any(parse_tool_calls(tok.decode(o.token_ids, skip_special_tokens=True)) for o in free)
+    n = len(prompt)
+    rows = [Trajectory(ids=prompt + o.token_ids, loss_mask=[0] * n + [1] * len(o.token_ids),
+                       logprobs=[0.0] * n + o.logprobs, constraints=[(n, grammar)]) for o in out]  # fmt: skip
+    batch = to_batch(rows, tok.pad_token_id, torch.device("cpu"), masker=masker)
+    ids, att, T = batch.inputs()
+    with torch.no_grad():
+        lp, _ = token_logprobs(model, ids, att, allowed=batch.allowed(T))
+    m = batch.loss_mask[:, :T] > 0
+    assert (lp[m] - batch.rollout_logprobs[:, :T][m]).abs().max() < 1e-5

@@ -26,7 +26,15 @@ import time
 from typing import Any
 
 from envs.base import Env, Message, StepResult
-from envs.tools import BashTool, StrReplaceEditor, Tool, format_tool_call, parse_tool_calls, run_tool_call
+from envs.tools import (
+    BashTool,
+    StrReplaceEditor,
+    Tool,
+    format_tool_call,
+    parse_tool_calls,
+    run_tool_call,
+    tool_call_grammar,
+)
 from envs.tools.bash import clip
 
 SYSTEM_PROMPT = "Fix the issue in this repo with the tools, then call submit."
@@ -150,6 +158,10 @@ class SWEEnv(Env):
                 return f.read()
         except OSError:
             return None
+
+    def action_grammar(self) -> str:
+        """Every turn is one call of bash / str_replace_editor / submit (`--rollout.constrain-actions`)."""
+        return tool_call_grammar(self.tools)
 
     def expert_action(self) -> str:
         """The scripted expert's next turn: read the file(s) the fix touches, make the fix with str_replace, run the

@@ -23,6 +23,7 @@ from envs.tools.base import (
 from envs.tools.bash import BashTool
 from envs.tools.calculator import CalculatorTool
 from envs.tools.editor import StrReplaceEditor
+from envs.tools.grammar import tool_call_grammar
 from envs.tools.parse import ToolCall, format_tool_call, parse_tool_calls
 from envs.tools.python_exec import PythonExecTool
 from envs.tools.sandbox import SandboxResult, run_sandboxed
@@ -45,6 +46,7 @@ __all__ = [
     "tool_names",
     "parse_tool_calls",
     "format_tool_call",
+    "tool_call_grammar",
     "run_tool_call",
     "run_sandboxed",
     "validate_arguments",

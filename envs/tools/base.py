@@ -43,6 +43,13 @@ class Tool:
             "function": {"name": self.name, "description": self.description, "parameters": self.parameters},
         }
 
+    @property
+    def arguments_schema(self) -> dict:
+        """The arguments of a well-formed call, strict (no other keys), for constrained decoding
+        (`envs.tools.tool_call_grammar`): `parameters` by default; a tool whose commands take different arguments
+        narrows it (the editor)."""
+        return {**self.parameters, "additionalProperties": False}
+
     def __call__(self, **arguments: Any) -> str:
         raise NotImplementedError
 

@@ -46,12 +46,47 @@ class StrReplaceEditor(Tool):
             "insert_line": {"type": "integer", "description": "insert: after this line (0 = at the top)"},
             "line_range": {
                 "type": "array",
+                "items": {"type": "integer"},
+                "minItems": 2,
+                "maxItems": 2,
                 "description": "replace_lines: [start, end] lines, both included",
             },
-            "view_range": {"type": "array", "description": "view: [start, end] lines, end -1 = to the end"},
+            "view_range": {
+                "type": "array",
+                "items": {"type": "integer"},
+                "minItems": 2,
+                "maxItems": 2,
+                "description": "view: [start, end] lines, end -1 = to the end",
+            },
         },
         "required": ["command", "path"],
     }
+
+    @property
+    def arguments_schema(self) -> dict:
+        """Each command with exactly its own arguments, in the order the expert's calls write them (a constrained
+        decoder then cannot send `old_str` to `view`, or forget it for `str_replace`)."""
+        p = self.parameters["properties"]
+
+        def command(name: str, *required: str, optional: tuple[str, ...] = ()) -> dict:
+            keys = ("path", *required, *optional)
+            return {
+                "type": "object",
+                "properties": {"command": {"const": name}} | {k: p[k] for k in keys},
+                "required": ["command", "path", *required],
+                "additionalProperties": False,
+            }
+
+        return {
+            "anyOf": [
+                command("view", optional=("view_range",)),
+                command("create", "file_text"),
+                command("str_replace", "old_str", optional=("new_str",)),
+                command("insert", "insert_line", "new_str"),
+                command("replace_lines", "line_range", "new_str"),
+                command("undo_edit"),
+            ]
+        }
 
     def __init__(
         self,

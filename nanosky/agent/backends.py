@@ -37,6 +37,9 @@ class Request:
     choices: list[str] | None = (
         None  # sample one of these strings, exactly (constrained actions; token-in only)
     )
+    grammar: str | None = (
+        None  # sample a reply this EBNF grammar matches (constrained actions; token-in only)
+    )
 
 
 @dataclass
@@ -95,7 +98,8 @@ class EngineBackend:
             )
         spec = SamplingSpec(max_tokens=max_tokens, temperature=req.temperature, top_p=req.top_p,
                             ignore_eos=req.ignore_eos,
-                            choices=tuple(req.choices) if req.choices else None)  # fmt: skip
+                            choices=tuple(req.choices) if req.choices else None,
+                            grammar=req.grammar)  # fmt: skip
         rid = self.engine.submit(req.prompt_ids, spec, seed=req.seed, version=self.version)
         fut = asyncio.get_running_loop().create_future()
         self._waiting[rid] = fut
@@ -232,9 +236,11 @@ class OpenAIBackend:
         return self.model
 
     async def generate(self, req: Request) -> GenerationResult:
-        if req.choices:  # not a lost episode: the run is misconfigured (raised past the episode handler)
+        if (
+            req.choices or req.grammar
+        ):  # not a lost episode: the run is misconfigured (raised past the handler)
             raise NotImplementedError(
-                "constrained actions (Request.choices) need the in-process EngineBackend"
+                "constrained actions (Request.choices / Request.grammar) need the in-process EngineBackend"
             )
         tools = req.tools if self.tool_mode == "native" else None
         body = {

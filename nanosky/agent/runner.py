@@ -13,8 +13,9 @@ barrier). With `sample_seed`, request k of episode i gets the seed derive_seed(s
 call samples the same tokens however the batches happened to form (exact resume). With `history_window=K`
 (step-wise mode) each turn is sampled from its own prompt instead: the opening messages and the last K turns,
 re-rendered (`nanosky.stepwise.window`); the sampled ids and that prompt are kept per turn in `Trajectory.steps`.
-With `constrain_actions` each turn is sampled from the task's `action_choices()` only (the env's admissible
-actions; `nanosky.constrain`), and the choices are kept with the turn so the trainer scores it under the same mask.
+With `constrain_actions` each turn is sampled under the task's `action_constraint()`: one of the env's admissible
+actions, or a reply matching its grammar (one well-formed tool call; `nanosky.constrain`), and the constraint is
+kept with the turn so the trainer scores it under the same masks.
 
 A task that hangs, crashes or raises, or a backend error, costs that episode only (stop_reason env_error /
 timeout / error / backend_error). Any other exception from the backend (stale weights, a bug) stops the run.
@@ -200,10 +201,10 @@ class AgentRunner:
                 if budget < 1:
                     return "max_tokens"
             seed = None if sample_seed is None else derive_seed(sample_seed, i, turn - 1)
-            choices = await task.action_choices() if self.constrain_actions else None
-            req = Request(
-                shown, tools, budget, self.temperature, ids, self.top_p, seed, self.ignore_eos, choices
-            )
+            rule = await task.action_constraint() if self.constrain_actions else None
+            choices, grammar = (None, rule) if isinstance(rule, str) else (rule, None)
+            req = Request(shown, tools, budget, self.temperature, ids, self.top_p, seed, self.ignore_eos,
+                          choices, grammar)  # fmt: skip
             async with d.stage("generate"):
                 t1 = time.perf_counter()
                 try:
@@ -213,7 +214,7 @@ class AgentRunner:
                 except Exception as e:  # stale weights, a bug in the backend: stop the run, not the episode
                     raise _Fatal() from e
                 gen_s = time.perf_counter() - t1
-            ended_at_eos = self._append_turn(t, g, ids if self.history_window else None, choices)
+            ended_at_eos = self._append_turn(t, g, ids if self.history_window else None, rule or None)
             t.turn_log.append({"finish_reason": g.finish_reason, "prompt_tokens": g.prompt_tokens,
                                "completion_tokens": g.completion_tokens, "latency_s": round(gen_s, 4)})  # fmt: skip
             async with d.stage("step"):
@@ -263,10 +264,10 @@ class AgentRunner:
         return "max_turns"
 
     def _append_turn(
-        self, t: Trajectory, g, prompt: list[int] | None = None, choices: list[str] | None = None
+        self, t: Trajectory, g, prompt: list[int] | None = None, rule: list[str] | str | None = None
     ) -> bool:
-        """Record one assistant turn (and, step-wise, the `prompt` it was sampled from as a `Step`; `choices`, the
-        admissible actions it was constrained to); returns whether it ended with the end-of-turn token."""
+        """Record one assistant turn (and, step-wise, the `prompt` it was sampled from as a `Step`; `rule`, the
+        choices or grammar it was constrained to); returns whether it ended with the end-of-turn token."""
         t.turns += 1
         t.messages.append({"role": "assistant", "content": g.text})
         t.prompt_tokens += g.prompt_tokens
@@ -280,13 +281,14 @@ class AgentRunner:
 
             ids = encode(self.tok, g.text) + ([eos] if g.finish_reason == "stop" else [])
         lps = g.logprobs if g.logprobs is not None and len(g.logprobs) == len(ids) else [0.0] * len(ids)
-        if choices and ids:
-            t.constraints.append((len(t.ids), list(choices)))
+        rule = rule if isinstance(rule, str) or rule is None else list(rule)
+        if rule and ids:
+            t.constraints.append((len(t.ids), rule))
         t.ids += ids
         t.loss_mask += [1] * len(ids)
         t.logprobs += lps
         if prompt is not None:
-            t.steps.append(Step(prompt, list(ids), list(lps), list(choices) if choices else None))
+            t.steps.append(Step(prompt, list(ids), list(lps), rule or None))
         return ids[-1:] == [eos]
 
 

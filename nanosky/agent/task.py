@@ -44,9 +44,10 @@ class Task(ABC):
         from each step's `info["state_key"]`). None: the runner keys states by the observation text."""
         return None
 
-    async def action_choices(self) -> list[str] | None:
-        """The admissible actions now, for constrained sampling (`AgentRunner(constrain_actions=True)`); None = any
-        reply. Default: None."""
+    async def action_constraint(self) -> list[str] | str | None:
+        """What the next reply may be, for constrained sampling (`AgentRunner(constrain_actions=True)`): a list of
+        exact replies (a text game's admissible actions), an EBNF grammar the reply matches (one well-formed tool
+        call), or None = any reply. Default: None."""
         return None
 
     async def step(self, action: str) -> StepResult:
@@ -87,8 +88,8 @@ class EnvTask(Task):
     def state_key(self) -> Hashable | None:
         return self._state_key
 
-    async def action_choices(self) -> list[str] | None:
-        return await asyncio.to_thread(self.env.action_choices)
+    async def action_constraint(self) -> list[str] | str | None:
+        return await asyncio.to_thread(self.env.action_constraint)
 
     async def step(self, action: str) -> StepResult:
         res = await asyncio.to_thread(self.env.step, action)
@@ -117,8 +118,8 @@ class PooledEnvTask(EnvTask):
         self._messages = _ok(msgs)
         self._state_key = _ok(await asyncio.to_thread(self.pool.state_key, self.handle))
 
-    async def action_choices(self) -> list[str] | None:
-        return _ok(await asyncio.to_thread(self.pool.action_choices, self.handle))
+    async def action_constraint(self) -> list[str] | str | None:
+        return _ok(await asyncio.to_thread(self.pool.action_constraint, self.handle))
 
     async def step(self, action: str) -> StepResult:
         res = _ok(await asyncio.wrap_future(self.pool.step_async(self.handle, action)))

@@ -27,7 +27,9 @@ class Step:
     prompt_ids: list[int]
     ids: list[int]
     logprobs: list[float]
-    choices: list[str] | None = None  # the admissible actions it was sampled from (constrained turns)
+    constraint: list[str] | str | None = (
+        None  # the choices or grammar it was sampled under (constrained turns)
+    )
 
 
 @dataclass
@@ -43,8 +45,9 @@ class Trajectory:
     )  # per turn: the env's state key before the action (GiGPO anchors)
     steps: list[Step] = field(default_factory=list)  # step-wise mode: each turn's own prompt + sampled ids
     # constrained turns (`--rollout.constrain-actions`): (index in `ids` of the turn's first sampled id, the
-    # admissible actions it was sampled from); the trainer scores those ids under the same masks (nanosky/constrain.py)
-    constraints: list[tuple[int, list[str]]] = field(default_factory=list)
+    # admissible actions it was sampled from, or its EBNF grammar); the trainer scores those ids under the same masks
+    # (nanosky/constrain.py)
+    constraints: list[tuple[int, list[str] | str]] = field(default_factory=list)
     success: bool = False
     stop_reason: str = ""  # one of STOP_REASONS
     turns: int = 0
