@@ -226,13 +226,16 @@ def test_stepwise_rollout_trains(algo, nproc, tmp_path):
 @pytest.mark.slow
 def test_swe_trains_at_two_ranks(tmp_path):
     """`--preset swe` end to end at 2 ranks: generated bug-fix tasks in the env pools (sandboxed bash, the editor,
-    grading at submit), multi-turn rows, the env-step latency and its share logged."""
+    grading at submit), multi-turn rows, the env-step latency and its share logged. Constrained: every turn is one
+    well-formed call, and the trainer scores the multi-turn rows under the grammar's masks as the engine did."""
     from test_e2e import torchrun
+
+    from envs.tools import parse_tool_calls
 
     run_dir = str(tmp_path / "swe")
     small = "--steps 2 --rollout.prompts-per-step 2 --rollout.group-size 2 --eval.every 0 --eval.limit 2"
     r = torchrun(["--preset", "swe", "--log.run-dir", run_dir, *small.split(), "--envpool.workers", "1",
-                  "--env-kwargs.max-turns", "3", "--log.samples-per-step", "2"])  # fmt: skip
+                  "--env-kwargs.max-turns", "3", "--log.samples-per-step", "2", "--rollout.constrain-actions"])  # fmt: skip
     assert r.returncode == 0, r.stderr[-4000:]
     s = scalars(run_dir)
     assert [step for step, _ in s["train/pg_loss"]] == [1, 2]
@@ -242,3 +245,10 @@ def test_swe_trains_at_two_ranks(tmp_path):
     assert all(1 <= v <= 3 for _, v in s["rollout/turns_mean"])
     rollouts = [json.loads(line) for line in open(os.path.join(run_dir, "rollouts.jsonl"))]
     assert rollouts and all(x["messages"][0]["content"].startswith("Fix the issue") for x in rollouts)
+    assert all(v < 1e-4 for _, v in s["train/mismatch/mismatch_abs_max"])
+    turns = [(m, log) for x in rollouts for m, log in zip([m for m in x["messages"] if m["role"] == "assistant"],
+                                                           x["turn_log"])]  # fmt: skip
+    finished = [m["content"] for m, log in turns if log["finish_reason"] == "stop"]
+    assert finished and all(len(c := parse_tool_calls(t)) == 1 and c[0].error is None for t in finished)
+    errors = [c["error"] or "" for x in rollouts for c in x["info"].get("calls", [])]
+    assert not any(e.startswith(("bad arguments", "unknown tool")) for e in errors)
