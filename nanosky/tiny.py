@@ -316,6 +316,9 @@ def build(cfg: TinyConfig) -> Path:
     model.generation_config.eos_token_id = tok.eos_token_id
     # bf16 on disk keeps the committed copy small; trainers load it as fp32.
     model.to(torch.bfloat16).save_pretrained(out, safe_serialization=True)
+    # the tokenizer's limit is the model's context: below it, transformers warns of "indexing errors" on every
+    # longer prompt (swe's and the agents' run past 512 tokens) though the model takes them
+    tok.model_max_length = model.config.max_position_embeddings
     tok.save_pretrained(out)
     (out / "nanosky_tiny.json").write_text(
         json.dumps(

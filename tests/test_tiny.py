@@ -1,8 +1,10 @@
 """The bundled-model builder: deterministic from its seed, HF-loadable, with the chat template."""
 
+from pathlib import Path
+
 import torch
 from safetensors.torch import load_file
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from nanosky.tiny import TinyConfig, build
 
@@ -70,6 +72,11 @@ def test_agent_variant_continues_from_a_model_with_a_longer_context(tmp_path):
     tok_a, tok_b = AutoTokenizer.from_pretrained(agent), AutoTokenizer.from_pretrained(base)
     assert tok_a.get_vocab() == tok_b.get_vocab()  # keeps the base tokenizer
     assert AutoModelForCausalLM.from_pretrained(agent).config.max_position_embeddings == 1024
+    assert tok_a.model_max_length == 1024  # no "indexing errors" warning on prompts the model takes
+    for shipped in ("tiny-agent", "tiny-swe", "tiny-tool", "tiny"):
+        d = Path(__file__).parents[1] / "nanosky" / "assets" / shipped
+        ctx = AutoConfig.from_pretrained(d).max_position_embeddings
+        assert AutoTokenizer.from_pretrained(d).model_max_length == ctx, shipped
     # copy drills: the reply is the prompt
     for conv, _ in _copy_examples(20, 0):
         assert conv[-1]["content"] == conv[-2]["content"] and conv[-1]["content"]
