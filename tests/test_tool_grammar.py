@@ -22,22 +22,9 @@ def swe_tok():
 
 @pytest.fixture(scope="module")
 def matcher(swe_tok):
-    """accepts(text) -> whether the grammar admits `text` followed by the end-of-turn token, token by token."""
-    import xgrammar as xgr
-
-    info = xgr.TokenizerInfo.from_huggingface(
-        swe_tok, vocab_size=len(swe_tok), stop_token_ids=[swe_tok.eos_token_id]
-    )
-    compiled = xgr.GrammarCompiler(info, max_threads=1).compile_grammar(
-        envs.make("swe", split="train", seed=0, level=1).action_grammar()
-    )
-
-    def accepts(text: str) -> bool:
-        m = xgr.GrammarMatcher(compiled)
-        ids = swe_tok(text, add_special_tokens=False).input_ids + [swe_tok.eos_token_id]
-        return all(m.accept_token(i) for i in ids) and m.is_terminated()
-
-    return accepts
+    """accepts(text) -> whether the grammar admits `text` followed by the end-of-turn token, token by token. The
+    env's grammar before reset: no work tree yet, so any path (the paths' own test is below)."""
+    return _accepts(swe_tok, envs.make("swe", split="train", seed=0, level=1).action_grammar())
 
 
 def test_every_expert_call_is_admitted(matcher):
@@ -122,3 +109,69 @@ def test_schema_and_errors():
     with pytest.raises(ValueError, match="at least one tool"):
         tool_call_grammar([])
     assert envs.make("tool_use", split="train", seed=0).action_grammar() is None  # free text by default
+
+
+def _accepts(tok, grammar: str):
+    """accepts(text) -> whether `grammar` admits `text` followed by the end-of-turn token, token by token."""
+    import xgrammar as xgr
+
+    info = xgr.TokenizerInfo.from_huggingface(tok, vocab_size=len(tok), stop_token_ids=[tok.eos_token_id])
+    compiled = xgr.GrammarCompiler(info, max_threads=1).compile_grammar(grammar)
+
+    def accepts(text: str) -> bool:
+        m = xgr.GrammarMatcher(compiled)
+        ids = tok(text, add_special_tokens=False).input_ids + [tok.eos_token_id]
+        return all(m.accept_token(i) for i in ids) and m.is_terminated()
+
+    return accepts
+
+
+def test_editor_paths_are_the_work_trees_own(swe_tok):
+    """After reset the editor may name only what is in the work tree (create excepted): the expert's whole episode
+    is admitted turn by turn, a made-up path is refused, and a file the agent creates becomes admissible."""
+    env = envs.make("swe", split="train", seed=1, level=2)
+    env.reset()
+    try:
+        paths = env.editor.tree_paths()
+        assert "." in paths and not any(p == ".git" or p.startswith(".git/") for p in paths)
+        for turn in env.plan[:-1]:  # each turn under the grammar of the tree it was written for
+            assert _accepts(swe_tok, env.action_grammar())(turn), turn
+            assert not env.step(turn).done
+        accepts = _accepts(swe_tok, env.action_grammar())
+        src = next(p for p in paths if p.endswith(".py") and "test" not in p)
+        made_up = src.replace(".py", "_x.py")
+        assert accepts(format_tool_call("str_replace_editor", {"command": "view", "path": src}))
+        assert not accepts(format_tool_call("str_replace_editor", {"command": "view", "path": made_up}))
+        assert not accepts(
+            format_tool_call(
+                "str_replace_editor",
+                {"command": "replace_lines", "path": "x/y.py", "line_range": [1, 1], "new_str": ""},
+            )  # fmt: skip
+        )
+        create = {"command": "create", "path": made_up, "file_text": "x = 1\n"}
+        assert accepts(format_tool_call("str_replace_editor", create))  # create takes a new path
+        env.step(format_tool_call("str_replace_editor", create))
+        view = format_tool_call("str_replace_editor", {"command": "view", "path": made_up})
+        assert _accepts(swe_tok, env.action_grammar())(view)
+        # off: any path, as before
+        env.constrain_paths = False
+        assert _accepts(swe_tok, env.action_grammar())(
+            format_tool_call("str_replace_editor", {"command": "view", "path": "nowhere.py"})
+        )
+    finally:
+        env.finish()
+
+
+def test_tree_paths_limit(tmp_path):
+    for i in range(5):
+        (tmp_path / f"f{i}.py").write_text("")
+    (tmp_path / ".git").mkdir()
+    (tmp_path / ".git" / "HEAD").write_text("")
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "m.py").write_text("")
+    ed = StrReplaceEditor(root=str(tmp_path), protected=(".git",))
+    assert ed.tree_paths() == [".", "f0.py", "f1.py", "f2.py", "f3.py", "f4.py", "pkg", "pkg/m.py"]
+    assert ed.tree_paths(limit=3) is None  # too many: the path stays free
+    schema = ed.arguments_schema_within(["a.py"])
+    by_cmd = {c["properties"]["command"]["const"]: c["properties"]["path"] for c in schema["anyOf"]}
+    assert by_cmd["view"] == {"enum": ["a.py"]} and by_cmd["create"]["type"] == "string"

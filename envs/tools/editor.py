@@ -66,13 +66,21 @@ class StrReplaceEditor(Tool):
     def arguments_schema(self) -> dict:
         """Each command with exactly its own arguments, in the order the expert's calls write them (a constrained
         decoder then cannot send `old_str` to `view`, or forget it for `str_replace`)."""
+        return self.arguments_schema_within(None)
+
+    def arguments_schema_within(self, paths: list[str] | None) -> dict:
+        """`arguments_schema` where every command but `create` may name only one of `paths` (`tree_paths()`: what
+        is in the work tree), so a constrained decoder cannot send a call to a file that is not there; `create`
+        still takes any new path. None: any path."""
         p = self.parameters["properties"]
+        existing = p["path"] if paths is None else {"enum": list(paths)}
 
         def command(name: str, *required: str, optional: tuple[str, ...] = ()) -> dict:
             keys = ("path", *required, *optional)
+            props = {k: p[k] for k in keys} | ({"path": existing} if name != "create" else {})
             return {
                 "type": "object",
-                "properties": {"command": {"const": name}} | {k: p[k] for k in keys},
+                "properties": {"command": {"const": name}} | props,
                 "required": ["command", "path", *required],
                 "additionalProperties": False,
             }
@@ -107,6 +115,20 @@ class StrReplaceEditor(Tool):
         if len(out) > self.max_output_chars:
             out = out[: self.max_output_chars] + f"\n<output cut at {self.max_output_chars} characters>"
         return out
+
+    def tree_paths(self, limit: int = 500) -> list[str] | None:
+        """The work tree's files and folders as relative paths ("." first, then sorted), protected names left out;
+        None when there are more than `limit` (a grammar of every path of a large repository costs more than the
+        wrong paths it prevents)."""
+        root = os.path.realpath(self.root or os.getcwd())
+        out = []
+        for d, dirs, files in os.walk(root):
+            rel = os.path.relpath(d, root)
+            dirs[:] = sorted(x for x in dirs if rel != "." or x not in self.protected)
+            out += [os.path.normpath(os.path.join(rel, x)) for x in dirs + sorted(files)]
+            if len(out) > limit:
+                return None
+        return [".", *sorted(out)]
 
     def resolve(self, path: str) -> str:
         """The real path of `path` inside the work tree; ValueError if it leaves it (symlinks resolved)."""
