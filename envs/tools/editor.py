@@ -120,19 +120,21 @@ class StrReplaceEditor(Tool):
         """The work tree's files and folders as relative paths ("." first, then sorted), protected names left out;
         None when there are more than `limit` (a grammar of every path of a large repository costs more than the
         wrong paths it prevents)."""
-        root = os.path.realpath(self.root or os.getcwd())
-        out = []
+        root, out = self._work_tree(), []
         for d, dirs, files in os.walk(root):
             rel = os.path.relpath(d, root)
-            dirs[:] = sorted(x for x in dirs if rel != "." or x not in self.protected)
-            out += [os.path.normpath(os.path.join(rel, x)) for x in dirs + sorted(files)]
+            dirs[:] = [x for x in dirs if rel != "." or x not in self.protected]  # not walked, not listed
+            out += [os.path.normpath(os.path.join(rel, x)) for x in dirs + files]
             if len(out) > limit:
                 return None
         return [".", *sorted(out)]
 
+    def _work_tree(self) -> str:
+        return os.path.realpath(self.root or os.getcwd())
+
     def resolve(self, path: str) -> str:
         """The real path of `path` inside the work tree; ValueError if it leaves it (symlinks resolved)."""
-        root = os.path.realpath(self.root or os.getcwd())
+        root = self._work_tree()
         full = os.path.realpath(os.path.join(root, path))
         if full != root and not full.startswith(root + os.sep):
             raise ValueError(f"{path}: outside the work tree; paths must stay inside {root}")
