@@ -175,3 +175,42 @@ def test_tree_paths_limit(tmp_path):
     schema = ed.arguments_schema_within(["a.py"])
     by_cmd = {c["properties"]["command"]["const"]: c["properties"]["path"] for c in schema["anyOf"]}
     assert by_cmd["view"] == {"enum": ["a.py"]} and by_cmd["create"]["type"] == "string"
+
+
+def test_old_str_is_text_in_the_file_once(swe_tok, tmp_path):
+    """With `constrain_old_str` (on) a str_replace's old_str is one of the runs of whole lines that occur once in
+    its file: the bug's line is admitted (the expert's episode, above, too), the recalled fixed line that is not in
+    the file is refused, and so is a line that occurs twice. Off, any old_str goes, as before."""
+    (tmp_path / "m.py").write_text("def f(x):\n    return x\n\n\ndef g(x):\n    return x\n")
+    (tmp_path / "big.py").write_text("x = 1\n" * 500)
+    ed = StrReplaceEditor(root=str(tmp_path))
+    olds = ed.old_str_choices(ed.tree_paths())
+    assert "big.py" not in olds  # over max_file_lines: its old_str stays free
+    assert "def f(x):" in olds["m.py"] and "def f(x):\n    return x" in olds["m.py"]
+    assert "    return x" not in olds["m.py"] and "" not in olds["m.py"]  # twice in the file; blank
+
+    for seed in range(3, 30):  # a task whose fixed line is nowhere in the file (in some it is, elsewhere)
+        env = envs.make("swe", split="train", seed=seed, level=1)
+        env.reset()
+        edit = next(
+            json.loads(t.split(">", 1)[1].rsplit("<", 1)[0]) for t in env.plan if '"str_replace"' in t
+        )
+        args, path = edit["arguments"], edit["arguments"]["path"]
+        fixed = next(ln for ln in args["new_str"].split("\n") if ln not in args["old_str"].split("\n"))
+        if fixed not in env._read(path):
+            break
+        env.finish()
+    try:
+        call = lambda old: format_tool_call(  # noqa: E731
+            "str_replace_editor", {"command": "str_replace", "path": path, "old_str": old, "new_str": fixed}
+        )
+        accepts = _accepts(swe_tok, env.action_grammar())
+        assert accepts(call(args["old_str"]))  # the expert's: the bug's line(s), once in the file
+        assert fixed not in env._read(path)
+        assert not accepts(call(fixed))  # the recalled fix, not in the file
+        twice = [ln for ln in env._read(path).split("\n") if ln.strip() and env._read(path).count(ln) > 1]
+        assert twice and not accepts(call(twice[0]))
+        env.constrain_old_str = False
+        assert _accepts(swe_tok, env.action_grammar())(call(fixed))
+    finally:
+        env.finish()

@@ -42,7 +42,8 @@ class SWETaskEnv(SWEEnv):
 
     def __init__(self, split: str = "train", seed: int = 0, level: int | list[int] = 1, test_suite: str = "mini",
                  partial_credit: bool = False, max_turns: int = 8, obs_chars: int = OBS_CHARS, cache_dir: str | None = None,
-                 cmd_timeout_s: float = 30.0, python: str = sys.executable, constrain_paths: bool = True):  # fmt: skip
+                 cmd_timeout_s: float = 30.0, python: str = sys.executable, constrain_paths: bool = True,
+                 constrain_old_str: bool = True):  # fmt: skip
         from evals.swebench import harness
 
         levels = json.loads(level) if isinstance(level, str) else level
@@ -59,7 +60,7 @@ class SWETaskEnv(SWEEnv):
         self.split, self.seed = split, seed
         super().__init__(harness.normalize_instance(row), max_turns=max_turns, obs_chars=obs_chars,
                          cmd_timeout_s=cmd_timeout_s, python=python, grade=True, partial_credit=partial_credit,
-                         constrain_paths=constrain_paths)  # fmt: skip
+                         constrain_paths=constrain_paths, constrain_old_str=constrain_old_str)  # fmt: skip
 
 
 __all__ = [

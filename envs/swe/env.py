@@ -59,7 +59,7 @@ class SWEEnv(Env):
     def __init__(self, instance: dict, max_turns: int = 8, obs_chars: int = 300, issue_chars: int = 700,
                  cmd_timeout_s: float = 30.0, python: str = sys.executable, max_calls_per_turn: int = 4,
                  grade: bool = False, partial_credit: bool = False, test_timeout_s: float = 120.0,
-                 constrain_paths: bool = True):  # fmt: skip
+                 constrain_paths: bool = True, constrain_old_str: bool = True):  # fmt: skip
         self.instance, self.max_turns, self.obs_chars, self.issue_chars = (
             instance,
             max_turns,
@@ -68,7 +68,7 @@ class SWEEnv(Env):
         )
         self.cmd_timeout_s, self.python, self.max_calls_per_turn = cmd_timeout_s, python, max_calls_per_turn
         self.grade, self.partial_credit, self.test_timeout_s = grade, partial_credit, test_timeout_s
-        self.constrain_paths = constrain_paths
+        self.constrain_paths, self.constrain_old_str = constrain_paths, constrain_old_str
         self.bash = BashTool(timeout_s=cmd_timeout_s, max_output_chars=obs_chars, python=python)
         self.editor = StrReplaceEditor(max_output_chars=obs_chars, protected=(".git",))
         self.tools = [self.bash, self.editor, SubmitTool()]
@@ -164,11 +164,16 @@ class SWEEnv(Env):
     def action_grammar(self) -> str:
         """Every turn is one call of bash / str_replace_editor / submit (`--rollout.constrain-actions`). With
         `constrain_paths` the editor's path, for every command but create, is one that is in the work tree now
-        (made-up paths were a third of the failed calls under RL, README)."""
+        (made-up paths were a third of the failed calls under RL, README). With `constrain_old_str` too, a
+        str_replace's old_str is text that is in its file exactly once (an old_str with no match was the most
+        common failed call left, README)."""
         paths = self.editor.tree_paths() if self.constrain_paths and self.workdir else None
         if paths is None:
             return tool_call_grammar(self.tools)
-        return tool_call_grammar(self.tools, {self.editor.name: self.editor.arguments_schema_within(paths)})
+        olds = self.editor.old_str_choices(paths) if self.constrain_old_str else None
+        return tool_call_grammar(
+            self.tools, {self.editor.name: self.editor.arguments_schema_within(paths, olds)}
+        )
 
     def expert_action(self) -> str:
         """The scripted expert's next turn: read the file(s) the fix touches, make the fix with str_replace, run the

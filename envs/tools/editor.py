@@ -68,16 +68,18 @@ class StrReplaceEditor(Tool):
         decoder then cannot send `old_str` to `view`, or forget it for `str_replace`)."""
         return self.arguments_schema_within(None)
 
-    def arguments_schema_within(self, paths: list[str] | None) -> dict:
+    def arguments_schema_within(
+        self, paths: list[str] | None, old_strs: dict[str, list[str]] | None = None
+    ) -> dict:
         """`arguments_schema` where every command but `create` may name only one of `paths` (`tree_paths()`: what
         is in the work tree), so a constrained decoder cannot send a call to a file that is not there; `create`
-        still takes any new path. None: any path."""
-        p = self.parameters["properties"]
-        existing = p["path"] if paths is None else {"enum": list(paths)}
+        still takes any new path. None: any path. `old_strs` (`old_str_choices()`): a str_replace on one of these
+        files must take one of its old_strs, i.e. text that is in the file exactly once."""
+        p, old_strs = self.parameters["properties"], old_strs or {}
 
-        def command(name: str, *required: str, optional: tuple[str, ...] = ()) -> dict:
+        def command(name: str, *required: str, optional: tuple[str, ...] = (), **only: dict) -> dict:
             keys = ("path", *required, *optional)
-            props = {k: p[k] for k in keys} | ({"path": existing} if name != "create" else {})
+            props = {k: p[k] for k in keys} | only
             return {
                 "type": "object",
                 "properties": {"command": {"const": name}} | props,
@@ -85,16 +87,51 @@ class StrReplaceEditor(Tool):
                 "additionalProperties": False,
             }
 
+        within = {} if paths is None else {"path": {"enum": list(paths)}}
+        free = [x for x in paths if x not in old_strs] if paths is not None else None
+        replace = [  # one branch per file, so the old_str is one of that file's own
+            command(
+                "str_replace", "old_str", optional=("new_str",), path={"const": f}, old_str={"enum": olds}
+            )
+            for f, olds in old_strs.items()
+            if olds
+        ]
+        if free is None or free:  # the other paths (folders, large files) keep a free old_str
+            rest = {} if free is None else {"path": {"enum": free}}
+            replace.append(command("str_replace", "old_str", optional=("new_str",), **rest))
         return {
             "anyOf": [
-                command("view", optional=("view_range",)),
+                command("view", optional=("view_range",), **within),
                 command("create", "file_text"),
-                command("str_replace", "old_str", optional=("new_str",)),
-                command("insert", "insert_line", "new_str"),
-                command("replace_lines", "line_range", "new_str"),
-                command("undo_edit"),
+                *replace,
+                command("insert", "insert_line", "new_str", **within),
+                command("replace_lines", "line_range", "new_str", **within),
+                command("undo_edit", **within),
             ]
         }
+
+    def old_str_choices(
+        self, paths: list[str], max_lines: int = 4, max_file_lines: int = 300
+    ) -> dict[str, list[str]]:
+        """For each text file among `paths` (work-tree relative, ≤ `max_file_lines` lines): the runs of 1 to
+        `max_lines` whole lines, without the final newline, that occur exactly once in it and are not blank, i.e.
+        the old_strs a str_replace there can take (the expert's smallest unique hunk is one of them)."""
+        out = {}
+        for rel in paths:
+            full = os.path.join(self._work_tree(), rel)
+            try:
+                if os.path.isdir(full) or os.path.getsize(full) > self.max_file_bytes:
+                    continue
+                with open(full, encoding="utf-8") as f:
+                    text = f.read()
+            except (OSError, UnicodeDecodeError):
+                continue
+            lines = text.split("\n")
+            if len(lines) > max_file_lines:
+                continue
+            runs = ("\n".join(lines[i : i + k]) for i in range(len(lines)) for k in range(1, max_lines + 1))
+            out[rel] = [r for r in dict.fromkeys(runs) if r.strip() and text.count(r) == 1]
+        return out
 
     def __init__(
         self,
