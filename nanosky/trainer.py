@@ -120,8 +120,6 @@ def prepare(run: Run, trajs: list[Trajectory]) -> tuple[Batch, dict[str, float]]
     else:
         local = [trajs[i] for i in split_groups(trajs, info.world)[info.rank]]
     batch = to_batch(local, run.tok.pad_token_id, info.device, run.masker)
-    if a.ppo_epochs > 1 or a.mini_batches > 1:  # otherwise the update's first forward is the behaviour policy
-        batch.old_logprobs = forward_logprobs(run.policy, batch, optim)
     if run.ref is not None:
         batch.ref_logprobs = forward_logprobs(run.ref, batch, optim)
     if run.critic is not None:
@@ -141,6 +139,8 @@ def prepare(run: Run, trajs: list[Trajectory]) -> tuple[Batch, dict[str, float]]
         compute_advantages(batch, a, rewards, steps)
     # --algorithm.neg-adv-scale; the critic's returns keep the estimator's values
     batch.advantages = algos.scale_negative(batch.advantages, a.neg_adv_scale)
+    if a.ppo_epochs > 1 or a.mini_batches > 1:  # otherwise the update's first forward is the behaviour policy
+        batch.old_logprobs = forward_logprobs(run.policy, batch, optim, signal_only=run.update.skip)
     return batch, metrics
 
 

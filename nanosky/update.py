@@ -128,13 +128,17 @@ def pack_batch(m: Batch, T: int, optim: OptimConfig) -> packing.Packed:
 
 
 @torch.no_grad()
-def forward_logprobs(model, batch: Batch, optim: OptimConfig) -> torch.Tensor:
-    """Logprobs of the batch's tokens under `model`, micro-batched. [B, L-1]"""
+def forward_logprobs(model, batch: Batch, optim: OptimConfig, signal_only: bool = False) -> torch.Tensor:
+    """Logprobs of the batch's tokens under `model`, micro-batched. [B, L-1]
+    `signal_only`: score only the rows with a non-zero advantage (`signal_rows`; the others stay 0). For the old
+    logprobs under `skip_zero_adv`: the update never reads a skipped row's (42-75 % of an agent step's rows)."""
     out = torch.zeros_like(batch.loss_mask)
-    for ix, m in micro_batches(batch, optim):
+    rows = signal_rows(batch) if signal_only else list(range(len(batch)))
+    sub = batch if not signal_only else batch.slice(rows) if rows else blank(batch)
+    for ix, m in micro_batches(sub, optim):  # the same number of passes on every rank, even one with no rows
         lp, _, T, _ = logprobs(model, m, optim)
-        if ix:
-            out[ix, :T] = lp
+        if ix and rows:  # no rows: `sub` is a blank pass, kept for FSDP's collectives only
+            out[[rows[i] for i in ix], :T] = lp
     return out
 
 

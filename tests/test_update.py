@@ -118,3 +118,22 @@ def test_skip_applies_only_where_it_is_exact():
         return (log_prob * response_mask).sum(), {}
 
     assert not skips_exactly(on, algos.preset("grpo", policy_loss="test_own_term"))
+
+
+@pytest.mark.slow
+def test_old_logprobs_only_for_rows_the_update_trains(tmp_path):
+    """With mini-batches, the old logprobs are a forward pass before the update; under `skip_zero_adv` it scores
+    only the rows with an advantage (a skipped row's are never read). The update is the one from every row's old
+    logprobs, and the rows scored equal the full pass (up to float sums: they are packed with other rows), at 1 and
+    2 ranks and on a rank with nothing to train."""
+    import json
+
+    for world, extra in ((1, ()), (2, ()), (2, ("tokens=30",)), (2, ("idle=1",))):
+        ref = _run(tmp_path, world, 4, "token-mean", "ppo", "equal=1", "skip=0", "old=1", *extra)
+        assert max(v.abs().max().item() for v in ref.values()) > 0
+        got = _run(tmp_path, world, 4, "token-mean", "ppo", "equal=1", "skip=1", "old=1", *extra)
+        assert _close(ref, got) < 1e-5, (world, extra)
+        m = json.load(
+            open(str(tmp_path / f"d_{world}_4_token-mean_ppoequal=1skip=1old=1{''.join(extra)}.pt") + ".json")
+        )
+        assert m["old_max_diff"] < 1e-5 and m["skipped_rows_frac"] > 0

@@ -2,11 +2,12 @@
 check that the gradient does not depend on micro-batch size or world size.
 
     torchrun --nproc_per_node 2 tests/scripts/update_step.py OUT.pt MICRO_BS MODE POLICY_LOSS [ref_kl] [adv=NAME]
-        [pack=prefix|flat|none] [tokens=N] [equal=K] [idle=1] [skip=0|1]
+        [pack=prefix|flat|none] [tokens=N] [equal=K] [idle=1] [skip=0|1] [old=1]
 
 The groups share their prompt, as GRPO groups do. With `adv=NAME`, advantages come from that estimator (default
 grpo); `pack` and `tokens` set `optim.packing` and `optim.micro_batch_tokens`; `equal=K` gives the first K groups equal rewards (zero advantages), `idle=1` every group of rank 0, `skip` sets
-`optim.skip_zero_adv`. With `ref_kl`, the batch carries reference logprobs and `track_ref_kl` is on (kl_coef stays 0): the update must
+`optim.skip_zero_adv`; `old=1` runs 2 mini-batches from old logprobs computed beforehand, only for the rows the
+update passes on when it skips (the metrics then hold `old_max_diff`, their largest gap to every row's). With `ref_kl`, the batch carries reference logprobs and `track_ref_kl` is on (kl_coef stays 0): the update must
 be unchanged and train/kl logged. The metrics go to OUT.json.
 """
 
@@ -23,7 +24,7 @@ from nanosky.agent.trajectory import Trajectory
 from nanosky.batch import compute_advantages, split_groups, to_batch, token_rewards
 from nanosky.policy import load_model
 from nanosky.tiny import ensure_tiny_model
-from nanosky.update import OptimConfig, PolicyUpdate
+from nanosky.update import OptimConfig, PolicyUpdate, forward_logprobs, signal_rows
 
 
 class GradRecorder(torch.optim.Optimizer):
@@ -51,6 +52,7 @@ def main(
     equal: int = 0,
     skip: bool = True,
     idle: bool = False,
+    old: bool = False,
 ) -> None:
     info = dist.init_distributed()
     torch.use_deterministic_algorithms(True)
@@ -73,7 +75,13 @@ def main(
             )
         )
     cfg = algos.preset(
-        "grpo", adv_estimator=adv, loss_agg_mode=mode, policy_loss=loss, track_ref_kl=ref_kl, norm_const=16
+        "grpo",
+        adv_estimator=adv,
+        loss_agg_mode=mode,
+        policy_loss=loss,
+        track_ref_kl=ref_kl,
+        norm_const=16,
+        mini_batches=2 if old else 1,
     )
     parts = split_groups(trajs, info.world)
     if idle:  # rank 0's groups all get equal rewards: with skipping, that rank trains nothing
@@ -84,23 +92,30 @@ def main(
     compute_advantages(batch, cfg, token_rewards(batch))
     if ref_kl:  # a reference that differs from the policy by a fixed offset per token
         batch.ref_logprobs = torch.full_like(batch.rollout_logprobs, -2.0)
-    update = PolicyUpdate(
-        OptimConfig(
-            lr=1.0,
-            grad_clip=0.0,
-            micro_batch_size=micro_bs,
-            micro_batch_tokens=tokens,
-            packing=pack,
-            skip_zero_adv=skip,
-        ),
-        cfg,
-        model,
+    optim = OptimConfig(
+        lr=1.0,
+        grad_clip=0.0,
+        micro_batch_size=micro_bs,
+        micro_batch_tokens=tokens,
+        packing=pack,
+        skip_zero_adv=skip,
     )
+    update = PolicyUpdate(optim, cfg, model)
     # an optimizer that records the gradient (the sum over optimizer steps) instead of stepping: parameter deltas
-    # would lose the gradient's low bits next to weights of magnitude 1 (the layer norms)
+    # would lose the gradient's low bits next to weights of magnitude 1 (the layer norms). Made before any forward:
+    # after a no-grad one FSDP leaves the unsharded parameters in the modules until the next backward
     update.opt = GradRecorder(model)
     update.sched = torch.optim.lr_scheduler.LambdaLR(update.opt, lambda s: 1.0)
-    metrics = update(batch)
+    extra = {}
+    if old:  # as trainer.prepare does: only the rows the update passes on, when it skips
+        batch.old_logprobs = forward_logprobs(model, batch, optim, signal_only=update.skip)
+        full = forward_logprobs(model, batch, optim)
+        rows = signal_rows(batch) if update.skip else list(range(len(batch)))
+        others = [i for i in range(len(batch)) if i not in rows]
+        diff = (batch.old_logprobs[rows] - full[rows]).abs().max().item() if rows else 0.0
+        assert not others or batch.old_logprobs[others].abs().max().item() == 0.0  # not computed
+        extra["old_max_diff"] = diff  # rank 0's
+    metrics = update(batch) | extra
     delta = update.opt.total
     if info.is_main:
         torch.save(delta, out)
@@ -124,4 +139,5 @@ if __name__ == "__main__":
         int(kw.get("equal", 0)),
         kw.get("skip", "1") == "1",
         kw.get("idle", "0") == "1",
+        kw.get("old", "0") == "1",
     )
