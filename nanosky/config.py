@@ -318,7 +318,8 @@ def agent_env(env: str) -> TrainConfig:
 
 def swe() -> TrainConfig:
     """GRPO on generated bug-fix tasks (`--env swe`, level 1), multi-turn with the bash / str_replace_editor /
-    submit tools, from the bundled `tiny-swe` (trained on the expert's episodes). Evals run on held-out generated
+    submit tools, from the bundled `tiny-swe` (trained on the expert's episodes), each turn sampled as one valid call
+    (`--rollout.no-constrain-actions` samples freely). Evals run on held-out generated
     bugs (`test_suite generated`); `python -m evals.swebench --ckpt` runs the shipped suite. A turn's tools, the
     test runs and the grading at submit run in the env pools, concurrently (`envs/step_latency_s`, `envs/step_share`
     say what they cost)."""
@@ -329,9 +330,18 @@ def swe() -> TrainConfig:
         engine=EngineConfig(max_model_len=1536),
         steps=20,
         # an expert episode is ~850 tokens; a str_replace call with a 4-line old_str ~120
-        rollout=RolloutConfig(group_size=8, prompts_per_step=4, max_new_tokens=160, max_total_tokens=1536),
+        # each turn one well-formed call whose paths and old_str exist (env kwargs constrain_paths /
+        # constrain_old_str): held-out level-1 resolve rate at the start 0.04 -> 0.32 (README, swe);
+        # `--rollout.no-constrain-actions --optim.lr 5e-5` gives the earlier free-sampling preset
+        rollout=RolloutConfig(
+            group_size=8,
+            prompts_per_step=4,
+            max_new_tokens=160,
+            max_total_tokens=1536,
+            constrain_actions=True,
+        ),
         envpool=EnvPoolConfig(workers=2, step_timeout_s=180.0),
-        optim=OptimConfig(lr=5e-5, micro_batch_tokens=8192),
+        optim=OptimConfig(lr=1e-4, micro_batch_tokens=8192),
         eval=EvalConfig(every=5, limit=50, n_samples=1),
         log=LogConfig(run_dir="runs/swe", ckpt_every=0),
     )
