@@ -7,7 +7,7 @@ import json
 import pytest
 
 import envs
-from envs.tools import BashTool, StrReplaceEditor, format_tool_call, tool_call_grammar
+from envs.tools import BashTool, StrReplaceEditor, format_tool_call, parse_tool_calls, tool_call_grammar
 from envs.tools.grammar import call_schema
 
 
@@ -192,10 +192,8 @@ def test_old_str_is_text_in_the_file_once(swe_tok, tmp_path):
     for seed in range(3, 30):  # a task whose fixed line is nowhere in the file (in some it is, elsewhere)
         env = envs.make("swe", split="train", seed=seed, level=1)
         env.reset()
-        edit = next(
-            json.loads(t.split(">", 1)[1].rsplit("<", 1)[0]) for t in env.plan if '"str_replace"' in t
-        )
-        args, path = edit["arguments"], edit["arguments"]["path"]
+        args = next(c.arguments for t in env.plan for c in parse_tool_calls(t) if c.arguments.get("old_str"))
+        path = args["path"]
         fixed = next(ln for ln in args["new_str"].split("\n") if ln not in args["old_str"].split("\n"))
         if fixed not in env._read(path):
             break

@@ -116,15 +116,11 @@ class StrReplaceEditor(Tool):
         """For each text file among `paths` (work-tree relative, ≤ `max_file_lines` lines): the runs of 1 to
         `max_lines` whole lines, without the final newline, that occur exactly once in it and are not blank, i.e.
         the old_strs a str_replace there can take (the expert's smallest unique hunk is one of them)."""
-        out = {}
+        out, root = {}, self._work_tree()
         for rel in paths:
-            full = os.path.join(self._work_tree(), rel)
-            try:
-                if os.path.isdir(full) or os.path.getsize(full) > self.max_file_bytes:
-                    continue
-                with open(full, encoding="utf-8") as f:
-                    text = f.read()
-            except (OSError, UnicodeDecodeError):
+            try:  # what str_replace itself reads: folders, huge, binary and non-UTF-8 files are left free
+                text = self._read(os.path.join(root, rel), rel)
+            except (OSError, ValueError):
                 continue
             lines = text.split("\n")
             if len(lines) > max_file_lines:
