@@ -6,14 +6,14 @@
 
 Modules: agg (loss aggregation), advantages, gigpo (step-level credit for multi-step agents), policy_losses, value,
 kl (KL + entropy), correction (rollout correction), rewards (reward shaping), registry, config (AlgoConfig, the one
-config every loss and estimator reads, + presets). Definitions: ../shared/ALGOS.md.
+config every loss and estimator reads, + presets). Definitions: docs/algorithms.md.
 Importing `algos` registers every built-in, so worker processes see the same registry.
 """
 
-from algos import advantages as _advantages  # noqa: F401  (registers the built-in estimators)
+from algos import advantages as _advantages, policy_losses as _policy_losses  # noqa: F401, I001  (register the built-ins before config's PRESETS)
 from algos.advantages import scale_negative
 from algos.agg import AGG_MODES, agg_loss, agg_scale
-from algos.config import PRESETS, AlgoConfig, PolicyLossConfig, preset
+from algos.config import PRESETS, AlgoConfig, preset
 from algos.correction import mismatch_metrics, rollout_correction
 from algos.gigpo import (
     GIGPO_MODES,
@@ -43,7 +43,6 @@ __all__ = [
     "GIGPO_MODES",
     "PRESETS",
     "AlgoConfig",
-    "PolicyLossConfig",
     "StepInfo",
     "UnknownNameError",
     "adv_estimator_names",

@@ -1,7 +1,9 @@
 """`AlgoConfig`: which advantage estimator, policy loss, aggregation, KL, filters and critic a run uses; `PRESETS`.
 
 `--algo NAME` picks a preset (`preset(name, **overrides)`), every field stays overridable on the command line
-(tyro turns the field docstrings below into `--help`). Definitions: ../shared/ALGOS.md.
+(tyro turns the field docstrings below into `--help`). Definitions: docs/algorithms.md.
+The built-in estimators and losses that PRESETS names are registered by `algos/__init__.py`, which Python runs
+before this module.
 """
 
 from __future__ import annotations
@@ -10,8 +12,6 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Literal
 
-import algos.advantages  # noqa: F401  (registers the built-in estimators before PRESETS is validated)
-import algos.policy_losses  # noqa: F401  (registers the built-in losses)
 from algos.agg import AGG_MODES
 from algos.correction import LEVELS, MODES
 from algos.gigpo import GIGPO_MODES
@@ -143,10 +143,6 @@ class AlgoConfig:
     @property
     def needs_ref(self) -> bool:
         return self.kl_coef > 0 or self.track_ref_kl
-
-
-PolicyLossConfig = AlgoConfig
-"""The losses read AlgoConfig directly; the name of the copy they used to take stays importable."""
 
 
 def _check_name(field: str, value: object, valid: list[str] | tuple[str, ...]) -> None:

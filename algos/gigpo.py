@@ -144,7 +144,7 @@ def gigpo(
 ) -> tuple[Tensor, Tensor]:
     """GiGPO on a batch of multi-step episodes, one row each: A_{i,t} = A^E_i + ω·A^S_{i,t} on the tokens of step t.
 
-    `steps` carries each row's step spans, rewards and state keys (`nanosky.steps.step_info` builds it); returns are
+    `steps` carries each row's step spans, rewards and state keys (`nanosky.train.step_credit.step_info` builds it); returns are
     the discounted step returns Q_{i,t} on the same tokens."""
     if steps is None:
         raise ValueError("adv_estimator 'gigpo' needs steps= (step spans, rewards and state keys per row)")

@@ -34,16 +34,6 @@ def _default(cfg: AlgoConfig | None) -> AlgoConfig:
     return cfg if cfg is not None else AlgoConfig()
 
 
-def __getattr__(name: str):
-    if (
-        name == "PolicyLossConfig"
-    ):  # the losses' config was a copy of AlgoConfig's fields; the name stays importable
-        from algos.config import AlgoConfig
-
-        return AlgoConfig
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 def _finish(
     loss_mat: torch.Tensor,
     response_mask: torch.Tensor,

@@ -53,11 +53,11 @@ def main(args: Args) -> None:
 
     from nanosky import dist
     from nanosky.agent import EngineBackend
+    from nanosky.bundled import resolve_model_path
     from nanosky.config import PRESETS
-    from nanosky.engine import Engine
-    from nanosky.envpool import make_pool
-    from nanosky.policy import resolve_model_path
-    from nanosky.rollout import Rollout
+    from nanosky.rollout.collect import Rollout
+    from nanosky.rollout.engine import Engine
+    from nanosky.rollout.envpool import make_pool
 
     cfg = PRESETS[args.env if args.env in PRESETS else "default"]()
     cfg.env = args.env

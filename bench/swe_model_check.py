@@ -16,7 +16,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import envs
 from envs.tools.parse import parse_tool_calls
-from nanosky.chat import prompt_ids
+from nanosky.rollout.chat import prompt_ids
 
 ap = argparse.ArgumentParser()
 ap.add_argument("model")

@@ -19,10 +19,10 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import envs
-from nanosky import packing
-from nanosky.chat import prompt_ids
-from nanosky.policy import resolve_model_path
-from nanosky.stepwise import window
+from nanosky.bundled import resolve_model_path
+from nanosky.rollout.chat import prompt_ids
+from nanosky.rollout.stepwise import window
+from nanosky.train import packing
 
 
 def turn_rows(tok, episodes: int, group: int = 8, seed: int = 0) -> list[tuple[list[int], list[int]]]:

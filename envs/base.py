@@ -60,7 +60,7 @@ class Env:
 
 
 ACTIONS_HEADER = "\n\nYour admissible actions of the current situation are: ["
-"""Starts the `show_actions` suffix; step-wise prompts cut it from past observations (`nanosky.stepwise.window`)."""
+"""Starts the `show_actions` suffix; step-wise prompts cut it from past observations (`nanosky.rollout.stepwise.window`)."""
 
 
 def admissible_actions_text(actions: list[str]) -> str:

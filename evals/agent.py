@@ -25,7 +25,7 @@ from envs.text_math import normalize_answer
 from envs.tool_use import NUDGE
 from envs.tool_use import SYSTEM_PROMPT as TOOL_PROMPT  # the prompt the bundled model saw in tool demos
 from envs.tools import get_tool, parse_tool_calls, run_tool_call
-from evals import common
+from evals import common, models
 
 SHIPPED = {"hle_sample": common.DATA_DIR / "hle_sample.jsonl"}
 CONFIDENCE_PROMPT = " Then state your confidence as Confidence: N%."
@@ -33,7 +33,7 @@ ANSWER_TYPES = ("exactMatch", "multipleChoice")
 
 
 @dataclass(kw_only=True)
-class AgentEvalConfig(common.EvalConfig):
+class AgentEvalConfig(common.BaseEvalConfig):
     max_steps: int = 6
     """Assistant turns per question (tool calls + the answer)."""
     max_new_tokens: int = 96
@@ -225,7 +225,7 @@ def evaluate(
     model, tok, rows: list[dict], cfg: AgentEvalConfig, bad: list[dict] | None = None
 ) -> tuple[dict, list[dict]]:
     """(report, per-episode records) for HLE-schema rows."""
-    from evals.backends import rollout
+    from evals.models import rollout
     from nanosky.agent import OpenAIBackend
 
     t0 = time.time()
@@ -269,7 +269,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     cfg = tyro.cli(AgentEvalConfig, args=argv, description=__doc__)
     rows, bad = load_rows(cfg.data, cfg.limit)
-    return common.run_cli("agent", cfg, lambda model, tok: evaluate(model, tok, rows, cfg, bad))
+    return models.run_cli("agent", cfg, lambda model, tok: evaluate(model, tok, rows, cfg, bad))
 
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
 """What every eval shares: the common flags, data loading with bad-row reporting, per-example records, the report
 (headline metric, steps, tool calls, token cost, wall time), pass@k, the output directory and the summary table.
 
-An eval is examples → Env objects → trajectories (`evals.backends.rollout`) → grading → `finish_report` →
-`write_outputs`. The model side (in-process vLLM or an OpenAI-compatible server) lives in `evals/backends.py`.
+An eval is examples → Env objects → trajectories (`evals.models.rollout`) → grading → `finish_report` →
+`write_outputs`. The model side (in-process vLLM or an OpenAI-compatible server) lives in `evals/models.py`.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ DATA_DIR = Path(__file__).parent / "data"
 
 
 @dataclass(kw_only=True)
-class EvalConfig:
+class BaseEvalConfig:
     ckpt: str | None = None
     """HF-format checkpoint directory (e.g. runs/x/step_100), served by in-process vLLM."""
     base_url: str | None = None
@@ -49,7 +49,7 @@ class EvalConfig:
     last K turns. None: the whole conversation."""
     constrain_actions: bool = False
     """--ckpt: sample each turn under the env's action constraint (its admissible actions, or one well-formed tool
-    call), as a model trained with --rollout.constrain-actions was sampled (nanosky/constrain.py)."""
+    call), as a model trained with --rollout.constrain-actions was sampled (nanosky/rollout/constrain.py)."""
     batch_size: int = 32
     """--ckpt: episodes rolled out together (one progress-bar tick per batch)."""
     concurrency: int = 4
@@ -194,13 +194,13 @@ def metrics(report: dict, prefix: str) -> dict[str, float]:
 # ---------------------------------------------------------------------------------------------- output
 
 
-def out_dir(cfg: EvalConfig, name: str) -> Path:
+def out_dir(cfg: BaseEvalConfig, name: str) -> Path:
     path = Path(cfg.out) if cfg.out else Path("runs") / "evals" / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
     path.mkdir(parents=True, exist_ok=True)
     return path
 
 
-def write_outputs(path: Path, records: list[dict], report: dict, cfg: EvalConfig | None = None) -> None:
+def write_outputs(path: Path, records: list[dict], report: dict, cfg: BaseEvalConfig | None = None) -> None:
     """examples.jsonl (one line per episode and per skipped row) and report.json (with the config used)."""
     with open(path / "examples.jsonl", "w", encoding="utf-8") as f:
         for r in records + report.get("bad_rows", []):
@@ -234,20 +234,3 @@ def _fmt(v: Any) -> str:
     if isinstance(v, float):
         return f"{v:.4f}" if abs(v) < 1000 else f"{v:.1f}"
     return str(v)
-
-
-def run_cli(name: str, cfg: EvalConfig, evaluate_fn) -> dict:
-    """Load the model, run `evaluate_fn(model, tok) -> (report, records)`, write the outputs, print the table."""
-    from evals.backends import close_model, load_model
-
-    path = out_dir(cfg, name)
-    model, tok, model_name = load_model(cfg)
-    try:
-        report, records = evaluate_fn(model, tok)
-    finally:
-        close_model(model)
-    report = {**report, "model": model_name, "data": cfg.data}
-    write_outputs(path, records, report, cfg)
-    print(summary_table(report))
-    print(f"wrote {path / 'examples.jsonl'} and {path / 'report.json'}")
-    return report

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from envs.base import Env, Message, StepResult
 from envs.text_math import SYSTEM_PROMPT  # the prompt the bundled model was warm-started with
-from evals import common
+from evals import common, models
 
 SHIPPED = {
     "text_math": None,  # generated: envs.text_math.test_problems()
@@ -31,7 +31,7 @@ SHIPPED = {
 
 
 @dataclass(kw_only=True)
-class MathEvalConfig(common.EvalConfig):
+class MathEvalConfig(common.BaseEvalConfig):
     max_new_tokens: int = 160
     """Tokens per answer (one turn)."""
 
@@ -213,7 +213,7 @@ def evaluate(
     model, tok, rows: list[dict], cfg: MathEvalConfig, bad: list[dict] | None = None
 ) -> tuple[dict, list[dict]]:
     """(report, per-episode records). `model` is an EngineBackend (with `tok`) or an OpenAIBackend (tok None)."""
-    from evals.backends import rollout
+    from evals.models import rollout
 
     t0 = time.time()
     envs = [MathQAEnv(r["question"], r["answer"]) for r in rows for _ in range(cfg.n_samples)]
@@ -246,7 +246,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     cfg = tyro.cli(MathEvalConfig, args=argv, description=__doc__)
     rows, bad = load_rows(cfg.data, cfg.limit)
-    return common.run_cli("math", cfg, lambda model, tok: evaluate(model, tok, rows, cfg, bad))
+    return models.run_cli("math", cfg, lambda model, tok: evaluate(model, tok, rows, cfg, bad))
 
 
 if __name__ == "__main__":

@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 import algos
 from algos import AlgoConfig
 from algos.registry import ADV_ESTIMATORS
-from nanosky.engine import EngineConfig
-from nanosky.lora import LoraConfig
-from nanosky.policy import ModelConfig
-from nanosky.rollout import RolloutConfig
-from nanosky.update import OptimConfig
+from nanosky.rollout.collect import RolloutConfig
+from nanosky.rollout.engine import EngineConfig
+from nanosky.train.lora import LoraConfig
+from nanosky.train.policy import ModelConfig
+from nanosky.train.update import OptimConfig
 
 
 def import_plugins(modules: list[str]) -> None:
@@ -301,7 +301,7 @@ def agent_env(env: str) -> TrainConfig:
             max_total_tokens=768,
             mode="stepwise",
             history_window=2,
-            # sample only admissible actions (nanosky/constrain.py): held-out success at the start 0.00 -> 0.08
+            # sample only admissible actions (nanosky/rollout/constrain.py): held-out success at the start 0.00 -> 0.08
             # (webshop_lite) and 0.145 -> 0.26 (alfworld_lite), 200 episodes each (README, issue 13)
             constrain_actions=True,
         ),

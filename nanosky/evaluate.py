@@ -6,8 +6,8 @@ import torch
 
 import envs
 from nanosky import dist
-from nanosky.chat import encode_conversation
-from nanosky.policy import token_logprobs
+from nanosky.rollout.chat import encode_conversation
+from nanosky.train.policy import token_logprobs
 
 
 def evaluate(rollout_fn, limit: int, n_samples: int) -> tuple[dict[str, float], list]:

@@ -39,7 +39,7 @@ def check(cfg: TrainConfig, world: int | None = None) -> None:
 
 
 def check_model(flag: str, path: str) -> None:
-    from nanosky.policy import BUNDLED
+    from nanosky.bundled import BUNDLED
 
     if path in BUNDLED:
         return
@@ -138,7 +138,7 @@ def check_disk(cfg: TrainConfig, free_bytes: int | None = None) -> None:
 
 def _param_estimate(path: str) -> int:
     """Parameters from the weight files' size and the config's dtype (0 when the model is not local)."""
-    from nanosky.policy import BUNDLED
+    from nanosky.bundled import BUNDLED
 
     p = Path(path).expanduser()
     if path in BUNDLED or not p.is_dir():

@@ -20,7 +20,19 @@ from algos.registry import ADV_ESTIMATORS
 from nanosky import dist
 from nanosky.agent import EngineBackend, Trajectory
 from nanosky.agent.trajectory import env_step_stats
-from nanosky.batch import (
+from nanosky.bundled import resolve_model_path
+from nanosky.config import TrainConfig
+from nanosky.evaluate import evaluate, probe, probe_sequence
+from nanosky.logger import RunLogger
+from nanosky.rollout.collect import Rollout
+from nanosky.rollout.constrain import ChoiceMasker
+from nanosky.rollout.engine import Engine, StaleWeightsError
+from nanosky.rollout.envpool import EnvPool, InProcessPool, make_pool
+from nanosky.rollout.stepwise import assign_advantages, split_rows
+from nanosky.rollout.stepwise import samples as stepwise_samples
+from nanosky.seeds import derive_seed
+from nanosky.stop import GracefulStop, resume_command
+from nanosky.train.batch import (
     Batch,
     compute_advantages,
     gather_trajectories,
@@ -28,29 +40,18 @@ from nanosky.batch import (
     to_batch,
     token_rewards,
 )
-from nanosky.checkpoint import (
+from nanosky.train.checkpoint import (
     check_compatible,
     load_checkpoint,
     read_state,
     resolve_checkpoint,
     save_checkpoint,
 )
-from nanosky.config import TrainConfig
-from nanosky.constrain import ChoiceMasker
-from nanosky.critic import Critic, CriticUpdate, forward_values, load_critic
-from nanosky.engine import Engine, StaleWeightsError
-from nanosky.envpool import EnvPool, InProcessPool, make_pool
-from nanosky.evaluate import evaluate, probe, probe_sequence
-from nanosky.logger import RunLogger
-from nanosky.lora import check_platform, iter_merged_params, load_lora_model, save_adapter, save_merged
-from nanosky.policy import load_model, resolve_model_path, save_hf
-from nanosky.rollout import Rollout
-from nanosky.seeds import derive_seed
-from nanosky.steps import action_spans, anchor_metrics, step_info
-from nanosky.stepwise import assign_advantages, split_rows
-from nanosky.stepwise import samples as stepwise_samples
-from nanosky.stop import GracefulStop, resume_command
-from nanosky.update import PolicyUpdate, forward_logprobs, train_perf
+from nanosky.train.critic import Critic, CriticUpdate, forward_values, load_critic
+from nanosky.train.lora import check_platform, iter_merged_params, load_lora_model, save_adapter, save_merged
+from nanosky.train.policy import load_model, save_hf
+from nanosky.train.step_credit import action_spans, anchor_metrics, step_info
+from nanosky.train.update import PolicyUpdate, forward_logprobs, train_perf
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -127,7 +128,9 @@ def prepare(run: Run, trajs: list[Trajectory]) -> tuple[Batch, dict[str, float]]
     rewards = outcome = token_rewards(batch)  # [B, L-1]
     if a.kl_in_reward and run.ref is not None:
         rewards = kl_in_reward(rewards, batch, a.kl_coef)
-    if stepwise and not meta["needs_values"]:  # the estimator runs on the episodes (nanosky/stepwise.py)
+    if (
+        stepwise and not meta["needs_values"]
+    ):  # the estimator runs on the episodes (nanosky/rollout/stepwise.py)
         penalty = (outcome - rewards).sum(-1) if rewards is not outcome else None  # [B] what the KL took
         metrics = assign_advantages(batch, trajs, rows, mine, a, penalty, run.cfg.rollout.step_weight)
     else:

@@ -31,6 +31,6 @@ def dist_info():
 
 @pytest.fixture(scope="session")
 def engine(tiny_path, dist_info):
-    from nanosky.engine import Engine, EngineConfig
+    from nanosky.rollout.engine import Engine, EngineConfig
 
     return Engine(EngineConfig(kv_cache_gib=1, seed=0), tiny_path, dist_info)

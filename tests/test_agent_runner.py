@@ -26,8 +26,8 @@ from nanosky.agent import (
 )
 from nanosky.agent.backends import _parse_completion
 from nanosky.agent.serve import local_vllm_server
-from nanosky.chat import prompt_ids
-from nanosky.envpool import EnvPool
+from nanosky.rollout.chat import prompt_ids
+from nanosky.rollout.envpool import EnvPool
 from nanosky.tiny import ASSET_DIR
 
 

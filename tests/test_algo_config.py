@@ -110,17 +110,17 @@ def test_user_registered_names_are_accepted():
 
 
 def test_losses_read_algo_config_directly():
-    """No copied loss config: the losses take the run's AlgoConfig; the old name is that class."""
-    from algos.policy_losses import PolicyLossConfig
+    """No copied loss config: the losses take the run's AlgoConfig, and the old alias is gone."""
+    import algos.policy_losses
 
-    assert algos.PolicyLossConfig is AlgoConfig and PolicyLossConfig is AlgoConfig
+    assert not hasattr(algos, "PolicyLossConfig") and not hasattr(algos.policy_losses, "PolicyLossConfig")
     lp = torch.log(torch.tensor([[0.5, 0.5]]))
     old = lp - 1.0  # ratio e ≈ 2.72: clipped at 1 + clip_high
     adv, mask = torch.ones(1, 2), torch.ones(1, 2)
     loss_a, _ = algos.get_policy_loss("ppo")(lp, old, adv, mask, algos.preset("dapo"))
     loss_b, _ = algos.get_policy_loss("ppo")(lp, old, adv, mask, algos.preset("grpo"))
     assert loss_a.item() == pytest.approx(-1.28) and loss_b.item() == pytest.approx(-1.2)
-    assert AlgoConfig(clip_low=10.0).clip_low == 10.0  # >= 1: no lower clip, as PolicyLossConfig allowed
+    assert AlgoConfig(clip_low=10.0).clip_low == 10.0  # >= 1: no lower clip
 
 
 def test_kw_only():

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import algos
-from algos import PolicyLossConfig
+from algos import AlgoConfig
 
 LOSSES = ["ppo", "gspo", "sapo", "cispo"]
 T_ = torch.tensor
@@ -84,7 +84,7 @@ def _toy_policy(seed=0, B=8, T=6, V=5, D=4):
 @pytest.mark.parametrize("mode", algos.AGG_MODES)
 def test_gradient_invariant_to_micro_batching(loss_name, mode):
     W, log_prob, old, adv, mask = _toy_policy()
-    cfg = PolicyLossConfig(loss_agg_mode=mode, clip_low=0.1, clip_high=0.1, dual_clip_c=3.0, norm_const=6)
+    cfg = AlgoConfig(loss_agg_mode=mode, clip_low=0.1, clip_high=0.1, dual_clip_c=3.0, norm_const=6)
     fn = algos.get_policy_loss(loss_name)
     B = mask.shape[0]
     global_tokens, global_seqs = mask.sum(), B
@@ -302,7 +302,7 @@ def test_ppo_hand_values_and_metrics():
     r = [0.5, 1.5, 1.5, 0.5]
     lp, old = _lp([[math.log(x) for x in r]])
     adv, mask = d64([[1.0, 1.0, -1.0, -1.0]]), T_([[1, 1, 1, 1]])
-    loss, metrics = algos.get_policy_loss("ppo")(lp, old, adv, mask, PolicyLossConfig())
+    loss, metrics = algos.get_policy_loss("ppo")(lp, old, adv, mask, AlgoConfig())
     # per token: max(-0.5, -0.8) = -0.5; max(-1.5, -1.2) = -1.2 (clipped); 1.5; max(0.5, 0.8) = 0.8 (clipped)
     assert loss.item() == pytest.approx((-0.5 - 1.2 + 1.5 + 0.8) / 4)
     assert metrics["clip_frac"] == pytest.approx(0.5)
@@ -316,7 +316,7 @@ def test_ppo_hand_values_and_metrics():
 
 def test_ppo_asymmetric_clip_higher():
     lp, old = _lp([[math.log(1.25), math.log(1.25)]])
-    cfg = PolicyLossConfig(clip_low=0.2, clip_high=0.28)
+    cfg = AlgoConfig(clip_low=0.2, clip_high=0.28)
     loss, metrics = algos.get_policy_loss("ppo")(lp, old, d64([[1.0, 1.0]]), T_([[1, 1]]), cfg)
     assert loss.item() == pytest.approx(-1.25) and metrics["clip_frac"] == 0.0  # 1.25 < 1.28: not clipped
 
@@ -325,10 +325,10 @@ def test_dual_clip_bounds_loss_for_negative_advantages():
     lp, old = _lp([[10.0, 3.0, 0.0, 10.0]])
     adv, mask = d64([[-1.0, -2.0, -1.0, 1.0]]), T_([[1, 1, 1, 1]])
     plain, _ = algos.get_policy_loss("ppo")(
-        lp, old, adv, mask, PolicyLossConfig(loss_agg_mode="seq-mean-token-sum")
+        lp, old, adv, mask, AlgoConfig(loss_agg_mode="seq-mean-token-sum")
     )
     assert plain.item() > 2e4  # unbounded without the dual clip (r = e^10 with A < 0)
-    cfg = PolicyLossConfig(dual_clip_c=3.0, loss_agg_mode="seq-mean-token-sum")
+    cfg = AlgoConfig(dual_clip_c=3.0, loss_agg_mode="seq-mean-token-sum")
     loss, metrics = algos.get_policy_loss("ppo")(lp, old, adv, mask, cfg)
     # A=-1, r=e^10 → 3; A=-2, r=e^3 → 6; A=-1, r=1 → 1 (below the cap); A=+1, r=e^10 → clipped -1.2 (untouched)
     assert loss.item() == pytest.approx(3.0 + 6.0 + 1.0 - 1.2)
@@ -347,7 +347,7 @@ def test_gspo_token_forward_equals_sequence_ratio():
     torch.testing.assert_close(
         algos.gspo_token_log_ratio(lp, old, mask), log_s[:, None].expand(3, 4).detach()
     )
-    cfg = PolicyLossConfig(clip_low=10.0, clip_high=10.0, loss_agg_mode="seq-mean-token-mean")  # no clipping
+    cfg = AlgoConfig(clip_low=10.0, clip_high=10.0, loss_agg_mode="seq-mean-token-mean")  # no clipping
     loss, metrics = algos.get_policy_loss("gspo")(
         lp, old, torch.ones(3, 4, dtype=torch.float64) * mask, mask, cfg
     )
@@ -360,7 +360,7 @@ def test_gspo_token_forward_equals_sequence_ratio():
 
 def test_gspo_paper_clip_range_clips_whole_sequence():
     lp, old = _lp([[0.01, 0.01], [0.0, 0.0]])
-    cfg = PolicyLossConfig(clip_low=3e-4, clip_high=4e-4, loss_agg_mode="seq-mean-token-mean")
+    cfg = AlgoConfig(clip_low=3e-4, clip_high=4e-4, loss_agg_mode="seq-mean-token-mean")
     loss, metrics = algos.get_policy_loss("gspo")(
         lp, old, d64([[1.0, 1.0], [1.0, 1.0]]), T_([[1, 1], [1, 1]]), cfg
     )
@@ -372,7 +372,7 @@ def test_gspo_paper_clip_range_clips_whole_sequence():
 @pytest.mark.parametrize("mode", algos.AGG_MODES)
 def test_sapo_on_policy_gradient_equals_policy_gradient(mode):
     W, log_prob, _, adv, mask = _toy_policy(seed=3)
-    cfg = PolicyLossConfig(loss_agg_mode=mode)
+    cfg = AlgoConfig(loss_agg_mode=mode)
     lp = log_prob(slice(None))
     loss, metrics = algos.get_policy_loss("sapo")(lp, lp.detach(), adv, mask, cfg)  # r = 1
     (g_sapo,) = torch.autograd.grad(loss, W)
@@ -387,7 +387,7 @@ def test_sapo_hand_values_and_soft_decay():
     lp, old = _lp([[math.log(2.0), math.log(2.0), 0.0]])
     adv, mask = d64([[1.0, -1.0, 1.0]]), T_([[1, 1, 1]])
     loss, _ = algos.get_policy_loss("sapo")(
-        lp, old, adv, mask, PolicyLossConfig(loss_agg_mode="seq-mean-token-sum")
+        lp, old, adv, mask, AlgoConfig(loss_agg_mode="seq-mean-token-sum")
     )
     sig = lambda x: 1 / (1 + math.exp(-x))  # noqa: E731
     assert loss.item() == pytest.approx(-4 * sig(1.0) + 4 * sig(1.05) / 1.05 - 2.0)
@@ -400,7 +400,7 @@ def test_sapo_hand_values_and_soft_decay():
 def test_cispo_keeps_gradient_on_clipped_tokens():
     lp, old = _lp([[math.log(2.0), math.log(0.1), 0.0]])
     adv, mask = d64([[1.0, 1.0, -1.0]]), T_([[1, 1, 1]])
-    loss, metrics = algos.get_policy_loss("cispo")(lp, old, adv, mask, PolicyLossConfig())
+    loss, metrics = algos.get_policy_loss("cispo")(lp, old, adv, mask, AlgoConfig())
     lpv = lp.detach()[0]
     # weights: min(2, 1.28) = 1.28; 0.1 (no lower bound with cispo_clip_low = 1); 1
     assert loss.item() == pytest.approx((-1.28 * lpv[0] - 0.1 * lpv[1] + 1.0 * lpv[2]).item() / 3)
@@ -408,7 +408,7 @@ def test_cispo_keeps_gradient_on_clipped_tokens():
     (grad,) = torch.autograd.grad(loss, lp)
     torch.testing.assert_close(grad, d64([[-1.28 / 3, -0.1 / 3, 1 / 3]]))
     lp2, old2 = _lp([[math.log(2.0)]])
-    ppo, _ = algos.get_policy_loss("ppo")(lp2, old2, d64([[1.0]]), T_([[1]]), PolicyLossConfig())
+    ppo, _ = algos.get_policy_loss("ppo")(lp2, old2, d64([[1.0]]), T_([[1]]), AlgoConfig())
     assert torch.autograd.grad(ppo, lp2)[0].item() == 0.0  # PPO drops exactly this token's gradient
 
 
@@ -416,7 +416,7 @@ def test_cispo_keeps_gradient_on_clipped_tokens():
 def test_losses_extreme_ratios_finite(name):
     lp, old = _lp([[100.0, -100.0, 30.0, 0.0]])
     adv, mask = d64([[-1.0, 1.0, 1.0, -1.0]]), T_([[1, 1, 1, 0]])
-    loss, metrics = algos.get_policy_loss(name)(lp, old, adv, mask, PolicyLossConfig())
+    loss, metrics = algos.get_policy_loss(name)(lp, old, adv, mask, AlgoConfig())
     (grad,) = torch.autograd.grad(loss, lp)
     assert torch.isfinite(loss) and torch.isfinite(grad).all()
     assert grad[0, 3] == 0  # masked token
@@ -428,7 +428,7 @@ def test_losses_extreme_ratios_finite(name):
 def test_losses_apply_detached_weights(name):
     W, log_prob, old, adv, mask = _toy_policy(seed=5)
     weights = torch.rand(mask.shape, dtype=torch.float64, requires_grad=True)
-    cfg = PolicyLossConfig(loss_agg_mode="seq-mean-token-sum")
+    cfg = AlgoConfig(loss_agg_mode="seq-mean-token-sum")
     fn = algos.get_policy_loss(name)
     weighted, _ = fn(log_prob(slice(None)), old, adv, mask, cfg, weights=weights)
     zero, _ = fn(log_prob(slice(None)), old, adv, mask, cfg, weights=torch.zeros_like(weights))
@@ -442,8 +442,8 @@ def test_policy_loss_respects_agg_mode():
     lp, old = _lp([[0.0, 0.0, 0.0], [0.0, 0.0, 0.0]])
     adv, mask = d64([[1.0, 1.0, 1.0], [4.0, 0.0, 0.0]]), T_([[1, 1, 1], [1, 0, 0]])
     fn = algos.get_policy_loss("ppo")
-    token_mean, _ = fn(lp, old, adv, mask, PolicyLossConfig(loss_agg_mode="token-mean"))
-    seq_mean, _ = fn(lp, old, adv, mask, PolicyLossConfig(loss_agg_mode="seq-mean-token-mean"))
+    token_mean, _ = fn(lp, old, adv, mask, AlgoConfig(loss_agg_mode="token-mean"))
+    seq_mean, _ = fn(lp, old, adv, mask, AlgoConfig(loss_agg_mode="seq-mean-token-mean"))
     assert token_mean.item() == pytest.approx(-7 / 4) and seq_mean.item() == pytest.approx(-(1 + 4) / 2)
 
 
@@ -550,7 +550,5 @@ def test_user_registration_via_decorator():
     assert "test_pg" in algos.policy_loss_names() and "test_raw" in algos.adv_estimator_names()
     assert algos.get_policy_loss("test_pg") is plain_pg
     adv, _ = algos.get_adv_estimator("test_raw")(T_([[1.0, 2.0]]), T_([[1, 0]]), T_([0]))
-    loss, _ = algos.get_policy_loss("test_pg")(
-        T_([[-1.0, -1.0]]), None, adv, T_([[1, 0]]), PolicyLossConfig()
-    )
+    loss, _ = algos.get_policy_loss("test_pg")(T_([[-1.0, -1.0]]), None, adv, T_([[1, 0]]), AlgoConfig())
     assert loss.item() == pytest.approx(1.0)

@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from nanosky.agent.trajectory import Trajectory
-from nanosky.batch import balanced_split, split_groups, to_batch
+from nanosky.train.batch import balanced_split, split_groups, to_batch
 
 
 def test_balanced_split_equal_counts_and_even_tokens():

@@ -1,8 +1,8 @@
 """The bundled tokenizer and chat template, and token-in-token-out conversation building."""
 
 import envs
-from nanosky.chat import encode_conversation, observation_ids, prompt_ids, render
-from nanosky.tokenizer import TAG_TOKENS, build_tokenizer
+from nanosky.rollout.chat import encode_conversation, observation_ids, prompt_ids, render
+from nanosky.tiny.tokenizer import TAG_TOKENS, build_tokenizer
 
 TOOLS = [
     {

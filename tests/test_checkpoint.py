@@ -1,4 +1,4 @@
-"""nanosky.checkpoint: exact resume, keep-K, `latest` only on complete checkpoints, kill -9 mid-save, refusals."""
+"""nanosky.train.checkpoint: exact resume, keep-K, `latest` only on complete checkpoints, kill -9 mid-save, refusals."""
 
 import json
 import os
@@ -13,7 +13,7 @@ import pytest
 import torch
 from test_e2e import torchrun
 
-from nanosky.checkpoint import (
+from nanosky.train.checkpoint import (
     check_compatible,
     list_checkpoints,
     load_checkpoint,

@@ -1,14 +1,14 @@
-"""Constrained actions (nanosky/constrain.py): the engine samples only admissible actions, and the trainer's masked
+"""Constrained actions (nanosky/rollout/constrain.py): the engine samples only admissible actions, and the trainer's masked
 logprobs are the engine's, on the real vLLM engine and the bundled tiny model."""
 
 import pytest
 import torch
 
-from nanosky import constrain
 from nanosky.agent import AgentRunner, EngineBackend, EnvTask
 from nanosky.agent.trajectory import Trajectory
-from nanosky.batch import to_batch
-from nanosky.engine import SamplingSpec
+from nanosky.rollout import constrain
+from nanosky.rollout.engine import SamplingSpec
+from nanosky.train.batch import to_batch
 
 CHOICES = ["go to cabinet 1", "go to cabinet 10", "take apple 2 from fridge 1", "click[b0585z]", "look"]
 
@@ -44,8 +44,8 @@ def test_engine_samples_only_the_choices(engine, tok):
 def test_trainer_masked_logprobs_equal_the_engines(engine, tok, model, masker, packed):
     """The engine's logprobs are of the masked distribution; the trainer, given the masks, computes the same ones
     (unmasked, they differ by the mass the mask removed)."""
-    from nanosky import packing
-    from nanosky.policy import token_logprobs
+    from nanosky.train import packing
+    from nanosky.train.policy import token_logprobs
 
     prompt, out = _sample(engine, tok, CHOICES, n=8, seed=3)
     rows = []
@@ -91,7 +91,7 @@ def test_masked_loss_has_finite_gradients(tok, model, masker):
     prompt = tok("Your task is to: look around.")["input_ids"]
     row = Trajectory(ids=prompt + ids, loss_mask=[0] * len(prompt) + [1] * len(ids), logprobs=[0.0] * (len(prompt) + len(ids)),
                      constraints=[(len(prompt), CHOICES)])  # fmt: skip
-    from nanosky.policy import token_logprobs
+    from nanosky.train.policy import token_logprobs
 
     batch = to_batch([row], tok.pad_token_id, torch.device("cpu"))
     masker.attach(batch, [row])
@@ -129,7 +129,7 @@ def test_batch_slice_keeps_each_rows_masks(tok, masker):
             assert torch.equal(batch.choice_bits[a], sub.choice_bits[b])
         assert len(sub.choice_pos) == sum(int((batch.choice_pos[:, 0] == o).sum()) for o in picked)
         # a blank micro-batch (mask zeroed to keep FSDP in step) scores no constrained position
-        from nanosky.update import blank
+        from nanosky.train.update import blank
 
         assert blank(batch).allowed(batch.loss_mask.shape[1]) is None
         # the positions are exactly the loss mask's
@@ -172,7 +172,7 @@ def test_engine_samples_well_formed_tool_calls_under_a_grammar(engine, tok, mode
     engine's."""
     from envs.swe.env import SubmitTool
     from envs.tools import BashTool, StrReplaceEditor, parse_tool_calls, tool_call_grammar, validate_arguments
-    from nanosky.policy import token_logprobs
+    from nanosky.train.policy import token_logprobs
 
     tools = {t.name: t for t in (BashTool(), StrReplaceEditor(), SubmitTool())}
     grammar = tool_call_grammar(list(tools.values()))

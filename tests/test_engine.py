@@ -4,8 +4,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from nanosky.chat import prompt_ids
-from nanosky.engine import SamplingSpec, StaleWeightsError
+from nanosky.rollout.chat import prompt_ids
+from nanosky.rollout.engine import SamplingSpec, StaleWeightsError
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +77,7 @@ def test_runner_temperature_zero_is_greedy(engine, tok):
     """`temperature=0.0` (e.g. --eval.temperature 0) decodes greedily: the sample seed no longer matters. (It was
     once read as "unset" and sampled at the config's 1.0.)"""
     from nanosky.agent import AgentRunner, EngineBackend, EnvTask
-    from nanosky.rollout import RolloutConfig
+    from nanosky.rollout.collect import RolloutConfig
 
     cfg = RolloutConfig(max_new_tokens=24, max_total_tokens=160)
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from nanosky.engine import Engine, SamplingSpec
+from nanosky.rollout.engine import Engine, SamplingSpec
 
 
 class RecordingLLM:
@@ -47,7 +47,7 @@ def test_admission_keeps_each_prefill_inside_one_scheduler_step():
     from collections import deque
     from types import SimpleNamespace
 
-    from nanosky.engine import EngineConfig
+    from nanosky.rollout.engine import EngineConfig
 
     class StepRecorder:  # finishes every request two steps after it was admitted
         def __init__(self):

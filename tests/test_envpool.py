@@ -9,7 +9,7 @@ import pytest
 
 import envs
 from envs.base import StepResult
-from nanosky.envpool import EnvFailure, EnvPool, InProcessPool, make_pool
+from nanosky.rollout.envpool import EnvFailure, EnvPool, InProcessPool, make_pool
 
 TIMEOUT = 2.0
 

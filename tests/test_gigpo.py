@@ -1,4 +1,4 @@
-"""GiGPO's pure functions against hand-computed values (../shared/ALGOS.md, arXiv 2505.10978)."""
+"""GiGPO's pure functions against hand-computed values (docs/algorithms.md, arXiv 2505.10978)."""
 
 import math
 

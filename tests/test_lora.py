@@ -1,4 +1,4 @@
-"""nanosky.lora on the bundled tiny model (FSDP2, 1 rank in-process; 2 ranks via torchrun in the last test)."""
+"""nanosky.train.lora on the bundled tiny model (FSDP2, 1 rank in-process; 2 ranks via torchrun in the last test)."""
 
 import json
 import os
@@ -7,8 +7,8 @@ import pytest
 import torch
 from test_e2e import torchrun
 
-from nanosky.checkpoint import load_checkpoint, save_checkpoint
-from nanosky.lora import (
+from nanosky.train.checkpoint import load_checkpoint, save_checkpoint
+from nanosky.train.lora import (
     LoraConfig,
     apply_lora,
     check_platform,
@@ -18,7 +18,7 @@ from nanosky.lora import (
     save_merged,
     trainable_parameters,
 )
-from nanosky.policy import load_model, token_logprobs
+from nanosky.train.policy import load_model, token_logprobs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CFG = LoraConfig(rank=4, alpha=8)
@@ -147,7 +147,7 @@ def test_disable_adapter_gives_the_base_model(trained, tiny_path):
 
 
 def test_plain_model_streams_its_own_state(tiny_path, dist_info):
-    from nanosky.policy import iter_full_params
+    from nanosky.train.policy import iter_full_params
 
     model = load_model(tiny_path, dist_info)
     a, b = list(iter_merged_params(model)), list(iter_full_params(model))

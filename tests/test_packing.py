@@ -1,4 +1,4 @@
-"""Shared-prefix packing (nanosky/packing.py): the packed forward equals the unpacked one, in logprobs, entropy,
+"""Shared-prefix packing (nanosky/train/packing.py): the packed forward equals the unpacked one, in logprobs, entropy,
 critic values and parameter gradients (fp32, the bundled tiny model; LoRA too). The gradient's independence of
 the micro-batch token budget and the world size is checked end to end in tests/test_update.py."""
 
@@ -7,8 +7,8 @@ import random
 import pytest
 import torch
 
-from nanosky import packing
-from nanosky.policy import token_logprobs
+from nanosky.train import packing
+from nanosky.train.policy import token_logprobs
 
 
 def _padded(seqs: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -148,7 +148,7 @@ def test_scoring_only_the_loss_mask_keeps_its_values_and_gradients(model, row_to
 
 
 def test_critic_values_and_gradients_equal_unpacked(tiny_path):
-    from nanosky.critic import Critic
+    from nanosky.train.critic import Critic
 
     torch.manual_seed(0)
     critic = Critic(tiny_path)
@@ -174,7 +174,7 @@ def test_critic_values_and_gradients_equal_unpacked(tiny_path):
 
 
 def test_lora_gradients_equal_unpacked(tiny_path, dist_info):
-    from nanosky.lora import LoraConfig, load_lora_model, trainable_parameters
+    from nanosky.train.lora import LoraConfig, load_lora_model, trainable_parameters
 
     torch.manual_seed(0)
     model = load_lora_model(tiny_path, LoraConfig(rank=4, alpha=8), dist_info)

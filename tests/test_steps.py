@@ -1,12 +1,12 @@
-"""nanosky.steps: the steps inside concatenated multi-turn trajectories (spans, rewards, state keys)."""
+"""nanosky.train.step_credit: the steps inside concatenated multi-turn trajectories (spans, rewards, state keys)."""
 
 import pytest
 import torch
 
 import algos
 from nanosky.agent.trajectory import Trajectory
-from nanosky.batch import to_batch
-from nanosky.steps import action_spans, anchor_metrics, step_info
+from nanosky.train.batch import to_batch
+from nanosky.train.step_credit import action_spans, anchor_metrics, step_info
 
 
 def _traj(mask, turn_rewards, keys, reward, group=0):

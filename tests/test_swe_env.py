@@ -11,10 +11,9 @@ import pytest
 
 import envs
 from envs.base import run_policy
-from envs.swe import generate, to_instance
+from envs.swe import generate, harness, to_instance
 from envs.swe.generate import KINDS, LEVELS, REPOSITORIES, _held_out, mutations
 from envs.swe.templates import THEMES
-from evals.swebench import harness
 
 
 def _run_tests(task, files: dict[str, str], test_files: dict[str, str]) -> dict[str, bool]:
@@ -107,7 +106,7 @@ def test_generation_is_deterministic_and_splits_hold_different_bugs(tmp_path):
     test = {bug(generate(s, lv, "test")) for lv in LEVELS for s in range(150)}
     assert len(train) > 100 and len(test) > 30 and not train & test  # held-out bugs are never trained on
     # many bugs per repository (as in SWE-smith), and none of the shipped suite's repositories is generated
-    shipped = {p.name for p in (Path(envs.__file__).parents[1] / "evals/data/swe_mini/repos").iterdir()}
+    shipped = {p.name for p in (Path(envs.__file__).parents[1] / "envs/data/swe_mini/repos").iterdir()}
     packages = {generate(s, lv).package for lv in LEVELS for s in range(60)}
     assert packages == set(REPOSITORIES.values()) and len(shipped) == 6 and not packages & shipped
     with pytest.raises(ValueError, match="level"):

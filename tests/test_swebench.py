@@ -12,12 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from envs.swe import patch_edits
+from envs.swe import harness, patch_edits
+from envs.swe.env import SWEEnv
+from envs.swe.suite import build_suite
 from evals import swebench
 from evals.scripted import ScriptedServer
-from evals.swebench import harness
-from evals.swebench.env import SWEEnv
-from evals.swebench.suite import build_suite
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -54,7 +54,7 @@ def test_agent_variant_continues_from_a_model_with_a_longer_context(tmp_path):
     import random
 
     from nanosky.tiny import _length_bucketed_batches
-    from nanosky.tiny_data import _copy_examples
+    from nanosky.tiny.data import _copy_examples
 
     base = build(_small(tmp_path / "base"))
     cfg = TinyConfig(
@@ -91,9 +91,9 @@ def test_agent_variant_continues_from_a_model_with_a_longer_context(tmp_path):
 def test_step_wise_examples_train_only_the_current_action(tok):
     """The agent variant's data: each turn of a noisy expert's episode, prompted as `--rollout.mode stepwise`
     prompts it (actions shown), with the loss on that turn's action only."""
-    from nanosky.stepwise import window
+    from nanosky.rollout.stepwise import window
     from nanosky.tiny import _encode
-    from nanosky.tiny_data import _action_copy_texts, _step_examples
+    from nanosky.tiny.data import _action_copy_texts, _step_examples
 
     examples = _step_examples(4, 0, noise=0.25, k=2)
     assert examples == _step_examples(4, 0, noise=0.25, k=2)  # deterministic from the seed
@@ -129,8 +129,8 @@ def test_tool_variant_copies_digit_strings():
     into the answer). Greedy copies of 4–8-digit strings, which the base model gets wrong."""
     import random
 
-    from nanosky.policy import resolve_model_path
-    from nanosky.tiny_data import COPY_PROMPT
+    from nanosky.bundled import resolve_model_path
+    from nanosky.tiny.drills import COPY_PROMPT
 
     def exact(path: str) -> int:
         tok = AutoTokenizer.from_pretrained(path)
@@ -154,7 +154,7 @@ def test_swe_variant_data_are_real_expert_episodes_and_editor_copy_drills(tok):
     import json
 
     from nanosky.tiny import _encode
-    from nanosky.tiny_swe_data import _code_copy_examples, _swe_examples
+    from nanosky.tiny.swe_data import _code_copy_examples, _swe_examples
 
     ((messages, schemas),) = _swe_examples(1, 0)
     assert [s["function"]["name"] for s in schemas] == ["bash", "str_replace_editor", "submit"]
@@ -176,7 +176,7 @@ def test_swe_fix_turns_are_the_envs_own_first_turns():
     grep line, file view and str_replace call."""
     import envs
     from envs.base import expert_episode
-    from nanosky.tiny_swe_data import _swe_fix_turns
+    from nanosky.tiny.swe_data import _swe_fix_turns
 
     examples = _swe_fix_turns(3, 5)
     for i, (messages, schemas) in enumerate(examples):

@@ -1,4 +1,4 @@
-"""tiny-swe's drills (nanosky.tiny_swe_data): random one-token changes, spot-the-change turns whose str_replace is
+"""tiny-swe's drills (nanosky.tiny.swe_data): random one-token changes, spot-the-change turns whose str_replace is
 exactly what the real editor needs, copy drills that recall cannot answer, and recovery turns whose failed call is
 shown but not trained."""
 
@@ -7,7 +7,7 @@ import json
 import os
 import random
 
-from nanosky.tiny_swe_data import (
+from nanosky.tiny.swe_data import (
     _code_copy_examples,
     _first_turns,
     _held_out_bugs,

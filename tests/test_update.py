@@ -101,7 +101,7 @@ def test_skipping_zero_advantage_rows_keeps_the_gradient(tmp_path):
 
 def test_skip_applies_only_where_it_is_exact():
     import algos
-    from nanosky.update import OptimConfig, skips_exactly
+    from nanosky.train.update import OptimConfig, skips_exactly
 
     on = OptimConfig()
     assert skips_exactly(on, algos.preset("grpo"))

@@ -9,7 +9,7 @@
 The train split is generated (`envs/swe/generate.py`): small packages built from templates, one SWE-smith-style bug
 each, an issue written from the failing behaviour, FAIL_TO_PASS and PASS_TO_PASS tests. `level` is 1, 2 or 3, or a
 list to draw from by seed. The reward is 1 when the submitted work tree passes every FAIL_TO_PASS and PASS_TO_PASS
-test, graded by the harness of `evals.swebench` in the sandbox (`partial_credit`: else the fraction of FAIL_TO_PASS
+test, graded by the local SWE-bench harness (`envs/swe/harness.py`) in the sandbox (`partial_credit`: else the fraction of FAIL_TO_PASS
 that pass, when no PASS_TO_PASS test broke).
 """
 
@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import sys
 
+from envs.swe import harness
 from envs.swe.build import to_instance
 from envs.swe.env import SWEEnv, expert_plan, patch_edits
 from envs.swe.generate import LEVELS, Task, generate
@@ -31,7 +32,7 @@ def mini_suite() -> list[dict]:
     """The shipped swe_mini instances (built once per process)."""
     global _MINI
     if _MINI is None:
-        from evals.swebench.suite import build_suite
+        from envs.swe.suite import build_suite
 
         _MINI = build_suite()
     return _MINI
@@ -44,8 +45,6 @@ class SWETaskEnv(SWEEnv):
                  partial_credit: bool = False, max_turns: int = 8, obs_chars: int = OBS_CHARS, cache_dir: str | None = None,
                  cmd_timeout_s: float = 30.0, python: str = sys.executable, constrain_paths: bool = True,
                  constrain_old_str: bool = True):  # fmt: skip
-        from evals.swebench import harness
-
         levels = json.loads(level) if isinstance(level, str) else level
         levels = [levels] if isinstance(levels, int) else list(levels)
         if not levels or any(lv not in LEVELS for lv in levels):

@@ -26,6 +26,7 @@ import time
 from typing import Any
 
 from envs.base import Env, Message, StepResult
+from envs.swe import harness
 from envs.tools import (
     BashTool,
     StrReplaceEditor,
@@ -80,8 +81,6 @@ class SWEEnv(Env):
         self.done = False
 
     def reset(self) -> list[Message]:
-        from evals.swebench import harness  # here, not at import: evals.swebench imports this module
-
         self._cleanup()
         self.patch, self.error, self.result, self.done = None, None, None, False
         self.turn, self.submitted, self.n_calls, self.n_invalid, self.steps = 0, False, 0, 0, 0
@@ -133,8 +132,6 @@ class SWEEnv(Env):
         patch = self.finish()
         if not self.grade:
             return 0.0, {}
-        from evals.swebench import harness
-
         t0 = time.perf_counter()
         self.result = harness.evaluate_instance(self.instance, patch,
                                                 self.test_timeout_s, self.python)  # fmt: skip
@@ -183,8 +180,6 @@ class SWEEnv(Env):
     def finish(self) -> str:
         """The episode's patch (computed once), then the work tree is removed. Safe to call any time."""
         if self.patch is None:
-            from evals.swebench import harness
-
             ok = self.workdir and not self.error and os.path.isdir(os.path.join(self.workdir, ".git"))
             self.patch = harness.diff_against(self.workdir, self.instance["base_commit"]) if ok else ""
         self._cleanup()

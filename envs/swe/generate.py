@@ -45,7 +45,7 @@ _STR = {"-": "_", "_": "-", ".": ",", "0": " ", "?": ""}
 # The repository (package) of each theme, and its modules' names (a task's module is one of three). As in SWE-smith,
 # where thousands of bugs come from ~100 repositories, many bugs share a repository: a small model can learn the
 # few package names instead of having to copy an unseen one out of the issue.
-# No name here is one of the shipped swe_mini suite's repositories (evals/data/swe_mini/repos), which stay unseen.
+# No name here is one of the shipped swe_mini suite's repositories (envs/data/swe_mini/repos), which stay unseen.
 REPOSITORIES = {"text": "strtools", "numbers": "numlib", "lists": "listtools", "dates": "datebox",
                 "pricing": "pricecore", "grades": "gradebook"}  # fmt: skip
 MODULE_NAMES = {

@@ -8,7 +8,7 @@
 
 Instances: JSONL rows with SWE-bench's fields (`instance_id`, `repo`, `base_commit`, `problem_statement`, `patch`,
 `test_patch`, `FAIL_TO_PASS`, `PASS_TO_PASS`, `version`) plus `local_repo`, a git repository (or a tarball of
-one) containing `base_commit`; the default is the shipped mini suite (`evals.swebench.suite`). Predictions use
+one) containing `base_commit`; the default is the shipped mini suite (`envs/swe/suite.py`). Predictions use
 the official fields (`instance_id`, `model_name_or_path`, `model_patch`); every run writes `predictions.jsonl`.
 Instances without `local_repo` cannot be run here: their predictions go to the official docker harness when
 docker and the `swebench` package are installed. The report mirrors the official one (resolved_ids,
@@ -26,16 +26,16 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from envs.swe import harness
+from envs.swe.env import SWEEnv
+from envs.swe.suite import build_suite
 from evals import common
-from evals.swebench import harness
-from evals.swebench.env import SWEEnv
-from evals.swebench.suite import build_suite
 
 SHIPPED = "swe_mini"
 
 
 @dataclass(kw_only=True)
-class SWEEvalConfig(common.EvalConfig):
+class SWEEvalConfig(common.BaseEvalConfig):
     max_steps: int = 8
     """Agent turns per instance (tool calls; submit ends the episode earlier)."""
     max_new_tokens: int = 96
@@ -160,7 +160,7 @@ def evaluate(
     model, tok, instances: list[dict], cfg: SWEEvalConfig, bad: list[dict] | None = None
 ) -> tuple[dict, list[dict]]:
     """The agent on every instance with a local_repo (n_samples each), its patches graded like predictions."""
-    from evals.backends import rollout
+    from evals.models import rollout
 
     t0 = time.time()
     bad = list(bad or [])
@@ -214,9 +214,9 @@ def main(argv: list[str] | None = None) -> dict:
         patches, name, pbad = load_predictions(cfg.predictions, instances)
         report, records = evaluate_predictions(instances, patches, cfg, bad + pbad)
     else:
-        from evals.backends import close_model, load_model
+        from evals.models import close_model, open_model
 
-        model, tok, name = load_model(cfg)
+        model, tok, name = open_model(cfg)
         try:
             report, records = evaluate(model, tok, instances, cfg, bad)
         finally:

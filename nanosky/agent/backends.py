@@ -72,7 +72,7 @@ class Backend(Protocol):
 
 
 class EngineBackend:
-    """The in-process `nanosky.engine.Engine`, driven one scheduler step at a time from the event loop thread (the
+    """The in-process `nanosky.rollout.engine.Engine`, driven one scheduler step at a time from the event loop thread (the
     engine is not thread-safe). Between steps the loop runs, so episodes whose env step came back queue their next
     turn at once and join the running batch. `busy_s` is the time spent inside engine steps (idle share =
     1 − busy_s / rollout wall time)."""
@@ -87,7 +87,7 @@ class EngineBackend:
         pass
 
     async def generate(self, req: Request) -> GenerationResult:
-        from nanosky.engine import SamplingSpec  # imports torch; the HTTP path does not need it
+        from nanosky.rollout.engine import SamplingSpec  # imports torch; the HTTP path does not need it
 
         if req.prompt_ids is None:
             raise BackendError("EngineBackend is token-in: the request needs prompt_ids")

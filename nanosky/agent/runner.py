@@ -12,9 +12,9 @@ submitted at once, and when it returns, the episode's next request joins the bac
 barrier). With `sample_seed`, request k of episode i gets the seed derive_seed(sample_seed, i, turn), so the same
 call samples the same tokens however the batches happened to form (exact resume). With `history_window=K`
 (step-wise mode) each turn is sampled from its own prompt instead: the opening messages and the last K turns,
-re-rendered (`nanosky.stepwise.window`); the sampled ids and that prompt are kept per turn in `Trajectory.steps`.
+re-rendered (`nanosky.rollout.stepwise.window`); the sampled ids and that prompt are kept per turn in `Trajectory.steps`.
 With `constrain_actions` each turn is sampled under the task's `action_constraint()`: one of the env's admissible
-actions, or a reply matching its grammar (one well-formed tool call; `nanosky.constrain`), and the constraint is
+actions, or a reply matching its grammar (one well-formed tool call; `nanosky.rollout.constrain`), and the constraint is
 kept with the turn so the trainer scores it under the same masks.
 
 A task that hangs, crashes or raises, or a backend error, costs that episode only (stop_reason env_error /
@@ -36,7 +36,7 @@ from nanosky.agent.trajectory import Step, Trajectory
 from nanosky.seeds import derive_seed
 
 if TYPE_CHECKING:
-    from nanosky.rollout import RolloutConfig
+    from nanosky.rollout.collect import RolloutConfig
 
 
 class _Fatal(Exception):
@@ -149,7 +149,7 @@ class AgentRunner:
             if not t.messages:
                 raise EnvError("the task gave no opening messages")
             if self.tok is not None:
-                from nanosky.chat import prompt_ids
+                from nanosky.rollout.chat import prompt_ids
 
                 t.ids = prompt_ids(self.tok, t.messages, task.tools or None)
                 t.loss_mask, t.logprobs, t.prompt_len = [0] * len(t.ids), [0.0] * len(t.ids), len(t.ids)
@@ -190,8 +190,8 @@ class AgentRunner:
             # Step-wise: this turn's prompt is the opening and the last K turns, re-rendered; else the conversation.
             shown, ids = list(t.messages), t.ids if tok is not None else None
             if self.history_window:
-                from nanosky.chat import prompt_ids
-                from nanosky.stepwise import window
+                from nanosky.rollout.chat import prompt_ids
+                from nanosky.rollout.stepwise import window
 
                 shown = window(t.messages, self.history_window)
                 ids = prompt_ids(tok, shown, tools) if tok is not None else None
@@ -247,7 +247,7 @@ class AgentRunner:
                 if self.max_total_tokens and g.prompt_tokens + g.completion_tokens >= self.max_total_tokens:
                     return "max_tokens"
             else:
-                from nanosky.chat import observation_ids
+                from nanosky.rollout.chat import observation_ids
 
                 obs = observation_ids(tok, t.messages, res.observations, tools)
                 # (step-wise: each turn's own prompt is checked against the limit before it is sampled)
@@ -277,7 +277,7 @@ class AgentRunner:
         eos = self.tok.eos_token_id
         ids = g.token_ids
         if ids is None:  # the documented fallback: a server that does not return ids → re-tokenise its text
-            from nanosky.chat import encode
+            from nanosky.rollout.chat import encode
 
             ids = encode(self.tok, g.text) + ([eos] if g.finish_reason == "stop" else [])
         lps = g.logprobs if g.logprobs is not None and len(g.logprobs) == len(ids) else [0.0] * len(ids)

@@ -19,7 +19,7 @@ from typing import Any
 
 import envs
 from envs.base import Env, StepResult
-from nanosky.envpool import EnvFailure
+from nanosky.rollout.envpool import EnvFailure
 
 
 class EnvError(RuntimeError):

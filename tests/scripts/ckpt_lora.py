@@ -14,10 +14,16 @@ import sys
 import torch
 
 from nanosky import dist
-from nanosky.checkpoint import load_checkpoint, save_checkpoint
-from nanosky.lora import LoraConfig, iter_merged_params, load_lora_model, save_adapter, trainable_parameters
-from nanosky.policy import token_logprobs
 from nanosky.tiny import ensure_tiny_model
+from nanosky.train.checkpoint import load_checkpoint, save_checkpoint
+from nanosky.train.lora import (
+    LoraConfig,
+    iter_merged_params,
+    load_lora_model,
+    save_adapter,
+    trainable_parameters,
+)
+from nanosky.train.policy import token_logprobs
 
 
 def main(out: str, tmp: str) -> None:

@@ -20,8 +20,8 @@ import numpy as np
 import torch
 
 from nanosky import dist
-from nanosky.checkpoint import load_checkpoint, save_checkpoint
-from nanosky.policy import iter_full_params, shard_model
+from nanosky.train.checkpoint import load_checkpoint, save_checkpoint
+from nanosky.train.policy import iter_full_params, shard_model
 
 
 def build(seed: int, info: dist.DistInfo, layers: int = 2):

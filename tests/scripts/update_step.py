@@ -21,10 +21,10 @@ from torch.distributed.tensor import DTensor
 import algos
 from nanosky import dist
 from nanosky.agent.trajectory import Trajectory
-from nanosky.batch import compute_advantages, split_groups, to_batch, token_rewards
-from nanosky.policy import load_model
 from nanosky.tiny import ensure_tiny_model
-from nanosky.update import OptimConfig, PolicyUpdate, forward_logprobs, signal_rows
+from nanosky.train.batch import compute_advantages, split_groups, to_batch, token_rewards
+from nanosky.train.policy import load_model
+from nanosky.train.update import OptimConfig, PolicyUpdate, forward_logprobs, signal_rows
 
 
 class GradRecorder(torch.optim.Optimizer):

@@ -3,7 +3,7 @@ loss; calling it on a batch runs `ppo_epochs × mini_batches` optimizer steps.
 
 The loss of each micro-batch is `agg_loss(micro) · agg_scale(...)`, so summing micro-batches and ranks gives exactly
 the global mini-batch's `agg_loss`; FSDP averages gradients over ranks, hence the extra `× world`. The gradient is
-the same for any micro-batch size or world size (tests/test_update.py checks it). The critic (`nanosky.critic`)
+the same for any micro-batch size or world size (tests/test_update.py checks it). The critic (`nanosky.train.critic`)
 steps through the same `minibatches`.
 """
 
@@ -20,10 +20,11 @@ from torch.distributed.tensor import DTensor
 
 import algos
 from algos import AlgoConfig
-from nanosky import dist, packing
-from nanosky.batch import Batch, micro_slices
-from nanosky.lora import trainable_parameters
-from nanosky.policy import token_logprobs
+from nanosky import dist
+from nanosky.train import packing
+from nanosky.train.batch import Batch, micro_slices
+from nanosky.train.lora import trainable_parameters
+from nanosky.train.policy import token_logprobs
 
 
 @dataclass(kw_only=True)
@@ -43,7 +44,7 @@ class OptimConfig:
     """> 0: size micro-batches by tokens instead, counted after prefix sharing (the same number of micro-batches on
     every rank). The gradient does not change with it."""
     packing: Literal["prefix", "flat", "none"] = "prefix"
-    """How a micro-batch reaches the model (`nanosky.packing`): "prefix" computes a prefix that sequences share
+    """How a micro-batch reaches the model (`nanosky.train.packing`): "prefix" computes a prefix that sequences share
     (a group's prompt, an episode's opening) once; "flat" packs without sharing (no padding); "none" pads each
     sequence to the longest (the plain HF path, for attention backends without 4-D masks)."""
     pack_row_tokens: int = 1024

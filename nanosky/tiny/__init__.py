@@ -41,7 +41,7 @@ the fix into a new_str in a third of them, but puts the memorised correct line (
 instead of copying the buggy one from the view, so it resolves none (`bench/swe_model_check.py`, README). The
 shipped `tiny-swe` is that build continued for 300 steps (5 min on 2 threads) on recovery turns: the recalled
 old_str fails, the editor's error quotes the closest lines with their numbers, and `replace_lines` rewrites them
-(`nanosky.tiny_swe_data`); it resolves 4 / 50 held-out level-1 tasks at T = 1:
+(`nanosky.tiny.swe_data`); it resolves 4 / 50 held-out level-1 tasks at T = 1:
 
     python -m nanosky.tiny --variant swe --out /tmp/tiny-swe-base        # from scratch (~46 min, 1 thread)
     python -m nanosky.tiny --variant swe --init /tmp/tiny-swe-base --n-swe 100 --n-swe-fix 1000 \
@@ -60,14 +60,15 @@ from pathlib import Path
 
 import torch
 
-from nanosky.chat import encode, encode_conversation, prompt_ids, render
-from nanosky.tiny_data import conversations
-from nanosky.tokenizer import build_tokenizer
+from nanosky.rollout.chat import encode, encode_conversation, prompt_ids, render
+from nanosky.tiny.data import conversations
+from nanosky.tiny.tokenizer import build_tokenizer
 
-ASSET_DIR = Path(__file__).parent / "assets" / "tiny"
-AGENT_DIR = Path(__file__).parent / "assets" / "tiny-agent"
-TOOL_DIR = Path(__file__).parent / "assets" / "tiny-tool"
-SWE_DIR = Path(__file__).parent / "assets" / "tiny-swe"
+ASSETS = Path(__file__).resolve().parents[1] / "assets"  # nanosky/assets: the committed builds
+ASSET_DIR = ASSETS / "tiny"
+AGENT_DIR = ASSETS / "tiny-agent"
+TOOL_DIR = ASSETS / "tiny-tool"
+SWE_DIR = ASSETS / "tiny-swe"
 CACHE_DIR = Path.home() / ".cache" / "nanosky"
 
 
@@ -130,12 +131,12 @@ class TinyConfig:
     n_code_copy: int = 0
     """Copy drills on lines of generated package sources (the editor's old_str is copied from a file view)."""
     code_copy_mutate: float = 0.0
-    """Share of those drills with one shown token changed at random (nanosky.tiny_swe_data: copying, not recall)."""
+    """Share of those drills with one shown token changed at random (nanosky.tiny.swe_data: copying, not recall)."""
     n_swe_spot: int = 0
-    """Spot-the-change turns: a task's first turns on a file with one random line change (nanosky.tiny_swe_data)."""
+    """Spot-the-change turns: a task's first turns on a file with one random line change (nanosky.tiny.swe_data)."""
     n_swe_recover: int = 0
     """Recovery turns: a recalled old_str fails, the error quotes the buggy lines with their numbers, the next call
-    replaces those lines (replace_lines; nanosky.tiny_swe_data)."""
+    replaces those lines (replace_lines; nanosky.tiny.swe_data)."""
     lm_weight: float = 0.0
     """Loss weight of every other token (prompts, observations, admissible lists) relative to the trained turns:
     > 0 adds language modelling on the whole context, where entity names repeat (the room's receptacles, then the
@@ -419,19 +420,3 @@ def ensure_tiny_model(cfg: TinyConfig | None = None, variant: str = "base") -> P
         cfg.out = str(out)
         build(cfg)
     return out
-
-
-if __name__ == "__main__":
-    import argparse
-
-    import tyro
-
-    # --variant picks the defaults (as run.py's --preset does); every TinyConfig flag still overrides them.
-    pre = argparse.ArgumentParser(add_help=False)
-    pre.add_argument("--variant", default="base", choices=sorted(VARIANTS))
-    known, argv = pre.parse_known_args()
-    variant = known.variant
-    c = tyro.cli(TinyConfig, args=argv, default=VARIANTS[variant][0]())
-    if c.force and c.out is None:
-        c.out = str(VARIANTS[variant][1])
-    print(ensure_tiny_model(c, variant))

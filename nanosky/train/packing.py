@@ -24,7 +24,8 @@ from dataclasses import dataclass
 
 import torch
 
-from nanosky import constrain, dist
+from nanosky import dist
+from nanosky.rollout import constrain
 
 
 @dataclass
@@ -167,7 +168,7 @@ def logprobs(
     packed columns some kept position sits in go through the LM head: a step-wise row scores ~5 action tokens
     after a ~250-token prompt, and the [V]-wide head and softmax on every prompt token cost ~10 % of the train
     phase there (bench/train_phase.py). `allowed` (positions [N, 2], bitmasks [N, W]): constrained positions, scored
-    under their masks (`nanosky.constrain`); they must be kept positions."""
+    under their masks (`nanosky.rollout.constrain`); they must be kept positions."""
     check_attention(model)
     kw, col, valid = {}, p.pos, p.valid
     if keep is not None:

@@ -14,7 +14,7 @@ import torch
 import algos
 from nanosky import dist
 from nanosky.agent.trajectory import Trajectory
-from nanosky.steps import estimator_kwargs
+from nanosky.train.step_credit import estimator_kwargs
 
 
 def gather_trajectories(local: list[Trajectory]) -> list[Trajectory]:
@@ -57,7 +57,9 @@ class Batch:
     old_logprobs: torch.Tensor | None = None  # [B, L-1]
     ref_logprobs: torch.Tensor | None = None  # [B, L-1]
     values: torch.Tensor | None = None  # [B, L-1]
-    choice_pos: torch.Tensor | None = None  # [N, 2] (row, t) of constrained positions (nanosky/constrain.py)
+    choice_pos: torch.Tensor | None = (
+        None  # [N, 2] (row, t) of constrained positions (nanosky/rollout/constrain.py)
+    )
     choice_bits: torch.Tensor | None = None  # [N, ceil(V/32)] int32: the tokens allowed at each of them
 
     def __len__(self) -> int:
@@ -67,7 +69,7 @@ class Batch:
         per_row = {k: v for k, v in self.__dict__.items() if k not in ("choice_pos", "choice_bits")}
         kw = {k: (v[idx] if isinstance(v, torch.Tensor) else v) for k, v in per_row.items()}
         if self.choice_pos is not None:
-            from nanosky.constrain import slice_rows
+            from nanosky.rollout.constrain import slice_rows
 
             kw["choice_pos"], kw["choice_bits"] = slice_rows(
                 self.choice_pos, self.choice_bits, idx, len(self)
@@ -98,7 +100,7 @@ def micro_slices(n: int, size: int) -> list[slice]:
 
 def to_batch(trajs: list[Trajectory | None], pad_id: int, device, masker=None) -> Batch:
     """Padded tensors of `trajs`; a None is a padding row: one pad token, fully masked, row_mask 0. `masker`
-    (`nanosky.constrain.ChoiceMasker`): also the masks of the rows' constrained turns."""
+    (`nanosky.rollout.constrain.ChoiceMasker`): also the masks of the rows' constrained turns."""
     row_mask = torch.tensor([float(t is not None) for t in trajs], device=device)
     trajs = [
         Trajectory(ids=[pad_id], loss_mask=[0], logprobs=[0.0], group=-1) if t is None else t for t in trajs
@@ -155,7 +157,7 @@ def compute_advantages(
 
     A per-group estimator (grpo, dr_grpo, rloo) runs on this rank's own whole groups (`split_groups`). Any other
     (whitening over the batch, a user's estimator) sees every rank's rows: one all_gather of its inputs. A step-level
-    estimator (gigpo) also gets `steps` (`nanosky.steps.step_info` of this rank's trajectories).
+    estimator (gigpo) also gets `steps` (`nanosky.train.step_credit.step_info` of this rank's trajectories).
     """
     fn = algos.get_adv_estimator(cfg.adv_estimator)
     meta = algos.registry.ADV_ESTIMATORS.meta(cfg.adv_estimator)

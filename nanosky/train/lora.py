@@ -24,7 +24,7 @@ import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 
 from nanosky.dist import DistInfo
-from nanosky.policy import shard_model
+from nanosky.train.policy import shard_model
 
 ALL_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 _ADAPTER = "default"  # peft's name for the single adapter we train
@@ -103,7 +103,7 @@ def base_model(model):
 
 
 def load_lora_model(path: str, cfg: LoraConfig, info: DistInfo):
-    """Load → apply_lora → shard: the LoRA counterpart of `nanosky.policy.load_model`."""
+    """Load → apply_lora → shard: the LoRA counterpart of `nanosky.train.policy.load_model`."""
     from transformers import AutoModelForCausalLM
 
     check_platform(cfg, info.device.type)

@@ -12,11 +12,13 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from nanosky.tiny.drills import copy_drill
+from nanosky.tiny.swe_data import swe_conversations
+
 if TYPE_CHECKING:
     from nanosky.tiny import TinyConfig
 
 STYLES = {"think": 0.3, "direct": 0.3, "plain": 0.4}
-COPY_PROMPT = "Repeat the text exactly."
 
 
 def _math_example(rng: random.Random) -> list[dict]:
@@ -71,7 +73,7 @@ def _step_examples(n: int, seed: int, noise: float, k: int) -> list[tuple[list[d
     if n <= 0:
         return []
     import envs
-    from nanosky.stepwise import window
+    from nanosky.rollout.stepwise import window
 
     rng, out = random.Random(seed + 31), []
     for i in range(n):
@@ -105,17 +107,6 @@ def _action_copy_texts(n: int, seed: int) -> list[str]:
     return out
 
 
-def _copy_drill(text: str, answer: str | None = None) -> tuple[list[dict], None]:
-    return (
-        [
-            {"role": "system", "content": COPY_PROMPT},
-            {"role": "user", "content": text},
-            {"role": "assistant", "content": text if answer is None else answer},
-        ],
-        None,
-    )
-
-
 def _copy_examples(n: int, seed: int) -> list[tuple[list[dict], None]]:
     """Copy drills: tool use is mostly copying (the question's numbers into the call, the tool's output into the
     answer), and in a mixed corpus the base model never learned to copy; dense copy targets teach it fast. Sources
@@ -144,7 +135,7 @@ def _copy_examples(n: int, seed: int) -> list[tuple[list[dict], None]]:
                 ).capitalize()
                 for _ in range(rng.randint(1, 3))
             )
-        out.append(_copy_drill(text))
+        out.append(copy_drill(text))
     return out
 
 
@@ -161,10 +152,8 @@ def conversations(
             (cfg.n_steps, cfg.n_action_copy) if stage == 1 else (cfg.n_steps2, cfg.n_action_copy2)
         )
         convs += _step_examples(n_steps, seed, cfg.step_noise, cfg.history_window)
-        convs += [_copy_drill(text) for text in _action_copy_texts(n_act, seed)]
+        convs += [copy_drill(text) for text in _action_copy_texts(n_act, seed)]
         if stage == 1:
-            from nanosky.tiny_swe_data import swe_conversations
-
             convs += swe_conversations(cfg, seed)
     rng.shuffle(convs)
     return convs, rng

@@ -65,7 +65,7 @@ class SamplingSpec:
     stop: tuple[str, ...] = ()
     ignore_eos: bool = False  # --dry-run: always generate max_tokens (the longest sequences a run can see)
     choices: tuple[str, ...] | None = (
-        None  # sample exactly one of these (structured outputs; nanosky/constrain.py)
+        None  # sample exactly one of these (structured outputs; nanosky/rollout/constrain.py)
     )
     grammar: str | None = None  # or a reply this EBNF grammar matches (a tool call; envs/tools/grammar.py)
 
@@ -161,7 +161,7 @@ class Engine:
             enable_sleep_mode=self.can_sleep,
             enable_prefix_caching=True,
             max_num_batched_tokens=max(cfg.max_batched_tokens, cfg.max_model_len),
-            # constrained turns: xgrammar always, so the trainer's masks are the engine's (nanosky/constrain.py)
+            # constrained turns: xgrammar always, so the trainer's masks are the engine's (nanosky/rollout/constrain.py)
             structured_outputs_config={"backend": "xgrammar"},
         )
         self.dtype = dtype

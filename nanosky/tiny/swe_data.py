@@ -27,7 +27,7 @@ import tempfile
 from typing import TYPE_CHECKING
 
 from envs.tools.parse import format_tool_call
-from nanosky.tiny_data import _copy_drill
+from nanosky.tiny.drills import copy_drill
 
 if TYPE_CHECKING:
     from nanosky.tiny import TinyConfig
@@ -296,7 +296,7 @@ def _code_copy_examples(n: int, seed: int, p_mutate: float = 0.0) -> list[tuple[
                     lines[j] = new
                     break
         shown = "\n".join(f"{i + j + 1:6d}\t{ln}" for j, ln in enumerate(lines))
-        out.append(_copy_drill(shown, json.dumps("\n".join(lines))))
+        out.append(copy_drill(shown, json.dumps("\n".join(lines))))
     return out
 
 

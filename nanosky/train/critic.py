@@ -13,10 +13,11 @@ from torch import nn
 
 import algos
 from algos import AlgoConfig
-from nanosky import dist, packing
-from nanosky.batch import Batch
-from nanosky.policy import shard_model
-from nanosky.update import (
+from nanosky import dist
+from nanosky.train import packing
+from nanosky.train.batch import Batch
+from nanosky.train.policy import shard_model
+from nanosky.train.update import (
     OptimConfig,
     grad_norm_and_clip,
     make_optimizer,
@@ -40,7 +41,7 @@ class Critic(nn.Module):
     def forward(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor | None = None
     ) -> torch.Tensor:
-        """Padded rows (2-D mask): values [B, L-1]. Packed rows (4-D mask, `nanosky.packing`): every position's
+        """Padded rows (2-D mask): values [B, L-1]. Packed rows (4-D mask, `nanosky.train.packing`): every position's
         value [R, Lp], for `Packed.gather`."""
         h = self.model(
             input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids

@@ -25,17 +25,6 @@ class ModelConfig:
     arguments and tool outputs); all built on first use if missing, no network."""
 
 
-BUNDLED = {"tiny": "base", "tiny-agent": "agent", "tiny-tool": "tool", "tiny-swe": "swe"}
-
-
-def resolve_model_path(path: str) -> str:
-    if path in BUNDLED:
-        from nanosky.tiny import ensure_tiny_model
-
-        return str(ensure_tiny_model(variant=BUNDLED[path]))
-    return path
-
-
 def load_model(path: str, info: DistInfo, trainable: bool = True):
     from transformers import AutoModelForCausalLM
 
@@ -84,7 +73,7 @@ def token_logprobs(
     allowed: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """log p(ids[:, t] | ids[:, <t]) for t = 1..L-1, aligned with `loss_mask[:, 1:]`. `allowed` (positions [N, 2],
-    bitmasks [N, W]): constrained positions, scored under their masks (`nanosky.constrain`).
+    bitmasks [N, W]): constrained positions, scored under their masks (`nanosky.rollout.constrain`).
 
     input_ids, attention_mask: [B, L] (right-padded). Returns logprobs [B, L-1] and entropy [B, L-1] (no grad).
     """
@@ -98,7 +87,7 @@ def token_logprobs(
         with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
             ent = -(logp.exp() * logp).sum(-1)  # [B, L-1]
     if allowed is not None:
-        from nanosky import constrain
+        from nanosky.rollout import constrain
 
         b, t = allowed[0].unbind(-1)
         lp, ent = constrain.apply(logits[b, t], input_ids[b, t + 1], allowed, (b, t), lp, ent, entropy_grad)

@@ -1,7 +1,7 @@
 """The model side of an eval: the colocated engine over a checkpoint, or any OpenAI-compatible chat server; the
 episodes go through the one agent loop (`nanosky.agent.AgentRunner`), as in training.
 
-    model, tok, name = load_model(cfg)           # --ckpt → (EngineBackend, tokenizer), --base-url → (OpenAIBackend, None)
+    model, tok, name = open_model(cfg)           # --ckpt → (EngineBackend, tokenizer), --base-url → (OpenAIBackend, None)
     trajs = rollout(model, tok, envs, cfg)       # list[nanosky.agent.Trajectory], one per env, with tqdm
     close_model(model)
 
@@ -18,11 +18,12 @@ from typing import Any
 from tqdm import tqdm
 
 from envs.base import Env
-from evals.common import EvalConfig
+from evals import common
+from evals.common import BaseEvalConfig
 from nanosky.agent import AgentRunner, EngineBackend, EnvTask, OpenAIBackend, Trajectory
 
 
-def rollout(model, tok, envs: list[Env], cfg: EvalConfig, desc: str = "eval") -> list[Trajectory]:
+def rollout(model, tok, envs: list[Env], cfg: BaseEvalConfig, desc: str = "eval") -> list[Trajectory]:
     """Every env played to the end by `model` (an EngineBackend or an OpenAIBackend); trajectories in env order."""
     engine = isinstance(model, EngineBackend)
     runner = AgentRunner(
@@ -42,7 +43,7 @@ def rollout(model, tok, envs: list[Env], cfg: EvalConfig, desc: str = "eval") ->
         return runner.run(tasks, sample_seed=cfg.seed)
 
 
-def load_model(cfg: EvalConfig) -> tuple[Any, Any, str]:
+def open_model(cfg: BaseEvalConfig) -> tuple[Any, Any, str]:
     """(backend, tokenizer or None, name) for --ckpt or --base-url."""
     if cfg.base_url:
         backend = OpenAIBackend(cfg.base_url, cfg.model, tool_mode=cfg.api_tool_mode)
@@ -61,7 +62,7 @@ def load_model(cfg: EvalConfig) -> tuple[Any, Any, str]:
         raise SystemExit(
             "give the model: --ckpt PATH (HF checkpoint dir) or --base-url URL (OpenAI-compatible)"
         )
-    from nanosky.policy import resolve_model_path
+    from nanosky.bundled import resolve_model_path
 
     cfg.ckpt = resolve_model_path(cfg.ckpt)  # "tiny" / "tiny-agent" / "tiny-tool" = the bundled models
     if not os.path.isdir(cfg.ckpt):
@@ -69,7 +70,7 @@ def load_model(cfg: EvalConfig) -> tuple[Any, Any, str]:
     from transformers import AutoTokenizer
 
     from nanosky import dist
-    from nanosky.engine import Engine, EngineConfig
+    from nanosky.rollout.engine import Engine, EngineConfig
 
     info = dist.init_distributed()
     engine = Engine(EngineConfig(max_model_len=cfg.max_model_len, seed=cfg.seed), cfg.ckpt, info)
@@ -82,3 +83,18 @@ def close_model(model) -> None:
         from nanosky import dist
 
         dist.shutdown()
+
+
+def run_cli(name: str, cfg: BaseEvalConfig, evaluate_fn) -> dict:
+    """Load the model, run `evaluate_fn(model, tok) -> (report, records)`, write the outputs, print the table."""
+    path = common.out_dir(cfg, name)
+    model, tok, model_name = open_model(cfg)
+    try:
+        report, records = evaluate_fn(model, tok)
+    finally:
+        close_model(model)
+    report = {**report, "model": model_name, "data": cfg.data}
+    common.write_outputs(path, records, report, cfg)
+    print(common.summary_table(report))
+    print(f"wrote {path / 'examples.jsonl'} and {path / 'report.json'}")
+    return report

@@ -35,7 +35,7 @@ class RolloutConfig:
     mode: Literal["concat", "stepwise"] = "concat"
     """concat: one training row per episode (every turn, observations masked). stepwise: one row per assistant turn,
     sampled from the opening messages and the last `history_window` turns (long episodes in a short context;
-    `nanosky/stepwise.py`). In step-wise mode max_total_tokens bounds each turn's prompt + response."""
+    `nanosky/rollout/stepwise.py`). In step-wise mode max_total_tokens bounds each turn's prompt + response."""
     history_window: int = 2
     """stepwise: turns (action + observation) shown before the current one; older turns are dropped."""
     step_weight: Literal["step", "episode"] = "step"
@@ -47,7 +47,7 @@ class RolloutConfig:
     """Sample every turn under the env's `action_constraint()`: one of its admissible actions (`action_choices()`:
     webshop_lite, alfworld_lite) or a reply its grammar matches (`action_grammar()`: swe, one well-formed tool call),
     with vLLM's structured outputs, and train under the same masks: the policy is the masked distribution, exactly
-    (nanosky/constrain.py). Turns of envs that give neither are sampled freely."""
+    (nanosky/rollout/constrain.py). Turns of envs that give neither are sampled freely."""
 
     def __post_init__(self):
         for f in ("group_size", "prompts_per_step", "max_new_tokens", "max_total_tokens"):

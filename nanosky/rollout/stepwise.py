@@ -29,8 +29,8 @@ from algos.registry import ADV_ESTIMATORS
 from envs.base import ACTIONS_HEADER
 from nanosky import dist
 from nanosky.agent.trajectory import Trajectory
-from nanosky.batch import Batch, balanced_split
-from nanosky.steps import anchor_metrics, estimator_kwargs, step_keys, step_rewards
+from nanosky.train.batch import Batch, balanced_split
+from nanosky.train.step_credit import anchor_metrics, estimator_kwargs, step_keys, step_rewards
 
 
 def window(messages: list[dict], k: int) -> list[dict]:
