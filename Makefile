@@ -29,7 +29,7 @@ test: install
 	$(BIN)/python -m pytest -x -q tests
 
 test-fast: install
-	$(BIN)/python -m pytest -x -q -m "not slow" tests
+	$(BIN)/python -m pytest -x -q tests/unit
 
 bench: install
 	$(BIN)/python bench/step_time.py

@@ -8,7 +8,7 @@ python run.py --help                                              # every flag
 import sys
 
 from nanosky import dist, preflight
-from nanosky.config import parse_args
+from nanosky.cli import parse_args
 from nanosky.trainer import train
 
 if __name__ == "__main__":

@@ -34,7 +34,7 @@ from algos.registry import (
     register_adv_estimator,
     register_policy_loss,
 )
-from algos.rewards import overlong_penalty, scalar_to_token_rewards
+from algos.rewards import group_has_signal, kl_in_reward, overlong_penalty, scalar_to_token_rewards
 from algos.stats import masked_mean, masked_whiten
 from algos.value import explained_variance, value_loss
 
@@ -54,6 +54,8 @@ __all__ = [
     "explained_variance",
     "get_adv_estimator",
     "get_policy_loss",
+    "group_has_signal",
+    "kl_in_reward",
     "gigpo_advantages",
     "gspo_token_log_ratio",
     "kl_penalty",

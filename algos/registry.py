@@ -9,8 +9,11 @@ workers, sees the same table). Users add their own with the same decorators:
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
+
+log = logging.getLogger("algos")
 
 
 class UnknownNameError(KeyError, ValueError):
@@ -29,8 +32,18 @@ class Registry:
         self._meta: dict[str, dict[str, Any]] = {}
 
     def register(self, name: str, **meta: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-        # Re-registering a name replaces it (later wins), so notebooks and re-run cells do not trip over it.
+        # Re-registering a name replaces it (later wins), so notebooks and re-run cells do not trip over it; replacing
+        # a built-in (one an algos module registered) is logged, since every run that names it changes.
         def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
+            old = self._fns.get(name)
+            if old is not None and old.__module__.startswith("algos.") and fn.__module__ != old.__module__:
+                log.warning(
+                    "%s %r: the built-in is replaced by %s.%s",
+                    self.kind,
+                    name,
+                    fn.__module__,
+                    fn.__qualname__,
+                )
             self._fns[name], self._meta[name] = fn, meta
             return fn
 

@@ -1,8 +1,11 @@
-"""Reward shaping before advantage estimation: scalar → token rewards, DAPO's soft overlong punishment."""
+"""Reward shaping before advantage estimation: scalar → token rewards, DAPO's soft overlong punishment, KL in the
+reward, and DAPO's dynamic-sampling group filter."""
 
 from __future__ import annotations
 
 import torch
+
+from algos.kl import kl_penalty
 
 
 def scalar_to_token_rewards(rewards: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
@@ -34,3 +37,25 @@ def overlong_penalty(response_lengths: torch.Tensor, max_len: int, cache_len: in
     return torch.where(
         lengths <= start, torch.zeros_like(lengths), torch.where(lengths <= max_len, band, -1.0)
     )
+
+
+def kl_in_reward(
+    token_rewards: torch.Tensor, log_prob: torch.Tensor, ref_log_prob: torch.Tensor, response_mask: torch.Tensor,
+    coef: float, kind: str = "k1",
+) -> torch.Tensor:  # fmt: skip
+    """Token rewards `(B, T)` minus coef · KL(π ‖ π_ref) on the response tokens, as REINFORCE++ and PPO-RLHF shape
+    them (`kind` k1 by default: the per-token log-ratio, so its sum over a response is the sequence KL)."""
+    return token_rewards - coef * kl_penalty(log_prob, ref_log_prob, kind) * response_mask
+
+
+def group_has_signal(rewards: torch.Tensor, group_index: torch.Tensor, decimals: int = 6) -> torch.Tensor:
+    """DAPO's dynamic-sampling filter `(B,) bool`: True for every member of a group whose rewards are not all equal
+    (rounded to `decimals`). A group of equal rewards has zero advantage everywhere under a group baseline, so it
+    gives no gradient signal."""
+    r = torch.round(torch.as_tensor(rewards, dtype=torch.float64), decimals=decimals)  # [B]
+    g = torch.as_tensor(group_index)  # [B]
+    _, inv = torch.unique(g, return_inverse=True)  # [B] group ids as 0..G-1
+    G = int(inv.max()) + 1 if inv.numel() else 0
+    lo = torch.full((G,), float("inf"), dtype=r.dtype).scatter_reduce(0, inv, r, "amin")  # [G]
+    hi = torch.full((G,), float("-inf"), dtype=r.dtype).scatter_reduce(0, inv, r, "amax")  # [G]
+    return (hi > lo)[inv]

@@ -4,7 +4,7 @@
 
 Same seeds, data and step budget for every preset, 2 CPU ranks each. Writes runs/compare/<algo>-s<seed>/ (one
 TensorBoard dir per run: `tensorboard --logdir runs/compare` shows all curves side by side), prints a Markdown table
-and, with --readme, replaces the block between the COMPARE markers in README.md.
+and, with --log, adds it as a dated entry at the top of docs/experiments/algo_compare.md.
 """
 
 import argparse
@@ -13,6 +13,7 @@ import os
 import shlex
 import statistics
 import sys
+import time
 
 from launch import ROOT, run_py, scalars
 
@@ -31,7 +32,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=15)
     ap.add_argument("--nproc", type=int, default=2)
     ap.add_argument("--out", default="runs/compare")
-    ap.add_argument("--readme", action="store_true")
+    ap.add_argument("--log", action="store_true", help="add the table to docs/experiments/algo_compare.md")
     ap.add_argument(
         "--reuse", action="store_true", help="keep finished runs (summary.json present) instead of rerunning"
     )
@@ -85,17 +86,16 @@ def main() -> None:
         table.append(
             f"| {algo} | {a0:.3f} | **{statistics.mean(finals):.3f}** | {per} | {kl_s} | {ent:.3f} | {st:.2f} |"
         )
-    flags = shlex.join(a for a in sys.argv[1:] if a not in ("--readme", "--reuse"))  # quoted as typed
+    flags = shlex.join(a for a in sys.argv[1:] if a not in ("--log", "--reuse"))  # quoted as typed
     table.insert(0, f"Measured: `python bench/compare_algos.py {flags}` ({len(args.seeds)} seeds per row).\n")
     text = "\n".join(table)
     print(text)
-    if args.readme:
-        path = os.path.join(ROOT, "README.md")
-        readme = open(path).read()
-        a, b = "<!-- COMPARE:BEGIN -->", "<!-- COMPARE:END -->"
-        if a in readme and b in readme:
-            readme = readme[: readme.index(a) + len(a)] + "\n" + text + "\n" + readme[readme.index(b) :]
-            open(path, "w").write(readme)
+    if args.log:  # a new dated entry, newest first: after the file's title and introduction
+        path = os.path.join(ROOT, "docs", "experiments", "algo_compare.md")
+        log = open(path).read()
+        at = log.index("\n## ") + 1 if "\n## " in log else len(log)
+        entry = f"## {time.strftime('%Y-%m-%d')}: make compare, every preset\n\n{text}\n\n"
+        open(path, "w").write(log[:at] + entry + log[at:])
 
 
 if __name__ == "__main__":

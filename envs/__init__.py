@@ -7,6 +7,7 @@ Built-in envs are imported lazily by module path so that importing `envs` stays 
 from __future__ import annotations
 
 import importlib
+import logging
 from collections.abc import Callable
 
 from envs.base import Env, Message, StepResult
@@ -20,10 +21,15 @@ _BUILTIN = {
     "swe": "envs.swe:SWETaskEnv",
 }
 _REGISTRY: dict[str, Callable[..., Env]] = {}
+log = logging.getLogger("envs")
 
 
 def register_env(name: str):
     def deco(factory):
+        if name in _BUILTIN:
+            log.warning(
+                "env %r: the built-in (%s) is replaced by %s", name, _BUILTIN[name], factory.__qualname__
+            )
         _REGISTRY[name] = factory
         return factory
 

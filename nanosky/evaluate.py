@@ -1,13 +1,28 @@
-"""Held-out evaluation during training (`eval/*` tags) and the weight-sync probe."""
+"""Held-out evaluation during training (`eval/*` tags, `Evaluator` decides when) and the weight sync with its probe.
+
+evaluator = Evaluator(cfg, rollout, log, rank)
+if evaluator.due(step): acc = evaluator(step, version)     # --eval.every k; the run's close evaluates the end
+sync_weights(cfg, policy, engine, version, probe_ids)      # full tensors -> vLLM, then |trainer - engine| logprob
+"""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 import torch
 
 import envs
 from nanosky import dist
 from nanosky.rollout.chat import encode_conversation
+from nanosky.rollout.engine import StaleWeightsError
+from nanosky.seeds import derive_seed
+from nanosky.train.lora import iter_merged_params
 from nanosky.train.policy import token_logprobs
+
+if TYPE_CHECKING:
+    from nanosky.config import TrainConfig
+    from nanosky.logger import RunLogger
+    from nanosky.rollout.collect import Rollout
 
 
 def evaluate(rollout_fn, limit: int, n_samples: int) -> tuple[dict[str, float], list]:
@@ -52,3 +67,49 @@ def probe(model, engine, ids: list[int], device) -> dict[str, float]:
     lp_engine = engine.prompt_logprobs(ids).to(lp_train.device)
     d = (lp_train[0].double() - lp_engine).abs()
     return {"rollout/logprob_diff_mean": float(d.mean()), "rollout/logprob_diff_max": float(d.max())}
+
+
+def sync_weights(cfg: TrainConfig, policy, engine, version: int, probe_ids: list[int]) -> dict[str, float]:
+    """Push the policy's weights to the engine as `version`, then check with the probe that it serves them."""
+    if not cfg.debug.skip_sync:
+        engine.load_weights(iter_merged_params(policy), version)  # LoRA merged in; plain models as they are
+    else:
+        engine.version = version  # testing only: pretend; the probe below must catch it
+    m = probe(policy, engine, probe_ids, dist.get_info().device)
+    tol = cfg.probe.max_mean_diff or (1e-3 if engine.dtype == "float32" else 0.05)
+    if m["rollout/logprob_diff_mean"] > tol:
+        raise StaleWeightsError(
+            f"engine is serving stale weights: mean |Δlogp| {m['rollout/logprob_diff_mean']:.4g} "
+            f"> {tol} after sync to version {version}"
+        )
+    return m
+
+
+class Evaluator:
+    """The held-out eval of a training run: `limit` test episodes × `n_samples`, split across ranks."""
+
+    def __init__(self, cfg: TrainConfig, rollout: Rollout, log: RunLogger, rank: int):
+        self.cfg, self.rollout, self.log = cfg, rollout, log
+        # Same sampling seeds at every eval (common random numbers): accuracy changes come from the weights.
+        self.sample_seed = derive_seed(cfg.seed, "eval", rank)
+
+    def due(self, step: int) -> bool:
+        """`--eval.every k`: every k steps; step 0 and the last step are evaluated by the run's start and close."""
+        every = self.cfg.eval.every
+        return bool(every) and step % every == 0 and step != self.cfg.steps
+
+    def __call__(self, step: int, version: int) -> float:
+        """Evaluate, log `eval/*` and the eval rollouts at `step`; returns the accuracy (mean@n success)."""
+        cfg = self.cfg
+
+        def rollout_fn(seeds: list[int]) -> list:
+            return self.rollout.run(
+                cfg.env, cfg.env_args(), "test", seeds, version,
+                sample_seed=self.sample_seed, temperature=cfg.eval.temperature,
+            )  # fmt: skip
+
+        m, trajs = evaluate(rollout_fn, cfg.eval.limit, cfg.eval.n_samples)
+        self.log.scalars(step, m)
+        self.log.rollouts(step, trajs, self.rollout.tok, cfg.log.eval_samples, tag="eval")
+        self.log.print(f"step {step}: eval accuracy {m['eval/accuracy']:.3f}")
+        return m["eval/accuracy"]

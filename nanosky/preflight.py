@@ -117,7 +117,7 @@ def check_run_dir(run_dir: str) -> None:
 
 
 def check_resume(cfg: TrainConfig, world: int) -> None:
-    from nanosky.trainer import resume_checkpoint
+    from nanosky.train.checkpointer import resume_checkpoint
 
     try:
         resume_checkpoint(cfg, world)

@@ -1,8 +1,21 @@
-"""Shared fixtures: the bundled tiny model and a 1-rank process group (vLLM's external_launcher needs one)."""
+"""Shared fixtures (the bundled tiny model, a 1-rank process group, the engine) and the suite's three kinds:
+
+    tests/unit/         no vLLM, no torchrun: `make test-fast`, after every edit
+    tests/integration/  the real vLLM engine (the `engine` fixture), real sandboxes and SWE grading
+    tests/e2e/          torchrun over run.py or tests/scripts; every test here is marked slow
+
+`make test` runs all three, unit first, so a broken unit fails the run in seconds.
+"""
 
 import os
+import sys
+from pathlib import Path
 
 import pytest
+
+TESTS = Path(__file__).resolve().parent
+sys.path.insert(0, str(TESTS))  # the shared helpers (spawn, helpers_envs) for every test folder
+KINDS = ("unit", "integration", "e2e")
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -34,3 +47,16 @@ def engine(tiny_path, dist_info):
     from nanosky.rollout.engine import Engine, EngineConfig
 
     return Engine(EngineConfig(kv_cache_gib=1, seed=0), tiny_path, dist_info)
+
+
+def kind_of(path: Path) -> str:
+    rel = Path(path).resolve().relative_to(TESTS).parts
+    return rel[0] if len(rel) > 1 and rel[0] in KINDS else "unit"
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if kind_of(item.path) == "e2e":
+            item.add_marker(pytest.mark.slow)
+    # a stable sort: unit, then integration, then e2e, each in its collected order
+    items.sort(key=lambda item: KINDS.index(kind_of(item.path)))

@@ -161,9 +161,9 @@ class SWEEnv(Env):
     def action_grammar(self) -> str:
         """Every turn is one call of bash / str_replace_editor / submit (`--rollout.constrain-actions`). With
         `constrain_paths` the editor's path, for every command but create, is one that is in the work tree now
-        (made-up paths were a third of the failed calls under RL, README). With `constrain_old_str` too, a
+        (made-up paths were a third of the failed calls under RL, docs/experiments/swe.md). With `constrain_old_str` too, a
         str_replace's old_str is text that is in its file exactly once (an old_str with no match was the most
-        common failed call left, README)."""
+        common failed call left, docs/experiments/swe.md)."""
         paths = self.editor.tree_paths() if self.constrain_paths and self.workdir else None
         if paths is None:
             return tool_call_grammar(self.tools)

@@ -2,6 +2,7 @@
 
     rollout = Rollout(cfg.rollout, EngineBackend(engine, tok), pool, tok)
     trajs = rollout.run("math", {}, "train", seeds, version, groups=groups, sample_seed=s)
+    trajs, metrics = collect(cfg, rollout, step, version)     # a training step's global batch (+ DAPO's rounds)
 
 Each episode is a `PooledEnvTask` in this rank's env pool (a hung or crashing env costs its episode only); the
 `AgentRunner` plays them all at once, continuously, against the colocated engine (token-in/token-out). `metrics`
@@ -11,9 +12,19 @@ holds the last call's rollout throughput and the engine's busy share.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
+import torch
+
+import algos
+from nanosky import dist
 from nanosky.agent import AgentRunner, EngineBackend, PooledEnvTask, Trajectory
+from nanosky.seeds import derive_seed
+from nanosky.train.batch import gather_trajectories
+from nanosky.train.step_credit import action_spans
+
+if TYPE_CHECKING:
+    from nanosky.config import TrainConfig
 
 
 @dataclass(kw_only=True)
@@ -95,3 +106,57 @@ class Rollout:
             "rollout/engine_busy_frac": (self.backend.busy_s - busy0) / wall,
         }
         return trajs
+
+
+def collect(cfg: TrainConfig, rollout: Rollout, step: int, version: int) -> tuple[list[Trajectory], dict]:
+    """Generate this step's global batch (every rank's rollouts, gathered). With DAPO's dynamic sampling, more
+    rounds are generated until `filter_groups` keeps a full batch or `max_gen_rounds` is reached."""
+    info, a, P, n = dist.get_info(), cfg.algorithm, cfg.rollout.prompts_per_step, cfg.rollout.group_size
+    kept: list[Trajectory] = []
+    dropped: list[Trajectory] = []
+    rounds = a.max_gen_rounds if a.dynamic_sampling else 1
+    for rnd in range(rounds):
+        js = list(range(info.rank, P, info.world))
+        seeds = [derive_seed(cfg.seed, step, rnd, j) for j in js for _ in range(n)]
+        groups = [rnd * P + j for j in js for _ in range(n)]
+        sample_seed = derive_seed(cfg.seed, step, rnd, "sample", info.rank)
+        new = gather_trajectories(
+            rollout.run(cfg.env, cfg.env_args(), "train", seeds, version, groups, sample_seed)
+        )
+        if a.overlong_cache_len:
+            overlong_penalty(new, cfg.rollout.max_new_tokens, a.overlong_cache_len)
+        if not a.dynamic_sampling:
+            kept = new
+            break
+        k, d = filter_groups(new)
+        kept, dropped = kept + k, dropped + d
+        if len(kept) >= P * n:
+            rounds = rnd + 1
+            break
+    # Fixed batch size: truncate to P groups, or top up with dropped groups (zero advantage: no gradient signal).
+    batch = (kept + dropped)[: P * n]
+    return batch, {"train/dropped_groups": len(dropped) / n, "train/gen_rounds": rounds} | rollout.metrics
+
+
+def overlong_penalty(trajs: list[Trajectory], max_len: int, cache_len: int) -> None:
+    """DAPO's soft overlong punishment (`algos.overlong_penalty`), added to each reward, on the policy's own tokens
+    (not tool outputs): a turn that nears `max_len` (rollout.max_new_tokens, a per-turn cap) costs its episode; the
+    longest turn counts."""
+    longest = [max((b - a for a, b in action_spans(t.loss_mask)), default=0) for t in trajs]
+    pen = algos.overlong_penalty(torch.tensor(longest), max_len, cache_len)
+    for t, p in zip(trajs, pen.tolist()):
+        t.reward += p
+
+
+def filter_groups(trajs: list[Trajectory]) -> tuple[list[Trajectory], list[Trajectory]]:
+    """DAPO's dynamic sampling (`algos.group_has_signal`): (kept, dropped), whole groups each, in their order."""
+    if not trajs:
+        return [], []
+    keep = algos.group_has_signal([t.reward for t in trajs], [t.group for t in trajs]).tolist()  # [N]
+    by_group: dict[int, tuple[bool, list[Trajectory]]] = {}
+    for t, k in zip(trajs, keep):
+        by_group.setdefault(t.group, (k, []))[1].append(t)
+    kept, dropped = [], []
+    for k, g in by_group.values():
+        (kept if k else dropped).extend(g)
+    return kept, dropped

@@ -20,7 +20,7 @@ The `agent` variant (`--model.path tiny-agent`, what the webshop_lite / alfworld
 from scratch with its own 2,048-token BPE, on examples rendered as `--rollout.mode stepwise` prompts them: each turn of
 a noisy expert's episode (`step_noise` 0.25: a random admissible action in a quarter of the turns, so RL has
 headroom), with the admissible actions shown, and the loss on that turn's action. Two builds trained on the actions
-alone never copied entity names from the prompt (0 successes, README). What made copying emerge here: language
+alone never copied entity names from the prompt (0 successes, docs/experiments/tiny_models.md). What made copying emerge here: language
 modelling on the whole context as well (`lm_weight` 0.25: the room's receptacles are named in the observation and
 again in the action list), and past observations without their stale action lists (`stepwise.window`). Measured
 with `bench/agent_model_check.py` (T = 1, 20 held-out episodes): alfworld_lite success 0.05, 60 % admissible
@@ -38,7 +38,7 @@ own data: 400 whole expert episodes of `envs.make("swe")` (tools run for real), 
 built without the sandbox ((grep,) view, the fixing str_replace; the same turns the env shows), and drills that copy
 numbered view lines into an old_str. It views the bug's file first in 100 / 100 held-out level-1 tasks and writes
 the fix into a new_str in a third of them, but puts the memorised correct line (or some other line) into old_str
-instead of copying the buggy one from the view, so it resolves none (`bench/swe_model_check.py`, README). The
+instead of copying the buggy one from the view, so it resolves none (`bench/swe_model_check.py`, docs/experiments/tiny_models.md). The
 shipped `tiny-swe` is that build continued for 300 steps (5 min on 2 threads) on recovery turns: the recalled
 old_str fails, the editor's error quotes the closest lines with their numbers, and `replace_lines` rewrites them
 (`nanosky.tiny.swe_data`); it resolves 4 / 50 held-out level-1 tasks at T = 1:

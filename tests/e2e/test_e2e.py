@@ -5,11 +5,10 @@ import math
 import os
 import subprocess
 import sys
-import warnings
 
 import pytest
+from spawn import ROOT, child_env, scalars, torchrun
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REQUIRED_TAGS = [
     "train/reward_mean",
     "train/success_rate",
@@ -27,51 +26,6 @@ REQUIRED_TAGS = [
     "perf/tokens_per_s",
     "eval/accuracy",
 ]
-
-
-def child_env() -> dict:
-    """This process's environment minus the launcher variables a 1-rank test process group left behind (a child
-    run must start its own group, not join ours)."""
-    drop = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}
-    # a rank that aborts (SIGABRT / SIGSEGV) prints its Python stack, so a rare crash says where it happened
-    return {k: v for k, v in os.environ.items() if k not in drop} | {"PYTHONFAULTHANDLER": "1"}
-
-
-# A rare abort of one gloo rank (about 1 run in 50–100 of the 2-rank scripts on this box, twice over two sessions'
-# full suites; 0 in 31 reruns of the failing script) ends in C++ with this line; the test then runs once more.
-GLOO_ABORT = "terminate called without an active exception"
-
-
-def torchrun(
-    args: list[str], nproc: int = 2, timeout: int = 600, script: str = "run.py", retry_abort: bool = True
-) -> subprocess.CompletedProcess:
-    """`torchrun --standalone --nproc_per_node N script args...` from the repo root, in a clean launcher env.
-    A run that ends in GLOO_ABORT runs once more unless `retry_abort` is False (tests of failing runs)."""
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc_per_node",
-        str(nproc),
-        script,
-    ]
-    for attempt in (1, 2):
-        r = subprocess.run(
-            [*cmd, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=child_env()
-        )
-        if r.returncode == 0 or GLOO_ABORT not in r.stderr or attempt == 2 or not retry_abort:
-            return r
-        msg = f"a rank aborted ({GLOO_ABORT!r}); running once more. stderr:\n{r.stderr[-3000:]}"
-        warnings.warn(msg, stacklevel=2)
-
-
-def scalars(run_dir: str) -> dict[str, list[tuple[int, float]]]:
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    acc = EventAccumulator(run_dir)
-    acc.Reload()
-    return {t: [(e.step, e.value) for e in acc.Scalars(t)] for t in acc.Tags()["scalars"]}
 
 
 @pytest.fixture(scope="module")
@@ -143,7 +97,7 @@ def test_probe_catches_a_skipped_sync(tmp_path):
             "2",
             "--log.run-dir",
             str(tmp_path / "stale"),
-            "--probe.skip-sync",
+            "--debug.skip-sync",
             "--optim.lr",
             "3e-3",
         ],
@@ -167,7 +121,7 @@ def test_probe_catches_a_skipped_sync(tmp_path):
     ],
 )
 def test_bad_config_fails_at_startup_naming_the_field(args, field, capsys):
-    from nanosky.config import parse_args
+    from nanosky.cli import parse_args
 
     with pytest.raises(SystemExit) as e:
         parse_args(args, console=True)
@@ -176,7 +130,7 @@ def test_bad_config_fails_at_startup_naming_the_field(args, field, capsys):
 
 
 def test_algo_preset_and_overrides():
-    from nanosky.config import parse_args
+    from nanosky.cli import parse_args
 
     cfg = parse_args(
         ["--algo", "dapo", "--algorithm.clip-high", "0.3", "--rollout.group-size", "4"], console=False
@@ -202,7 +156,7 @@ def test_help_documents_every_flag():
         "--optim.packing",
         "--rollout.step-weight",
         "--eval.every",
-        "--probe.skip-sync",
+        "--debug.skip-sync",
     ):
         assert flag in r.stdout, flag
     assert "Samples per prompt" in r.stdout  # field docstrings become help text
@@ -223,9 +177,9 @@ def test_one_failing_rank_stops_the_whole_job_promptly(tmp_path):
             "4",
             "--log.run-dir",
             str(tmp_path / "fail"),
-            "--dist.fail-rank",
+            "--debug.fail-rank",
             "1",
-            "--dist.fail-step",
+            "--debug.fail-step",
             "2",
             "--dist.timeout-s",
             "600",
@@ -241,7 +195,7 @@ def test_one_failing_rank_stops_the_whole_job_promptly(tmp_path):
 
 def test_agent_env_without_preset_starts_from_its_preset():
     """`run.py --algo grpo --env tool_use` gets the tool model and budgets; --algo and explicit flags still win."""
-    from nanosky.config import parse_args
+    from nanosky.cli import parse_args
 
     cfg = parse_args(["--algo", "grpo", "--env", "tool_use"], console=False)
     assert cfg.env == "tool_use" and cfg.model.path == "tiny-tool" and cfg.algorithm.name == "grpo"

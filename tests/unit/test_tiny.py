@@ -74,7 +74,7 @@ def test_agent_variant_continues_from_a_model_with_a_longer_context(tmp_path):
     assert AutoModelForCausalLM.from_pretrained(agent).config.max_position_embeddings == 1024
     assert tok_a.model_max_length == 1024  # no "indexing errors" warning on prompts the model takes
     for shipped in ("tiny-agent", "tiny-swe", "tiny-tool", "tiny"):
-        d = Path(__file__).parents[1] / "nanosky" / "assets" / shipped
+        d = Path(__file__).parents[2] / "nanosky" / "assets" / shipped
         ctx = AutoConfig.from_pretrained(d).max_position_embeddings
         assert AutoTokenizer.from_pretrained(d).model_max_length == ctx, shipped
     # copy drills: the reply is the prompt

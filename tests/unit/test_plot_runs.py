@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from torch.utils.tensorboard import SummaryWriter
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))  # as `python bench/plot_runs.py` has it: its `launch` import
 spec = importlib.util.spec_from_file_location("plot_runs", ROOT / "bench" / "plot_runs.py")
 plot_runs = importlib.util.module_from_spec(spec)

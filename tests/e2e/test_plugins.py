@@ -5,8 +5,7 @@ import os
 import textwrap
 
 import pytest
-
-from tests.test_e2e import ROOT, child_env, scalars
+from spawn import ROOT, child_env, scalars
 
 PLUGIN = textwrap.dedent(
     '''
@@ -40,7 +39,7 @@ def plugin_dir(tmp_path, monkeypatch):
 
 
 def test_plugins_flag_makes_registered_names_valid(plugin_dir, monkeypatch):
-    from nanosky.config import parse_args
+    from nanosky.cli import parse_args
 
     monkeypatch.setenv("USER_PG_MARKER", str(plugin_dir / "marker"))
     args = ["--algorithm.policy-loss", "user_pg", "--algorithm.adv-estimator", "all_ones"]

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from test_e2e import ROOT, child_env, scalars
+from spawn import ROOT, child_env, scalars
 
 
 @pytest.mark.slow
@@ -167,7 +167,7 @@ def test_agent_env_presets_train(preset, tmp_path):
 def test_gigpo_trains_on_alfworld_lite_at_two_ranks(tmp_path):
     """`--algo gigpo` end to end in concat mode (the preset's step-wise mode runs in test_stepwise_rollout_trains):
     state keys from the env pool, step spans in concatenated rows, anchor metrics reduced over 2 ranks."""
-    from test_e2e import torchrun
+    from spawn import torchrun
 
     run_dir = str(tmp_path / "gigpo")
     small = (
@@ -191,7 +191,7 @@ def test_stepwise_rollout_trains(algo, nproc, tmp_path):
     """`--rollout.mode stepwise`: one row per turn from a 1-turn history window; the episode-view estimators (with
     KL-in-reward gathered over ranks: reinforce_pp), GiGPO over step rows, and GAE on the rows (ppo). The gigpo run
     also constrains its turns to the admissible actions (`--rollout.constrain-actions`)."""
-    from test_e2e import torchrun
+    from spawn import torchrun
 
     run_dir = str(tmp_path / algo)
     small = (
@@ -228,7 +228,7 @@ def test_swe_trains_at_two_ranks(tmp_path):
     """`--preset swe` end to end at 2 ranks: generated bug-fix tasks in the env pools (sandboxed bash, the editor,
     grading at submit), multi-turn rows, the env-step latency and its share logged. Constrained: every turn is one
     well-formed call, and the trainer scores the multi-turn rows under the grammar's masks as the engine did."""
-    from test_e2e import torchrun
+    from spawn import torchrun
 
     from envs.tools import parse_tool_calls
 

@@ -6,10 +6,10 @@ import subprocess
 import sys
 
 import pytest
-from test_e2e import ROOT, child_env
+from spawn import ROOT, child_env
 
 from nanosky import preflight
-from nanosky.config import parse_args
+from nanosky.cli import parse_args
 
 
 def _cfg(tmp_path, *flags):

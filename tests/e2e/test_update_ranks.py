@@ -4,9 +4,8 @@ import os
 
 import pytest
 import torch
-from test_e2e import torchrun
+from spawn import ROOT, torchrun
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "tests", "scripts", "update_step.py")
 
 
@@ -97,27 +96,6 @@ def test_skipping_zero_advantage_rows_keeps_the_gradient(tmp_path):
     assert max(v.abs().max().item() for v in zero.values()) == 0
     m = json.load(open(str(tmp_path / "d_2_4_token-mean_ppoequal=4.pt") + ".json"))
     assert m["skipped_rows_frac"] == 1.0 and m["pg_loss"] == 0.0  # still logged
-
-
-def test_skip_applies_only_where_it_is_exact():
-    import algos
-    from nanosky.train.update import OptimConfig, skips_exactly
-
-    on = OptimConfig()
-    assert skips_exactly(on, algos.preset("grpo"))
-    assert skips_exactly(on, algos.preset("gspo")) and skips_exactly(on, algos.preset("cispo"))
-    assert not skips_exactly(OptimConfig(skip_zero_adv=False), algos.preset("grpo"))
-    assert not skips_exactly(on, algos.preset("grpo", entropy_coef=0.01))  # the bonus reaches A = 0 rows
-    assert not skips_exactly(on, algos.preset("grpo", kl_coef=0.1))  # so does a KL loss term
-    assert skips_exactly(
-        on, algos.preset("grpo", kl_coef=0.1, kl_in_reward=True)
-    )  # ... but not KL in the reward
-
-    @algos.register_policy_loss("test_own_term")
-    def own(log_prob, old_log_prob, advantages, response_mask, cfg=None, weights=None):
-        return (log_prob * response_mask).sum(), {}
-
-    assert not skips_exactly(on, algos.preset("grpo", policy_loss="test_own_term"))
 
 
 @pytest.mark.slow

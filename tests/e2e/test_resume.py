@@ -16,7 +16,7 @@ import sys
 import time
 
 import pytest
-from test_e2e import ROOT, child_env, scalars, torchrun
+from spawn import ROOT, child_env, scalars, torchrun
 
 ARGS = ["--preset", "smoke", "--steps", "6", "--log.ckpt-every", "2", "--eval.limit", "8"]
 TAGS = ("train/pg_loss", "train/reward_mean", "train/response_len", "train/grad_norm")

@@ -1,8 +1,8 @@
-"""run.py's flags (nanosky.config.parse_args): env kwargs merged over a preset's, in both spellings."""
+"""run.py's flags (nanosky.cli.parse_args): env kwargs merged over a preset's, in both spellings."""
 
 import pytest
 
-from nanosky.config import parse_args
+from nanosky.cli import parse_args
 
 
 def _kw(*flags):

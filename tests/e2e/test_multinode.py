@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from test_e2e import ROOT, child_env
+from spawn import ROOT, child_env
 
 
 @pytest.mark.slow

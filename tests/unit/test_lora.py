@@ -1,11 +1,9 @@
 """nanosky.train.lora on the bundled tiny model (FSDP2, 1 rank in-process; 2 ranks via torchrun in the last test)."""
 
-import json
 import os
 
 import pytest
 import torch
-from test_e2e import torchrun
 
 from nanosky.train.checkpoint import load_checkpoint, save_checkpoint
 from nanosky.train.lora import (
@@ -20,7 +18,6 @@ from nanosky.train.lora import (
 )
 from nanosky.train.policy import load_model, token_logprobs
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CFG = LoraConfig(rank=4, alpha=8)
 
 
@@ -203,18 +200,3 @@ def test_checkpoint_holds_only_the_adapter(tiny_path, dist_info, tmp_path):
     load_checkpoint(path, model=model2, optimizer=opt2)
     a, b = dict(iter_merged_params(model)), dict(iter_merged_params(model2))
     assert all(torch.equal(a[k], b[k]) for k in a)
-
-
-def test_two_ranks_merged_sync(tmp_path):
-    """2 CPU ranks: sharded LoRA → merged stream matches the policy's logprobs; adapter checkpoint round trip."""
-    out = tmp_path / "out.json"
-    script = os.path.join(ROOT, "tests", "scripts", "ckpt_lora.py")
-    r = torchrun([str(out), str(tmp_path)], timeout=300, script=script)
-    assert r.returncode == 0, r.stderr[-3000:]
-    res = json.loads(out.read_text())
-    assert res["base_vs_policy"] > 1.0  # the adapters trained at lr 5e-2: ~20 nats away from the base
-    # Merged (W + s·BA) vs unmerged (Wx + s·B(Ax)) is fp32 rounding on logprobs of that size: measured 5e-6 to 1e-4
-    # from run to run (FSDP's gloo reductions make the training itself differ in the last bits).
-    assert res["merged_vs_policy"] < 1e-3
-    assert res["reload_max_diff"] == 0.0
-    assert res["adapter_vs_policy"] < 1e-5

@@ -18,7 +18,7 @@ from envs.swe.suite import build_suite
 from evals import swebench
 from evals.scripted import ScriptedServer
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # Lower layers first; a module may import its own layer and those before it.
 LAYERS = ["algos", "envs", "nanosky", "evals"]
 TOP = ["run.py", "bench", "examples", "tests"]  # the top layer: may import anything, imported by nothing

@@ -1,0 +1,71 @@
+"""What a training step logs: per-phase wall time and peak memory (`Phases`, with a heartbeat file per rank) and the
+step's scalars (`step_metrics`: rewards, advantages, turns, tools, env failures, throughput)."""
+
+from __future__ import annotations
+
+import os
+import time
+from contextlib import contextmanager
+
+from nanosky import dist
+from nanosky.agent import Trajectory
+from nanosky.agent.trajectory import env_step_stats
+from nanosky.train.batch import Batch
+from nanosky.train.update import train_perf
+
+
+class Phases:
+    """Per-phase wall time and peak memory, and a heartbeat line per rank (`run_dir/heartbeat.rank{r}`: where a hung
+    or killed job last was)."""
+
+    def __init__(self, run_dir: str, rank: int):
+        os.makedirs(run_dir, exist_ok=True)
+        self.beat = open(os.path.join(run_dir, f"heartbeat.rank{rank}"), "a", buffering=1)
+        self.rank, self.times, self.mem = rank, {}, {}
+
+    @contextmanager
+    def __call__(self, step: int, name: str):
+        self.beat.write(
+            f"{time.strftime('%H:%M:%S')} rank {self.rank} pid {os.getpid()} step {step} {name}\n"
+        )
+        t0 = time.perf_counter()
+        yield
+        self.times[name] = time.perf_counter() - t0
+        self.mem[name] = dist.memory_gib()
+
+    def metrics(self) -> dict[str, float]:
+        return {f"timing/{k}_s": v for k, v in self.times.items()} | {
+            f"memory/{k}_gib": v for k, v in self.mem.items()
+        }
+
+
+def step_metrics(
+    trajs: list[Trajectory], batch: Batch, times: dict[str, float], upd: dict[str, float], *,
+    envs_failed: int, version: int, n_params: int,
+) -> dict[str, float]:  # fmt: skip
+    """One step's scalars from its global batch `trajs`, this rank's `batch`, the phase `times` and the update's
+    metrics `upd`; `envs_failed` is this rank's env pool count (summed over ranks here)."""
+    n = len(trajs)
+    n_tok = sum(t.n_policy_tokens for t in trajs)
+    calls = sum(t.tool_calls for t in trajs)
+    adv = batch.advantages[batch.loss_mask > 0]  # [N] the trained tokens' advantages
+    return (
+        {
+            "train/reward_mean": sum(t.reward for t in trajs) / n,
+            "train/success_rate": sum(t.success for t in trajs) / n,
+            "train/response_len": n_tok / n,
+            "train/adv_mean": float(adv.mean()) if adv.numel() else 0.0,
+            "train/adv_std": float(adv.std()) if adv.numel() > 1 else 0.0,
+            "train/adv_min": float(adv.min()) if adv.numel() else 0.0,
+            "rollout/turns_mean": sum(t.turns for t in trajs) / n,
+            "envs/failed": dist.all_reduce_sum([float(envs_failed)])[0],
+            "tools/calls_per_traj": calls / n,
+            "tools/invalid_rate": sum(t.invalid_tool_calls for t in trajs) / max(1, calls),
+            "perf/tokens_per_s": n_tok / times["step"],
+            "perf/rollout_tokens_per_s": n_tok / times["generate"],
+            "version": version,
+        }
+        | {f"timing/{k}_s": v for k, v in times.items()}
+        | env_step_stats(trajs)
+        | train_perf(upd, n_params, times["train"])
+    )

@@ -1,0 +1,69 @@
+"""Each component decides its own schedule (torchtitan's `checkpointer.save(step, last_step=...)`): the evaluator
+and the checkpointer say when they are due; the loop only asks. Also the testing-only flags' new home."""
+
+import logging
+
+import pytest
+
+import algos
+from nanosky.cli import parse_args
+from nanosky.evaluate import Evaluator
+from nanosky.train.checkpointer import Checkpointer
+
+
+def _cfg(*flags):
+    return parse_args(["--preset", "smoke", *flags], console=False)
+
+
+def test_checkpointer_is_due_every_k_steps_but_leaves_the_last_to_close():
+    ck = Checkpointer(_cfg("--steps", "7", "--log.ckpt-every", "3"), None, None, None, None)
+    assert [s for s in range(1, 8) if ck.due(s)] == [3, 6]
+    ck = Checkpointer(_cfg("--steps", "6", "--log.ckpt-every", "3"), None, None, None, None)
+    assert [s for s in range(1, 7) if ck.due(s)] == [3]  # step 6 is the final checkpoint, written by close
+    assert not any(
+        Checkpointer(_cfg("--log.ckpt-every", "0"), None, None, None, None).due(s) for s in range(9)
+    )
+
+
+def test_evaluator_is_due_every_k_steps_but_not_at_the_last():
+    ev = Evaluator(_cfg("--steps", "10", "--eval.every", "5"), None, None, rank=0)
+    assert [s for s in range(1, 11) if ev.due(s)] == [5]
+    assert not any(Evaluator(_cfg("--eval.every", "0"), None, None, rank=0).due(s) for s in range(1, 9))
+
+
+@pytest.mark.parametrize(
+    "old,new",
+    [("--probe.skip-sync", "--debug.skip-sync"), ("--dist.fail-rank", "--debug.fail-rank"),
+     ("--dist.fail_step=2", "--debug.fail-step")],
+)  # fmt: skip
+def test_testing_only_flags_moved_under_debug(old, new):
+    with pytest.raises(SystemExit, match=new):
+        _cfg(old, *([] if "=" in old else ["1"]))
+    cfg = _cfg("--debug.skip-sync", "--debug.fail-rank", "1", "--debug.fail-step", "2")
+    assert (cfg.debug.skip_sync, cfg.debug.fail_rank, cfg.debug.fail_step) == (True, 1, 2)
+    assert not hasattr(cfg.probe, "skip_sync") and not hasattr(cfg.dist, "fail_rank")
+
+
+def test_replacing_a_builtin_name_logs_a_warning(caplog):
+    import envs
+
+    builtin = algos.get_policy_loss("cispo")
+    try:
+        with caplog.at_level(logging.WARNING):
+            algos.register_policy_loss("cispo")(lambda *a, **k: None)
+        assert "policy loss 'cispo': the built-in is replaced" in caplog.text
+        caplog.clear()
+        with caplog.at_level(logging.WARNING):  # a user's own name, registered again: no warning
+            algos.register_policy_loss("test_user_twice")(lambda *a, **k: None)
+            algos.register_policy_loss("test_user_twice")(lambda *a, **k: None)
+        assert not caplog.text
+        with caplog.at_level(logging.WARNING):
+            envs.register_env("tool_use")(lambda split, seed, **kw: None)
+        assert "env 'tool_use': the built-in" in caplog.text
+    finally:
+        algos.register_policy_loss("cispo", zero_at_zero_adv=True)(builtin)
+        envs._REGISTRY.pop("tool_use", None)
+    assert (
+        algos.get_policy_loss("cispo") is builtin
+        and algos.registry.POLICY_LOSSES.meta("cispo")["zero_at_zero_adv"]
+    )
