@@ -14,7 +14,7 @@ import torch
 import envs
 from nanosky import dist
 from nanosky.rollout.chat import encode_conversation
-from nanosky.rollout.engine import StaleWeightsError
+from nanosky.rollout.engine import StaleWeightsError, held_back
 from nanosky.seeds import derive_seed
 from nanosky.train.lora import iter_merged_params
 from nanosky.train.policy import token_logprobs
@@ -77,10 +77,11 @@ def sync_weights(cfg: TrainConfig, policy, engine, version: int, probe_ids: list
         engine.version = version  # testing only: pretend; the probe below must catch it
     m = probe(policy, engine, probe_ids, dist.get_info().device)
     tol = cfg.probe.max_mean_diff or (1e-3 if engine.dtype == "float32" else 0.05)
+    warned = held_back()  # vLLM's "Failed to load weights" lines of this sync: the probe decides
     if m["rollout/logprob_diff_mean"] > tol:
         raise StaleWeightsError(
             f"engine is serving stale weights: mean |Δlogp| {m['rollout/logprob_diff_mean']:.4g} "
-            f"> {tol} after sync to version {version}"
+            f"> {tol} after sync to version {version}" + "".join(f"\n  vLLM: {w}" for w in warned)
         )
     return m
 

@@ -32,9 +32,10 @@ from nanosky.rollout.envpool import EnvPool, InProcessPool, make_pool
 from nanosky.rollout.stepwise import assign_advantages, split_rows
 from nanosky.rollout.stepwise import samples as stepwise_samples
 from nanosky.stop import GracefulStop, resume_command
+from nanosky.train import packing
 from nanosky.train.batch import Batch, compute_advantages, split_groups, to_batch, token_rewards
 from nanosky.train.checkpointer import Checkpointer
-from nanosky.train.critic import Critic, CriticUpdate, forward_values, load_critic
+from nanosky.train.critic import Critic, CriticUpdate, critic_forward, forward_values, load_critic
 from nanosky.train.lora import check_platform, load_lora_model
 from nanosky.train.policy import load_model
 from nanosky.train.step_credit import anchor_metrics, step_info
@@ -85,6 +86,10 @@ def build(cfg: TrainConfig) -> Run:
     tok = AutoTokenizer.from_pretrained(path)
     check_platform(cfg.lora, info.device.type)  # e.g. QLoRA on CPU fails here, not at step 1
     policy = load_lora_model(path, cfg.lora, info) if cfg.lora.enabled else load_model(path, info)
+    # Every trainer model is built before the engine: vLLM's Transformers backend rewrites transformers classes in
+    # place when it starts, and the trainer's models hold private copies of theirs (`private_classes`).
+    ref = load_model(path, info, trainable=False) if cfg.algorithm.needs_ref else None  # the starting policy
+    critic = load_critic(path, info) if cfg.algorithm.needs_critic else None
     engine = Engine(cfg.engine, path, info, log_path=os.path.join(cfg.run_dir, "engine.log"))
     pool = make_pool(cfg.envpool.workers, cfg.envpool.step_timeout_s)
     rollout = Rollout(cfg.rollout, EngineBackend(engine, tok), pool, tok)
@@ -101,14 +106,13 @@ def build(cfg: TrainConfig) -> Run:
         log=log,
         evaluator=Evaluator(cfg, rollout, log, info.rank),
         probe_ids=probe_sequence(tok, cfg.env, cfg.env_args()),
+        ref=ref,
+        critic=critic,
+        critic_update=CriticUpdate(cfg.optim, cfg.algorithm, critic) if critic is not None else None,
         masker=ChoiceMasker(tok, policy.config.vocab_size) if cfg.rollout.constrain_actions else None,
     )
-    if cfg.algorithm.needs_ref:  # frozen copy of the starting policy (the base model when training LoRA)
-        run.ref = load_model(path, info, trainable=False)
-    if cfg.algorithm.needs_critic:
-        run.critic = load_critic(path, info)
-        run.critic_update = CriticUpdate(cfg.optim, cfg.algorithm, run.critic)
     run.ckpt = Checkpointer(cfg, info, tok, policy, run.update, run.critic, run.critic_update)
+    check_packing(run)
     run.log.write_json("config.json", dataclasses.asdict(cfg))
     P, n, r = cfg.rollout.prompts_per_step, cfg.rollout.group_size, cfg.rollout
     run.n_params = sum(p.numel() for p in policy.parameters())
@@ -126,6 +130,22 @@ def build(cfg: TrainConfig) -> Run:
     # The engine loaded the checkpoint from disk; push the trainer's weights anyway so the probe checks a real sync.
     run.log.scalars(run.step, sync_weights(cfg, policy, run.engine, run.version, run.probe_ids))
     return run
+
+
+def check_packing(run: Run) -> None:
+    """Packing is checked once, at build, on every model that will see packed rows: packed equals unpacked on a
+    probe longer than any sliding window. Otherwise the run trains on unpacked rows (exact), saying why in one line."""
+    if run.cfg.optim.packing == "none":
+        return
+    tol = 0.1 if run.info.is_cuda else 1e-4  # bf16 compute on GPU; a missed window or soft-cap costs far more
+    models = ((run.policy, packing.lm_forward), (run.ref, packing.lm_forward), (run.critic, critic_forward))
+    try:
+        for model, forward in models:
+            if model is not None:
+                packing.verify(model, forward(model), tol)
+    except packing.PackingUnsupported as e:
+        run.log.print(f"nanosky: {e}; this run uses --optim.packing none (exact, slower)")
+        run.cfg.optim.packing = "none"
 
 
 def prepare(run: Run, trajs: list[Trajectory]) -> tuple[Batch, dict[str, float]]:

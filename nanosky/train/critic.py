@@ -16,7 +16,7 @@ from algos import AlgoConfig
 from nanosky import dist
 from nanosky.train import packing
 from nanosky.train.batch import Batch
-from nanosky.train.policy import shard_model
+from nanosky.train.policy import attn_implementation, shard_model
 from nanosky.train.update import (
     OptimConfig,
     grad_norm_and_clip,
@@ -32,7 +32,10 @@ class Critic(nn.Module):
         super().__init__()
         from transformers import AutoModel
 
-        self.model = AutoModel.from_pretrained(path, dtype=torch.float32)  # backbone: `.layers` like the LM
+        # the backbone: `.layers` like the LM, with the policy's attention implementation
+        self.model = AutoModel.from_pretrained(
+            path, dtype=torch.float32, attn_implementation=attn_implementation(path)
+        )
         self.value_head = nn.Linear(self.model.config.hidden_size, 1)
         # Start at V ≈ 0 so the first advantages are the raw returns, not noise from a random head.
         nn.init.zeros_(self.value_head.weight)
@@ -41,12 +44,12 @@ class Critic(nn.Module):
     def forward(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor | None = None
     ) -> torch.Tensor:
-        """Padded rows (2-D mask): values [B, L-1]. Packed rows (4-D mask, `nanosky.train.packing`): every position's
-        value [R, Lp], for `Packed.gather`."""
+        """Padded rows (2-D mask): values [B, L-1]. Packed rows (a 4-D mask, or one per attention kind:
+        `nanosky.train.packing.attention_mask`): every position's value [R, Lp], for `Packed.gather`."""
         h = self.model(
             input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids
         ).last_hidden_state  # [B, L, H]
-        if attention_mask.dim() == 2:
+        if isinstance(attention_mask, torch.Tensor) and attention_mask.dim() == 2:
             h = h[:, :-1]
         return self.value_head(h).squeeze(-1).float()
 
@@ -57,8 +60,13 @@ def values(critic: Critic, m: Batch, optim: OptimConfig) -> tuple[torch.Tensor, 
     if optim.packing == "none":
         return critic(ids, att), T
     p = pack_batch(m, T, optim)
-    packing.check_attention(critic)
-    return p.gather(critic(p.input_ids, p.attention_mask, p.position_ids)), T
+    return p.gather(critic(p.input_ids, packing.attention_mask(critic.model, p), p.position_ids)), T
+
+
+def critic_forward(critic: Critic):
+    """The critic's per-token values, the output `packing.verify` compares (through the FSDP root, which gathers
+    the shards): [R, Lp] packed, [1, L-1] for one padded row."""
+    return lambda ids, mask, pos: critic(ids, mask, pos)
 
 
 def load_critic(path: str, info: dist.DistInfo) -> Critic:

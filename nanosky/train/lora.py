@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import importlib.util
 import json
+import logging
 import os
 import re
 from collections.abc import Iterator
@@ -24,13 +25,14 @@ import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 
 from nanosky.dist import DistInfo
-from nanosky.train.policy import shard_model
+from nanosky.train.policy import attn_implementation, decoder_layers, shard_model
 
 ALL_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 _ADAPTER = "default"  # peft's name for the single adapter we train
 _PEFT_PREFIX = "base_model.model."  # PeftModel state_dict keys = this + the base model's keys
 _LORA_KEY = re.compile(r"^(.*)\.(lora_A|lora_B)\.([^.]+)\.weight$")
 _BASE_KEY = re.compile(r"^(.*)\.base_layer\.(.+)$")
+log = logging.getLogger("nanosky")
 
 
 @dataclass(kw_only=True)
@@ -42,7 +44,9 @@ class LoraConfig:
     dropout: float = 0.0
     """Dropout on the adapter input (only active in train mode)."""
     target_modules: tuple[str, ...] = ALL_LINEAR
-    """Module names that get adapters."""
+    """Module names that get adapters. The default means every linear layer of the decoder blocks, whatever the
+    architecture calls them (Phi-3's fused qkv_proj / gate_up_proj too); a list of your own is checked at start-up:
+    a name that matches no module is refused, and linear layers it leaves out are named in a warning."""
     qlora: bool = False
     """Quantise the frozen base to 4-bit NF4 (needs CUDA + bitsandbytes)."""
 
@@ -78,6 +82,36 @@ def check_platform(cfg: LoraConfig, device_type: str) -> None:
 
 
 # ---- build ---------------------------------------------------------------------------------------------------
+def block_linears(model) -> dict[str, list[str]]:
+    """The linear layers inside the decoder blocks, by leaf name -> their full names (the output head and the
+    embeddings are never adapted)."""
+    layers = decoder_layers(model)
+    out: dict[str, list[str]] = {}
+    for i, layer in enumerate(layers):
+        for name, m in layer.named_modules():
+            if isinstance(m, torch.nn.Linear) and name:
+                out.setdefault(name.split(".")[-1], []).append(f"{i}.{name}")
+    return out
+
+
+def resolve_targets(model, cfg: LoraConfig) -> list[str]:
+    """The leaf names to adapt on this architecture: with the default, every linear layer of the decoder blocks;
+    otherwise `cfg.target_modules`, refused if one matches nothing, with a warning for the linear layers left out."""
+    linears = block_linears(model)
+    if tuple(cfg.target_modules) == ALL_LINEAR:
+        return sorted(linears)
+    unknown = [t for t in cfg.target_modules if t not in linears]
+    if unknown:
+        raise ValueError(
+            f"lora.target_modules: {unknown} match no linear layer of {type(model).__name__}'s decoder blocks; "
+            f"its linear layers are {sorted(linears)}"
+        )
+    left = sorted(set(linears) - set(cfg.target_modules))
+    if left:
+        log.warning("lora.target_modules leaves these linear layers without adapters: %s", left)
+    return list(cfg.target_modules)
+
+
 def apply_lora(model, cfg: LoraConfig):
     """Wrap an unsharded HF causal LM with peft adapters; only adapter parameters stay trainable. rank 0 = no-op."""
     if not cfg.enabled:
@@ -90,7 +124,7 @@ def apply_lora(model, cfg: LoraConfig):
         r=cfg.rank,
         lora_alpha=cfg.alpha,
         lora_dropout=cfg.dropout,
-        target_modules=list(cfg.target_modules),
+        target_modules=resolve_targets(model, cfg),
         bias="none",
         task_type="CAUSAL_LM",
     )
@@ -107,12 +141,12 @@ def load_lora_model(path: str, cfg: LoraConfig, info: DistInfo):
     from transformers import AutoModelForCausalLM
 
     check_platform(cfg, info.device.type)
-    kw: dict = {"dtype": torch.float32}
+    kw: dict = {"dtype": torch.float32, "attn_implementation": attn_implementation(path)}
     if cfg.qlora:
         from transformers import BitsAndBytesConfig
 
         # bf16 quant storage: FSDP2 shards the packed 4-bit weights as bf16 tensors like every other parameter.
-        kw = {
+        kw |= {
             "dtype": torch.bfloat16,
             "device_map": {"": info.device},
             "quantization_config": BitsAndBytesConfig(
@@ -156,15 +190,20 @@ def iter_merged_params(model) -> Iterator[tuple[str, torch.Tensor]]:
     `load_weights` expects); adapter keys are consumed, never yielded. The training model is not modified. Collective:
     each sharded tensor is all-gathered, so every rank must consume the iterator in the same order. The scaling is
     read from the layer peft built (alpha / rank, or rsLoRA's), so the merge matches the forward by construction.
+    A tied output projection (`tie_word_embeddings`) is never yielded: it is the embedding, which is, and vLLM's
+    models of tied families (Gemma 2, ...) have no `lm_head` to load it into.
     """
     is_peft = hasattr(model, "peft_config")
     modules = dict(base_model(model).named_modules())
+    tied = bool(getattr(model.config, "tie_word_embeddings", False))
     pending: dict[
         str, dict[str, torch.Tensor]
     ] = {}  # LoRA module → {"weight", "lora_A", "lora_B"}, until complete
     for key, t in model.state_dict().items():  # same order on every rank
-        t = _full(t)
         name = key.removeprefix(_PEFT_PREFIX) if is_peft else key
+        if tied and name == "lm_head.weight":
+            continue  # every rank skips it: the all-gathers stay in step
+        t = _full(t)
         if m := _LORA_KEY.match(name):
             mod, part, adapter = m.groups()
             if adapter != _ADAPTER:

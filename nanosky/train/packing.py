@@ -140,17 +140,111 @@ def _ancestor_mask(owner: torch.Tensor, depth: torch.Tensor, lcps: list[int]) ->
     return (owner[None, :] <= a_owner) & (a_owner <= last[None, :]) & (depth[None, :] <= a_depth)
 
 
+SLIDING, FULL = "sliding_attention", "full_attention"
+
+
+class PackingUnsupported(ValueError):
+    """A model whose packed forward would not equal its unpacked one (the run falls back to --optim.packing none)."""
+
+
+def model_config(model):
+    """The HF config of a causal LM (peft too) or of the critic's backbone."""
+    return getattr(model, "config", None) or model.model.config
+
+
+def attention_kinds(cfg) -> tuple[list[str], int | None]:
+    """Each decoder layer's attention kind (`full_attention` / `sliding_attention`) and the sliding window. Models
+    with mixed layers (Gemma 2 / 3) list them in `layer_types`; one with a window and no list (Mistral) slides in
+    every layer; Qwen2's window counts only with `use_sliding_window`."""
+    window = getattr(cfg, "sliding_window", None)
+    if getattr(cfg, "use_sliding_window", True) is False:
+        window = None
+    n = getattr(cfg, "num_hidden_layers", 0)
+    kinds = list(getattr(cfg, "layer_types", None) or ([SLIDING if window else FULL] * n))
+    if window is None:
+        kinds = [FULL if k == SLIDING else k for k in kinds]
+    return kinds, window
+
+
 def check_attention(model) -> None:
-    """Packing needs SDPA: eager attention would add the boolean mask as numbers, and flash attention takes no 4-D
-    mask, so either would silently compute the wrong thing."""
-    cfg = (
-        getattr(model, "config", None) or model.model.config
-    )  # a causal LM (peft too) or the critic's backbone
+    """Packing needs SDPA (a boolean 4-D mask) or eager attention (an additive one, `attention_mask` makes it), and
+    attention kinds it can mask: full, or sliding with the window in the mask. Flash attention takes no 4-D mask
+    and other kinds (chunked, linear, ...) would compute the wrong thing silently, so they are refused."""
+    cfg = model_config(model)
     impl = getattr(cfg, "_attn_implementation", "sdpa")
-    if impl != "sdpa":
-        raise ValueError(
-            f"optim.packing needs attn_implementation 'sdpa', the model uses {impl!r}: use --optim.packing none"
+    if impl not in ("sdpa", "eager"):
+        raise PackingUnsupported(
+            f"optim.packing needs attn_implementation 'sdpa' or 'eager', the model uses {impl!r}: "
+            "use --optim.packing none"
         )
+    odd = sorted(set(attention_kinds(cfg)[0]) - {FULL, SLIDING})
+    if odd:
+        raise PackingUnsupported(
+            f"optim.packing cannot mask {odd} attention layers: use --optim.packing none"
+        )
+
+
+def attention_mask(model, p: Packed) -> torch.Tensor | dict[str, torch.Tensor]:
+    """The mask a packed forward passes: the trie's ancestor mask [R, 1, Lp, Lp], with each sliding layer's window
+    applied along the token's own path (position ids restart per branch, so q − k is the distance within the
+    sequence; HF's window admits q − k < window). Mixed layers get one mask per kind, as Gemma's forward takes
+    them ({"full_attention": ..., "sliding_attention": ...}); transformers hands a 4-D mask to SDPA as it is,
+    so without this a sliding layer would attend across its whole window."""
+    cfg = model_config(model)
+    kinds, window = attention_kinds(cfg)
+    # eager attention adds its mask to the scores: 0 where allowed, the most negative float elsewhere
+    form = (lambda m: m) if getattr(cfg, "_attn_implementation", "sdpa") != "eager" else _additive
+    if SLIDING not in kinds:
+        return form(p.attention_mask)
+    dist_ = p.position_ids[:, :, None] - p.position_ids[:, None, :]  # [R, Lp, Lp] q - k
+    slide = p.attention_mask & (dist_ < window)[:, None]  # [R, 1, Lp, Lp]
+    if set(kinds) == {SLIDING}:
+        return form(slide)
+    return {FULL: form(p.attention_mask), SLIDING: form(slide)}
+
+
+def _additive(mask: torch.Tensor) -> torch.Tensor:
+    """[R, 1, Lp, Lp] bool -> float: 0 where attending, float32's min elsewhere (as transformers' eager masks)."""
+    out = torch.zeros(mask.shape, dtype=torch.float32, device=mask.device)
+    return out.masked_fill(~mask, torch.finfo(torch.float32).min)
+
+
+def verify(model, forward, tol: float) -> float:
+    """Packed vs unpacked on a probe batch: three random sequences sharing a prefix, longer than the sliding window
+    (up to the model's context), so a window the mask missed, or a soft-cap, embedding scale or norm the packed path
+    skips, shows. `forward(ids, mask, position_ids) -> [R, L, ...]` is the per-token output under test (log-probs,
+    values). Returns the largest |difference|; raises PackingUnsupported above `tol`. Collective under FSDP: every
+    rank runs it on the same probe."""
+    check_attention(model)
+    cfg = model_config(model)
+    window = attention_kinds(cfg)[1]
+    n = min(getattr(cfg, "max_position_embeddings", 256), max(48, (window or 0) + 24))
+    device = next(model.parameters()).device
+    g = torch.Generator().manual_seed(0)
+    prefix = torch.randint(3, cfg.vocab_size, (n // 2,), generator=g).tolist()
+    seqs = [
+        prefix + torch.randint(3, cfg.vocab_size, (n - n // 2 - k,), generator=g).tolist() for k in (0, 3, 7)
+    ]
+    p = pack(seqs, T=n - 1, device=device)
+    worst = 0.0
+    with torch.no_grad():
+        packed = p.gather(forward(p.input_ids, attention_mask(model, p), p.position_ids))  # [B, T, ...]
+        for i, s in enumerate(seqs):
+            ids = torch.tensor([s], device=device)
+            out = forward(ids, torch.ones_like(ids), None)[0, : len(s) - 1]  # [len - 1, ...]
+            worst = max(worst, float((packed[i, : len(s) - 1].float() - out.float()).abs().max()))
+    if worst > tol:
+        raise PackingUnsupported(
+            f"packed and unpacked forwards differ by {worst:.3g} (> {tol}) on {type(model).__name__}"
+        )
+    return worst
+
+
+def lm_forward(model):
+    """The causal LM's log-probs [R, L, V], the per-token output `verify` compares."""
+    return lambda ids, mask, pos: torch.log_softmax(
+        model(input_ids=ids, attention_mask=mask, position_ids=pos).logits.float(), -1
+    )
 
 
 def logprobs(
@@ -169,7 +263,7 @@ def logprobs(
     after a ~250-token prompt, and the [V]-wide head and softmax on every prompt token cost ~10 % of the train
     phase there (bench/train_phase.py). `allowed` (positions [N, 2], bitmasks [N, W]): constrained positions, scored
     under their masks (`nanosky.rollout.constrain`); they must be kept positions."""
-    check_attention(model)
+    check_attention(model)  # cheap; the full check (`verify`) ran at build
     kw, col, valid = {}, p.pos, p.valid
     if keep is not None:
         valid = p.valid & keep
@@ -179,7 +273,9 @@ def logprobs(
         lut = torch.zeros(p.input_ids.shape[1], dtype=torch.long, device=p.pos.device)
         lut[cols] = torch.arange(len(cols), device=p.pos.device)
         kw, col = {"logits_to_keep": cols}, lut[p.pos]  # [B, T] index into the kept columns
-    out = model(input_ids=p.input_ids, position_ids=p.position_ids, attention_mask=p.attention_mask, **kw)
+    out = model(
+        input_ids=p.input_ids, position_ids=p.position_ids, attention_mask=attention_mask(model, p), **kw
+    )
     logits = out.logits.float()  # [R, Lp or K, V]
     if temperature != 1.0:
         logits = logits / temperature

@@ -25,11 +25,41 @@ class ModelConfig:
     arguments and tool outputs); all built on first use if missing, no network."""
 
 
+def private_classes(model: torch.nn.Module) -> torch.nn.Module:
+    """Give the model's inner transformers modules classes of their own, which vLLM never sees.
+
+    vLLM serves OLMo 2, Phi, GPT-NeoX, Starcoder2, ... through its Transformers backend, which rewrites transformers'
+    decoder class in place when the engine starts (new bases, `__init__`, `__call__`): a trainer model of that class
+    then breaks at its next forward ("no attribute 'do_not_compile'"). Each inner `PreTrainedModel` (the decoder
+    under a causal LM, the critic's backbone) becomes an instance of a same-named copy of its class, with the same
+    methods; call this before the engine is built. The root keeps its class (FSDP subclasses it)."""
+    from transformers import PreTrainedModel
+
+    for m in list(model.modules())[1:]:
+        if isinstance(m, PreTrainedModel) and not getattr(type(m), "_nanosky_private", False):
+            cls = type(m)
+            ns = {k: v for k, v in vars(cls).items() if k not in ("__dict__", "__weakref__")}
+            m.__class__ = type(cls.__name__, cls.__bases__, ns | {"_nanosky_private": True})
+    return model
+
+
+def attn_implementation(path: str) -> str:
+    """SDPA, except where transformers' SDPA computes something other than the model: its SDPA path drops attention
+    logit soft-capping (Gemma 2; measured on a tiny Gemma 2: 0.014 max |Δlogp| against eager), which vLLM applies.
+    Those models train with eager attention (`packing` then passes an additive mask)."""
+    from transformers import AutoConfig
+
+    cfg = AutoConfig.from_pretrained(path)
+    return "eager" if getattr(cfg, "attn_logit_softcapping", None) else "sdpa"
+
+
 def load_model(path: str, info: DistInfo, trainable: bool = True):
     from transformers import AutoModelForCausalLM
 
     # fp32 master weights everywhere; on GPU the FSDP mixed-precision policy computes in bf16.
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(
+        path, dtype=torch.float32, attn_implementation=attn_implementation(path)
+    )
     model.config.use_cache = False
     if not trainable:
         model.requires_grad_(False)
@@ -50,6 +80,7 @@ def shard_model(model, info: DistInfo, reshard_after_forward: bool | None = None
     (frozen and trainable parameters share the per-layer groups). Resharding after forward (ZeRO-3) saves memory on
     big models; the default keeps small models (< 1B params) gathered between forward and backward (ZeRO-2-like),
     which halves the all-gathers per micro-batch."""
+    private_classes(model)  # before any engine starts: immune to vLLM's in-place class rewrite
     mesh = torch.distributed.device_mesh.init_device_mesh(info.device.type, (info.world,))
     mp = (
         MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if info.is_cuda else None

@@ -218,10 +218,31 @@ def test_a_rank_with_fewer_micro_batches_splits_then_pads(monkeypatch):
     assert sum(1 for mb in plan if not mb) == 2
 
 
-def test_packing_refuses_attention_without_4d_masks(tiny_path):
+def test_packing_takes_eager_attention_with_an_additive_mask_and_refuses_others(tiny_path):
+    """Eager attention adds its mask to the scores: the boolean trie mask becomes 0 / -inf, and eager equals SDPA.
+    Attention that takes no 4-D mask (flash) or kinds packing cannot mask are refused, naming the fallback."""
+    from types import SimpleNamespace
+
     from transformers import AutoModelForCausalLM
 
+    sdpa = AutoModelForCausalLM.from_pretrained(tiny_path, dtype=torch.float32)
     eager = AutoModelForCausalLM.from_pretrained(tiny_path, dtype=torch.float32, attn_implementation="eager")
-    p = packing.pack([[5, 6, 7], [5, 6, 8]], T=2)
+    seqs = [[5, 6, 7, 9, 11], [5, 6, 8], [5, 6, 7, 10]]
+    p = packing.pack(seqs, T=4)
+    assert packing.attention_mask(eager, p).dtype == torch.float32
+    with torch.no_grad():
+        a, _ = packing.logprobs(sdpa, p)
+        b, _ = packing.logprobs(eager, p)
+    assert (a - b).abs().max() < 1e-5 and a.abs().max() > 0.1
+    flash = SimpleNamespace(
+        config=SimpleNamespace(_attn_implementation="flash_attention_2", num_hidden_layers=2)
+    )
     with pytest.raises(ValueError, match="--optim.packing none"):
-        packing.logprobs(eager, p)
+        packing.check_attention(flash)
+    chunked = SimpleNamespace(
+        config=SimpleNamespace(
+            _attn_implementation="sdpa", layer_types=["chunked_attention"], sliding_window=None
+        )
+    )
+    with pytest.raises(ValueError, match="chunked_attention"):
+        packing.check_attention(chunked)

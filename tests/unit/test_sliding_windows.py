@@ -1,0 +1,41 @@
+"""Sliding-window attention under prefix packing: each sliding layer gets its window in the packed mask (Mistral:
+every layer; Gemma 2 / 3: per layer kind), so packed equals unpacked. Without it, packed rows attend across the
+whole window and the logprobs are silently wrong: the test shows that difference too, so it can fail."""
+
+import pytest
+import torch
+from families import build
+
+from nanosky.train import packing
+from nanosky.train.policy import attn_implementation
+
+
+@pytest.mark.parametrize("family", ["mistral_swa", "gemma2", "gemma3"])
+def test_packing_applies_each_layers_window(family, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    path = build(family, str(tmp_path))
+    model = AutoModelForCausalLM.from_pretrained(
+        path, dtype=torch.float32, attn_implementation=attn_implementation(path)
+    )
+    kinds, window = packing.attention_kinds(model.config)
+    assert window == 16 and packing.SLIDING in kinds
+    forward = packing.lm_forward(model)
+    assert packing.verify(model, forward, tol=1e-5) < 1e-5  # packed == unpacked, sequences of 48 > 16 tokens
+
+    g = torch.Generator().manual_seed(3)
+    seqs = [torch.randint(3, 500, (40,), generator=g).tolist() for _ in range(2)]
+    p = packing.pack(seqs, T=39)
+    with torch.no_grad():
+        ignored = p.gather(forward(p.input_ids, p.attention_mask, p.position_ids))  # the trie mask, no window
+        right = p.gather(forward(p.input_ids, packing.attention_mask(model, p), p.position_ids))
+        plain = forward(torch.tensor(seqs), torch.ones(2, 40, dtype=torch.long), None)[:, :39]
+    assert (right - plain).abs().max() < 1e-5
+    assert (ignored - plain).abs().max() > 1e-2  # what packing computed before: wrong past the window
+
+
+def test_soft_capped_attention_trains_eager(tmp_path):
+    """transformers' SDPA path drops attention soft-capping (Gemma 2), which vLLM applies: such models load eager."""
+    assert attn_implementation(build("gemma2", str(tmp_path))) == "eager"
+    assert attn_implementation(build("gemma3", str(tmp_path))) == "sdpa"
+    assert attn_implementation(build("llama", str(tmp_path))) == "sdpa"
