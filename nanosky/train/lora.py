@@ -190,20 +190,15 @@ def iter_merged_params(model) -> Iterator[tuple[str, torch.Tensor]]:
     `load_weights` expects); adapter keys are consumed, never yielded. The training model is not modified. Collective:
     each sharded tensor is all-gathered, so every rank must consume the iterator in the same order. The scaling is
     read from the layer peft built (alpha / rank, or rsLoRA's), so the merge matches the forward by construction.
-    A tied output projection (`tie_word_embeddings`) is never yielded: it is the embedding, which is, and vLLM's
-    models of tied families (Gemma 2, ...) have no `lm_head` to load it into.
     """
     is_peft = hasattr(model, "peft_config")
     modules = dict(base_model(model).named_modules())
-    tied = bool(getattr(model.config, "tie_word_embeddings", False))
     pending: dict[
         str, dict[str, torch.Tensor]
     ] = {}  # LoRA module → {"weight", "lora_A", "lora_B"}, until complete
     for key, t in model.state_dict().items():  # same order on every rank
-        name = key.removeprefix(_PEFT_PREFIX) if is_peft else key
-        if tied and name == "lm_head.weight":
-            continue  # every rank skips it: the all-gathers stay in step
         t = _full(t)
+        name = key.removeprefix(_PEFT_PREFIX) if is_peft else key
         if m := _LORA_KEY.match(name):
             mod, part, adapter = m.groups()
             if adapter != _ADAPTER:

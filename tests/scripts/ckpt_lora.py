@@ -67,8 +67,7 @@ def main(out: str, tmp: str) -> None:
         plain = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
         with torch.no_grad():
             base_lp, _ = token_logprobs(plain, ids, att)
-            missing, _ = plain.load_state_dict(merged, strict=False)
-            assert missing == ["lm_head.weight"]  # tied: never streamed, loading the embedding loads it
+            plain.load_state_dict(merged, strict=True)
             merged_lp, _ = token_logprobs(plain, ids, att)
             peft_model = PeftModel.from_pretrained(
                 AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32),

@@ -108,15 +108,12 @@ def test_merged_model_matches_lora_logprobs(trained, tiny_path):
     """What vLLM gets (the merged stream loaded into a plain HF model) scores tokens like the trained policy."""
     merged = dict(iter_merged_params(trained))
     plain = _plain(tiny_path)
-    # exactly the base model's names, in its order; the tied output head is the embedding, never streamed
-    assert plain.config.tie_word_embeddings
-    assert list(merged) == [k for k in plain.state_dict() if k != "lm_head.weight"]
+    assert list(merged) == list(plain.state_dict())  # exactly the base model's names, in its order
     ids, att = _batch(7)
     with torch.no_grad():
         want, _ = token_logprobs(trained, ids, att)
         base_lp, _ = token_logprobs(plain, ids, att)
-        missing, unexpected = plain.load_state_dict(merged, strict=False)
-        assert missing == ["lm_head.weight"] and not unexpected  # tied: loading the embedding loads the head
+        plain.load_state_dict(merged, strict=True)
         got, _ = token_logprobs(plain, ids, att)
     m = att[:, 1:].bool()
     assert (base_lp - want)[m].abs().max() > 1e-3  # without the merge the logprobs differ: the test can fail
@@ -151,7 +148,6 @@ def test_plain_model_streams_its_own_state(tiny_path, dist_info):
 
     model = load_model(tiny_path, dist_info)
     a, b = list(iter_merged_params(model)), list(iter_full_params(model))
-    b = [(n, t) for n, t in b if n != "lm_head.weight"]  # tied: the head is the embedding, never streamed
     assert [n for n, _ in a] == [n for n, _ in b]
     assert all(torch.equal(x, y) for (_, x), (_, y) in zip(a, b))
 
