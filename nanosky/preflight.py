@@ -4,6 +4,7 @@ line that names the flag, and run.py exits with status 2 and no traceback.
     preflight.check(cfg)   # raises UsageError("--model.path /x: no such directory")
 
 Checked: the model path (a local directory holds a config and weights; a hub id is cached or the hub is reachable),
+its chat template (renders the roles; appends turns without rewriting earlier ones in concat mode),
 `--env-data` (exists, parses, rows fit the env's schema, bad rows named by line), `--resume` (a complete, compatible
 checkpoint), the run dir (writable) and the disk (room for `keep_ckpts` checkpoints).
 """
@@ -31,6 +32,7 @@ class UsageError(Exception):
 
 def check(cfg: TrainConfig, world: int | None = None) -> None:
     check_model("--model.path", cfg.model.path)
+    check_chat_template(cfg)
     check_env_data(cfg.env, cfg.env_data)
     check_run_dir(cfg.run_dir)
     if cfg.resume:
@@ -63,6 +65,25 @@ def check_model(flag: str, path: str) -> None:
             f"{flag} {path}: not a local directory, not in the Hugging Face cache, and the hub cannot be reached "
             "(no network); download it elsewhere and pass its directory"
         )
+
+
+def check_chat_template(cfg: TrainConfig) -> None:
+    """The chat template the run will use renders the roles, and appends turns as concat mode needs."""
+    from nanosky.bundled import ASSETS, BUNDLED
+    from nanosky.rollout.chat import TemplateError, check_template, load_tokenizer
+
+    file = cfg.model.chat_template
+    if file and not Path(file).is_file():
+        raise UsageError(f"--model.chat-template {file}: no such file")
+    path = str(ASSETS / cfg.model.path) if cfg.model.path in BUNDLED else cfg.model.path
+    try:
+        tok = load_tokenizer(path, file)
+    except Exception:  # noqa: BLE001 - a bundled model not built yet, or a tokenizer only the build can fetch
+        return
+    try:
+        check_template(tok, cfg.rollout.mode)
+    except TemplateError as e:
+        raise UsageError(f"--model.path {cfg.model.path}: {e}") from None
 
 
 def check_env_data(env: str, path: str | None) -> None:

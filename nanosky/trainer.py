@@ -25,6 +25,7 @@ from nanosky.config import TrainConfig
 from nanosky.evaluate import Evaluator, probe_sequence, sync_weights
 from nanosky.logger import RunLogger
 from nanosky.metrics import Phases, step_metrics
+from nanosky.rollout.chat import load_tokenizer
 from nanosky.rollout.collect import Rollout, collect
 from nanosky.rollout.constrain import ChoiceMasker
 from nanosky.rollout.engine import Engine
@@ -77,13 +78,11 @@ def build(cfg: TrainConfig) -> Run:
     )  # run.py may have joined already; train(cfg) alone must too
     cfg.validate_for_world(info.world)
     dist.seed_everything(cfg.seed + info.rank)
-    from transformers import AutoTokenizer
-
     if info.is_main:  # build the bundled model once, before other ranks look for it
         resolve_model_path(cfg.model.path)
     dist.barrier()
     path = resolve_model_path(cfg.model.path)
-    tok = AutoTokenizer.from_pretrained(path)
+    tok = load_tokenizer(path, cfg.model.chat_template)  # --model.chat-template replaces the model's own
     check_platform(cfg.lora, info.device.type)  # e.g. QLoRA on CPU fails here, not at step 1
     policy = load_lora_model(path, cfg.lora, info) if cfg.lora.enabled else load_model(path, info)
     # Every trainer model is built before the engine: vLLM's Transformers backend rewrites transformers classes in

@@ -11,9 +11,78 @@ would train on tokens the policy never sampled).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 Message = dict[str, Any]
+CHATML = Path(__file__).resolve().parents[1] / "assets" / "chatml.jinja"
+"""ChatML, the documented `--model.chat-template` for a base model that has no template."""
+PROBE: list[Message] = [
+    {"role": "system", "content": "You are a careful agent."},
+    {"role": "user", "content": "Find the answer."},
+    {"role": "assistant", "content": "<think>\nLook first.\n</think>\nI will look."},
+    {"role": "user", "content": "Observation: 42."},
+    {"role": "assistant", "content": "<think>\nIt is 42.\n</think>\nThe answer is 42."},
+]
+"""A multi-turn conversation with reasoning blocks: what `check_template` renders at start-up."""
+
+
+class TemplateError(ValueError):
+    """A chat template the run cannot train with (none, one that cannot render the roles, or one that rewrites
+    earlier turns in concatenated mode)."""
+
+
+def load_tokenizer(path: str, chat_template: str | None = None):
+    """The model's tokenizer; `chat_template` (a Jinja file) replaces or supplies its template."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(path)
+    if chat_template:
+        tok.chat_template = Path(chat_template).read_text()
+    return tok
+
+
+def append_only(tok, messages: list[Message]) -> bool:
+    """Whether the agent loop's concatenated row (the opening prompt, each assistant turn's ids and eos, then
+    `observation_ids`) is the template's own rendering of the whole conversation. A template that rewrites earlier
+    turns (Qwen3's drops the reasoning of turns before the last user message) fails: the policy would be trained
+    on a context it never meets when the template renders the conversation."""
+    first = next(i for i, m in enumerate(messages) if m["role"] == "assistant")
+    ids, hist, k = prompt_ids(tok, messages[:first]), list(messages[:first]), first
+    while k < len(messages):
+        ids += encode(tok, messages[k]["content"]) + [tok.eos_token_id]
+        hist.append(messages[k])
+        k += 1
+        new = []
+        while k < len(messages) and messages[k]["role"] != "assistant":
+            new.append(messages[k])
+            k += 1
+        if new:
+            ids += observation_ids(tok, hist, new)
+            hist += new
+    full = encode(tok, render(tok, messages))
+    return full[: len(ids)] == ids
+
+
+def check_template(tok, mode: str) -> None:
+    """Start-up check of the chat template for `--rollout.mode` `mode`; raises TemplateError naming the fix."""
+    if not getattr(tok, "chat_template", None):
+        raise TemplateError(
+            f"the model has no chat template: pass --model.chat-template FILE (ChatML: {CHATML})"
+        )
+    try:
+        render(tok, PROBE, add_generation_prompt=True)
+    except Exception as e:  # noqa: BLE001 - a template's own raise_exception, or a Jinja error
+        raise TemplateError(
+            f"the chat template cannot render a system / user / assistant conversation ({type(e).__name__}: {e}); "
+            "pass --model.chat-template FILE"
+        ) from e
+    if mode == "concat" and not append_only(tok, PROBE):
+        raise TemplateError(
+            "the chat template rewrites earlier turns (e.g. drops their <think> blocks), so concatenated rows would "
+            "train on a context the template never renders: use --rollout.mode stepwise (each turn re-rendered), "
+            "or --model.chat-template FILE"
+        )
 
 
 def render(

@@ -23,6 +23,10 @@ class ModelConfig:
     """HF model directory or hub id; "tiny" = the bundled tiny Qwen2 model, "tiny-agent" = its agent variant
     (tool calls, webshop/alfworld demos, 1536-token context), "tiny-tool" = its tool_use variant (copies its
     arguments and tool outputs); all built on first use if missing, no network."""
+    chat_template: str | None = None
+    """A Jinja chat-template file that replaces the model's own, or gives a base model without one a template
+    (nanosky/assets/chatml.jinja is ChatML); the export keeps it. Checked at start-up: it must render system /
+    user / assistant turns, and in concat mode append turns without rewriting earlier ones."""
 
 
 def private_classes(model: torch.nn.Module) -> torch.nn.Module:
