@@ -67,3 +67,36 @@ def test_replacing_a_builtin_name_logs_a_warning(caplog):
         algos.get_policy_loss("cispo") is builtin
         and algos.registry.POLICY_LOSSES.meta("cispo")["zero_at_zero_adv"]
     )
+
+
+def test_packing_checked_at_build_falls_back_to_unpacked_rows(monkeypatch):
+    """A model whose packed forward differs from its unpacked one trains unpacked (exact), with one line saying
+    why; the check runs on every model that sees packed rows (policy, reference, critic)."""
+    from types import SimpleNamespace
+
+    from nanosky import trainer
+    from nanosky.train import packing
+
+    seen, lines = [], []
+
+    def verify(model, forward, tol):
+        seen.append(model)
+        if model == "critic":
+            raise packing.PackingUnsupported(
+                "packed and unpacked forwards differ by 0.5 (> 0.0001) on Critic"
+            )
+        return 0.0
+
+    monkeypatch.setattr(packing, "verify", verify)
+    monkeypatch.setattr(packing, "lm_forward", lambda m: None)
+    monkeypatch.setattr(trainer, "critic_forward", lambda m: None)
+    cfg = _cfg()
+    run = SimpleNamespace(cfg=cfg, info=SimpleNamespace(is_cuda=False), policy="policy", ref="ref", critic="critic",
+                          log=SimpleNamespace(print=lines.append))  # fmt: skip
+    trainer.check_packing(run)
+    assert seen == ["policy", "ref", "critic"] and cfg.optim.packing == "none"
+    assert lines == ["nanosky: packed and unpacked forwards differ by 0.5 (> 0.0001) on Critic; this run uses "
+                     "--optim.packing none (exact, slower)"]  # fmt: skip
+    seen.clear()
+    trainer.check_packing(run)  # already unpacked: nothing to check
+    assert seen == []
