@@ -12,6 +12,7 @@ from nanosky.cli import parse_args
 from nanosky.trainer import train
 
 if __name__ == "__main__":
+    dist.record_launch()  # the launch geometry, before the engine can change the environment
     cfg = parse_args(console=dist.launch_rank() == 0)  # bad flags fail here, before anything is built
     try:  # bad paths, data, resume, run dir, disk: one line, exit 2
         preflight.check(cfg)

@@ -83,9 +83,19 @@ def launch_rank() -> int:
     return int(os.environ.get("RANK", 0))
 
 
+_LAUNCH: dict[str, str | None] = {}
+
+
+def record_launch() -> None:
+    """Keep the launcher's geometry (torchrun's LOCAL_WORLD_SIZE) as it was at start-up. vLLM's CPU platform
+    overwrites LOCAL_WORLD_SIZE when the engine starts, and the resume command printed at a graceful stop was then
+    `torchrun --nproc_per_node 1` for a 2-rank job. run.py calls this first; later calls change nothing."""
+    _LAUNCH.setdefault("LOCAL_WORLD_SIZE", os.environ.get("LOCAL_WORLD_SIZE"))
+
+
 def launch_local_world() -> int | None:
-    """The number of ranks torchrun started on this node (None for plain `python`)."""
-    n = os.environ.get("LOCAL_WORLD_SIZE")
+    """The number of ranks torchrun started on this node (None for plain `python`), as recorded at start-up."""
+    n = _LAUNCH["LOCAL_WORLD_SIZE"] if "LOCAL_WORLD_SIZE" in _LAUNCH else os.environ.get("LOCAL_WORLD_SIZE")
     return int(n) if n else None
 
 

@@ -195,6 +195,7 @@ def update(run: Run, batch: Batch, step: int) -> dict[str, float]:
 
 
 def train(cfg: TrainConfig) -> dict:
+    dist.record_launch()  # (run.py did already; train(cfg) called alone must too, before the engine starts)
     cfg.finalize()
     # SIGINT / SIGTERM: finish the step, then stop
     with GracefulStop(announce=dist.launch_rank() == 0) as stop:

@@ -88,7 +88,9 @@ def test_kill_9_mid_step_then_resume_and_sigint_stop_then_resume_are_exact(tmp_p
     out, err = proc.communicate(timeout=300)
     assert "resumed from" in out + err and "step_000004" in out + err
     assert "stopped by SIGINT after step 5 of 6" in out, out[-3000:] + err[-8000:]
-    assert "--resume latest" in out.split("Resume with:")[1]
+    resume = out.split("Resume with:")[1]
+    # the launch geometry as started: vLLM's CPU platform had overwritten LOCAL_WORLD_SIZE by then (it said 1)
+    assert "--resume latest" in resume and "torchrun --nproc_per_node 2 " in resume, resume
     with open(os.path.join(run, "checkpoints", "latest")) as f:
         assert f.read().strip() == "step_000005"
     print(f"graceful stop: torchrun exit status {proc.returncode}")

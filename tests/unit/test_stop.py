@@ -61,3 +61,19 @@ def test_resume_command_repeats_the_flags_with_resume_latest(monkeypatch):
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
     cmd = resume_command(["--resume=latest", "--log.run-dir", "runs/a b"])
     assert cmd == "torchrun --nproc_per_node 2 run.py --log.run-dir 'runs/a b' --resume latest"
+
+
+def test_the_launch_geometry_is_read_once_at_start_up(monkeypatch):
+    """vLLM's CPU platform rewrites LOCAL_WORLD_SIZE when the engine starts; the resume command keeps what the
+    launcher set."""
+    from nanosky import dist
+
+    monkeypatch.setattr(dist, "_LAUNCH", {})
+    monkeypatch.setattr(sys, "argv", ["run.py"])
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    dist.record_launch()
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")  # what the engine leaves behind
+    dist.record_launch()  # a second call (train() after run.py) keeps the first
+    assert (
+        resume_command(["--env", "math"]) == "torchrun --nproc_per_node 2 run.py --env math --resume latest"
+    )
