@@ -11,7 +11,9 @@ sequences of a micro-batch into a few packed rows that hold each shared prefix o
 A token attends exactly to its ancestors in the trie (the prefix and its own branch), so every logit equals the
 one the unpacked sequence gives, and the prefix receives the summed gradient of its branches. The per-token
 outputs are gathered back to the [B, T] layout the losses use (`gather`), so nothing above or below changes: the
-model sees a 4-D boolean attention mask (transformers hands a 4-D mask to SDPA as it is) and `position_ids`.
+model sees `position_ids` and a 4-D attention mask (transformers hands it to attention as it is), with each sliding
+layer's window applied and one mask per layer kind where kinds mix (`attention_mask`); `verify` checks at build
+that packed equals unpacked on the model itself.
 
 Rows are capped at `row_tokens`: SDPA computes a dense [L, L] score matrix whatever the mask, so one row for a
 whole micro-batch would make attention quadratic in the micro-batch. Micro-batches can also be sized by tokens
