@@ -136,7 +136,7 @@ def check_packing(run: Run) -> None:
     probe longer than any sliding window. Otherwise the run trains on unpacked rows (exact), saying why in one line."""
     if run.cfg.optim.packing == "none":
         return
-    tol = 0.1 if run.info.is_cuda else 1e-4  # bf16 compute on GPU; a missed window or soft-cap costs far more
+    tol = packing.BUILD_TOL[run.info.device.type]
     models = ((run.policy, packing.lm_forward), (run.ref, packing.lm_forward), (run.critic, critic_forward))
     try:
         for model, forward in models:

@@ -145,6 +145,11 @@ def _ancestor_mask(owner: torch.Tensor, depth: torch.Tensor, lcps: list[int]) ->
 SLIDING, FULL = "sliding_attention", "full_attention"
 
 
+BUILD_TOL = {"cpu": 1e-4, "cuda": 0.1}
+"""The build-time check's tolerance on packed vs unpacked max |Δlogp| per device type: fp32 on CPU; bf16 compute on
+GPU, where a missed window or soft-cap costs far more (bench/gpu_check.py measures both sides)."""
+
+
 class PackingUnsupported(ValueError):
     """A model whose packed forward would not equal its unpacked one (the run falls back to --optim.packing none)."""
 
