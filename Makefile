@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 demo: install
-	$(BIN)/torchrun --standalone --nproc_per_node $(NPROC) run.py --preset demo
+	$(BIN)/torchrun --standalone --nproc_per_node $(NPROC) run.py --preset demo --log.overwrite
 
 test: install
 	$(BIN)/python -m pytest -x -q tests

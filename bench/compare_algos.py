@@ -45,7 +45,7 @@ def main() -> None:
             run_dir = os.path.join(args.out, f"{algo}-s{seed}")
             cmd = ["--preset", "compare", "--algo", algo, "--seed", str(seed), "--steps", str(args.steps)]
             # --algorithm.track-ref-kl: load the reference only to log train/kl (drift from the start policy)
-            cmd += ["--log.run-dir", run_dir, "--algorithm.track-ref-kl", *args.extra]
+            cmd += ["--log.run-dir", run_dir, "--log.overwrite", "--algorithm.track-ref-kl", *args.extra]
             done = os.path.exists(os.path.join(ROOT, run_dir, "summary.json"))
             r = None if args.reuse and done else run_py(args.nproc, cmd)
             if r is not None and r.returncode != 0:

@@ -27,8 +27,9 @@ from nanosky.train.update import OptimConfig
 
 
 def import_plugins(modules: list[str]) -> None:
-    """Import the user's modules (from the working directory too) so their @register_* calls run."""
-    if modules and os.getcwd() not in sys.path:
+    """Import the user's modules (from the working directory too, as `python -m` does) so their @register_* calls
+    run."""
+    if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     for module in modules:
         importlib.import_module(module)
@@ -77,6 +78,10 @@ class LogConfig:
     """Eval rollouts written to rollouts.jsonl (split "eval") at each eval, from rank 0's share of the held-out
     episodes; a large number keeps all of that share, to read where the held-out episodes fail."""
     tqdm: bool = True
+    overwrite: bool = False
+    """Start afresh in a run dir that holds an earlier run (checkpoints or TensorBoard events): the earlier run is
+    moved to a timestamped sibling folder (`runs/x.20261126-101500`), nothing is deleted. Without it such a start is
+    refused; `--resume latest` continues the earlier run instead."""
 
 
 @dataclass(kw_only=True)

@@ -6,7 +6,8 @@ line that names the flag, and run.py exits with status 2 and no traceback.
 Checked: the model path (a local directory holds a config and weights; a hub id is cached or the hub is reachable),
 its chat template (renders the roles; appends turns without rewriting earlier ones in concat mode),
 `--env-data` (exists, parses, rows fit the env's schema, bad rows named by line), `--resume` (a complete, compatible
-checkpoint), the run dir (writable) and the disk (room for `keep_ckpts` checkpoints).
+checkpoint), the run dir (writable, and no earlier run in it unless resumed or `--log.overwrite`) and the disk (room
+for `keep_ckpts` checkpoints).
 """
 
 from __future__ import annotations
@@ -26,14 +27,16 @@ CKPT_BYTES_PER_PARAM = 16  # fp32 weights (4) + AdamW moments (8) + the HF expor
 DATA_ROWS_CHECKED = 1000
 
 
-class UsageError(Exception):
-    """A bad flag or input: printed as one line, exit status 2."""
+class UsageError(SystemExit):
+    """A bad flag or input: run.py prints it as one line and exits with status 2. A SystemExit, as argparse's and
+    tyro's parse errors are, so a caller of `parse_args` that stops on those stops on this too."""
 
 
 def check(cfg: TrainConfig, world: int | None = None) -> None:
     check_model("--model.path", cfg.model.path)
     check_chat_template(cfg)
     check_env_data(cfg.env, cfg.env_data)
+    check_fresh_run_dir(cfg)
     check_run_dir(cfg.run_dir)
     if cfg.resume:
         check_resume(cfg, int(os.environ.get("WORLD_SIZE", "1")) if world is None else world)
@@ -135,6 +138,47 @@ def check_run_dir(run_dir: str) -> None:
             pass
     except OSError as e:
         raise UsageError(f"--log.run-dir {run_dir}: not writable ({e.strerror or e})") from None
+
+
+def earlier_run(run_dir: str) -> str | None:
+    """What of an earlier run `run_dir` holds ("2 checkpoints", "TensorBoard events"), or None."""
+    p = Path(run_dir)
+    ckpts = [c for c in (p / "checkpoints").glob("step_*") if c.is_dir()]
+    if ckpts:
+        return f"{len(ckpts)} checkpoint{'s' * (len(ckpts) > 1)}"
+    if any(p.glob("events.out.tfevents.*")):
+        return "TensorBoard events"
+    return None
+
+
+def check_fresh_run_dir(cfg: TrainConfig) -> None:
+    """A fresh run (no --resume) must not mix with an earlier one: its checkpoints would sit beside the new ones,
+    `latest` would move back, and TensorBoard would draw both runs as one."""
+    if cfg.resume and cfg.log.overwrite:
+        raise UsageError("--log.overwrite starts afresh and --resume continues: pass one of them")
+    found = None if cfg.resume or cfg.log.overwrite else earlier_run(cfg.run_dir)
+    if found:
+        raise UsageError(
+            f"--log.run-dir {cfg.run_dir} holds an earlier run ({found}): continue it with --resume latest, "
+            "start elsewhere with a new --log.run-dir, or pass --log.overwrite to move it to a timestamped "
+            "sibling folder"
+        )
+
+
+def move_aside(run_dir: str) -> str | None:
+    """--log.overwrite: the earlier run in `run_dir` moves to `run_dir.<YYYYmmdd-HHMMSS>`; returns that path (None
+    when there was nothing to move). Run once (rank 0)."""
+    if earlier_run(run_dir) is None:
+        return None
+    import time
+
+    base = f"{run_dir.rstrip('/')}.{time.strftime('%Y%m%d-%H%M%S')}"
+    dest, n = base, 1
+    while os.path.exists(dest):
+        dest, n = f"{base}-{n}", n + 1
+    os.rename(run_dir, dest)
+    os.makedirs(run_dir)
+    return dest
 
 
 def check_resume(cfg: TrainConfig, world: int) -> None:

@@ -26,7 +26,7 @@ def demo() -> TrainConfig:
         rollout=RolloutConfig(group_size=8, prompts_per_step=32, max_new_tokens=48, max_total_tokens=160),
         optim=OptimConfig(lr=5e-4, micro_batch_size=32),
         eval=EvalConfig(every=10, limit=66, n_samples=4),  # the 66 held-out logic problems, 4 samples each
-        log=LogConfig(run_dir="runs/demo", ckpt_every=20),
+        log=LogConfig(run_dir="runs/demo-{algo}", ckpt_every=20),
     )
 
 
@@ -48,7 +48,7 @@ def bench() -> TrainConfig:
         rollout=RolloutConfig(group_size=8, prompts_per_step=32, max_new_tokens=32, max_total_tokens=160),
         optim=OptimConfig(lr=5e-4, micro_batch_size=64),
         eval=EvalConfig(every=0, limit=8, n_samples=1),
-        log=LogConfig(run_dir="runs/bench", tqdm=False),
+        log=LogConfig(run_dir="runs/bench-{algo}", tqdm=False),
     )
 
 
@@ -82,7 +82,7 @@ def tool_use() -> TrainConfig:
         optim=OptimConfig(lr=5e-5, micro_batch_size=16),
         # limit 200 = every held-out task of the two kinds (100), 4 samples each
         eval=EvalConfig(every=10, limit=200, n_samples=4),
-        log=LogConfig(run_dir="runs/tool_use", ckpt_every=0),
+        log=LogConfig(run_dir="runs/tool_use-{algo}", ckpt_every=0),
     )
 
 
@@ -131,7 +131,7 @@ def agent_env(env: str) -> TrainConfig:
         optim=OptimConfig(lr=1e-4, micro_batch_tokens=768),
         # 200 held-out episodes: the standard error of a success rate near 0.1 is ~0.02
         eval=EvalConfig(every=10, limit=200, n_samples=1),
-        log=LogConfig(run_dir=f"runs/{env}", ckpt_every=0),
+        log=LogConfig(run_dir=f"runs/{env}-{{algo}}", ckpt_every=0),
     )
 
 
@@ -162,7 +162,7 @@ def swe() -> TrainConfig:
         envpool=EnvPoolConfig(workers=2, step_timeout_s=180.0),
         optim=OptimConfig(lr=1e-4, micro_batch_tokens=8192),
         eval=EvalConfig(every=5, limit=50, n_samples=1),
-        log=LogConfig(run_dir="runs/swe", ckpt_every=0),
+        log=LogConfig(run_dir="runs/swe-{algo}", ckpt_every=0),
     )
 
 

@@ -110,12 +110,12 @@ def test_probe_catches_a_skipped_sync(tmp_path):
 @pytest.mark.parametrize(
     "args, field",
     [
-        (["--rollout.group-size", "1"], "rollout.group_size"),
-        (["--optim.lr", "-1"], "optim.lr"),
-        (["--env", "nope"], "env"),
-        (["--algorithm.clip-low", "-0.1"], "clip_low"),
-        (["--engine.max-model-len", "4"], "engine.max_model_len"),
-        (["--algorithm.loss-agg-mode", "token-meen"], "loss_agg_mode"),
+        (["--rollout.group-size", "1"], "--rollout.group-size"),  # the flags as the user types them
+        (["--optim.lr", "-1"], "--optim.lr"),
+        (["--env", "nope"], "--env"),
+        (["--algorithm.clip-low", "-0.1"], "--algorithm.clip-low"),
+        (["--engine.max-model-len", "4"], "--engine.max-model-len"),
+        (["--algorithm.loss-agg-mode", "token-meen"], "--algorithm.loss-agg-mode"),
         (["--algorithm.policy-loss", "ppo2"], "cispo, gspo, ppo, sapo"),  # the registered names
         (["--algo", "grpoo"], "--algo"),
     ],

@@ -85,3 +85,87 @@ def test_run_py_exits_2_with_one_line(flags, flag, tmp_path):
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert lines[-1].startswith(f"nanosky: {flag}") and "Traceback" not in r.stderr
     assert "vLLM" not in r.stdout + r.stderr  # failed before the engine was built
+
+
+@pytest.mark.parametrize(
+    "flags,expected",
+    [
+        (
+            ["--rollout.group-size", "1"],
+            "--rollout.group-size must be >= 2",
+        ),  # a config's __post_init__ check
+        (["--optim.lr", "0"], "--optim.lr must be > 0"),
+        (["--steps", "-1"], "--steps must be >= 0"),
+        (["--optim.lr", "abc"], "--optim.lr: could not convert"),  # tyro's conversion
+        (["--rollout.mode", "x"], "--rollout.mode 'x': expected one of concat, stepwise"),
+        (
+            ["--algorithm.policy-loss", "ppo2"],
+            "--algorithm.policy-loss: unknown value 'ppo2'",
+        ),  # algos' check
+        (
+            ["--rollout.group-sizee", "3"],
+            "unknown flag --rollout.group-sizee \\(did you mean --rollout.group-size",
+        ),
+        (["--log.tqdm", "3"], "unexpected value '3'"),
+        (["--algo", "grpp"], "--algo 'grpp': unknown; valid: .*gigpo"),
+        (["--preset", "nope"], "--preset 'nope': unknown"),
+        (["--plugins", "no_such_plugin_mod"], "--plugins no_such_plugin_mod: no module named"),
+    ],
+)
+def test_every_config_error_is_one_line_naming_the_flag_as_typed(flags, expected, capsys):
+    with pytest.raises(preflight.UsageError, match=expected) as e:
+        parse_args(flags, console=True)
+    assert "\n" not in str(e.value)
+    assert capsys.readouterr().err == ""  # not tyro's box as well
+
+
+def test_world_size_checks_name_the_flags(tmp_path):
+    from nanosky.startup import check
+
+    with pytest.raises(
+        preflight.UsageError, match=r"--rollout.prompts-per-step \(3\) must be divisible.*\(2\)"
+    ):
+        check(
+            ["--preset", "smoke", "--rollout.prompts-per-step", "3", "--log.run-dir", str(tmp_path)], 2, False
+        )
+    flags = ["--preset", "smoke", "--algorithm.mini-batches", "3", "--log.run-dir", str(tmp_path)]
+    with pytest.raises(preflight.UsageError, match=r"must be divisible by --algorithm.mini-batches \(3\)"):
+        check(flags, 2, False)
+
+
+def test_help_lists_preset_and_algo_choices_from_the_registries(capsys):
+    import algos
+
+    with pytest.raises(SystemExit) as e:
+        parse_args(["--help"], console=True)
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    assert f"--algo {{{','.join(sorted(algos.PRESETS))}}}" in out and "gigpo" in out
+    assert "--preset {" in out and "webshop_lite" in out
+
+
+def test_a_fresh_run_into_an_earlier_run_is_refused_and_overwrite_moves_it_aside(tmp_path):
+    run = tmp_path / "run"
+    preflight.check(_cfg(tmp_path), world=1)  # empty: fine
+    (run / "events.out.tfevents.1.host").write_text("x")
+    _fails(_cfg(tmp_path), r"holds an earlier run \(TensorBoard events\): continue it with --resume latest, .*"
+                           r"new --log.run-dir, or pass --log.overwrite")  # fmt: skip
+    (run / "checkpoints" / "step_000002").mkdir(parents=True)
+    (run / "checkpoints" / "step_000004").mkdir()
+    _fails(_cfg(tmp_path), r"\(2 checkpoints\)")
+    _fails(_cfg(tmp_path, "--log.overwrite", "--resume", "latest"), "pass one of them")
+    preflight.check(_cfg(tmp_path, "--log.overwrite"), world=1)
+    moved = preflight.move_aside(str(run))
+    assert moved.startswith(str(run) + ".") and sorted(p.name for p in (tmp_path / moved).iterdir()) == [
+        "checkpoints",
+        "events.out.tfevents.1.host",
+    ]  # nothing deleted
+    assert list(run.iterdir()) == [] and preflight.move_aside(str(run)) is None  # the new run starts empty
+    preflight.check(_cfg(tmp_path), world=1)
+
+
+def test_preset_run_dirs_name_the_algorithm():
+    assert parse_args(["--preset", "webshop_lite", "--algo", "gigpo"], console=False).run_dir == (
+        "runs/webshop_lite-gigpo"
+    )
+    assert parse_args(["--preset", "demo"], console=False).run_dir == "runs/demo-grpo"

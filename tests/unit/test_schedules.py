@@ -91,7 +91,7 @@ def test_packing_checked_at_build_falls_back_to_unpacked_rows(monkeypatch):
     monkeypatch.setattr(packing, "lm_forward", lambda m: None)
     monkeypatch.setattr(trainer, "critic_forward", lambda m: None)
     cfg = _cfg()
-    run = SimpleNamespace(cfg=cfg, info=SimpleNamespace(is_cuda=False), policy="policy", ref="ref", critic="critic",
+    run = SimpleNamespace(cfg=cfg, info=SimpleNamespace(device=SimpleNamespace(type="cpu")), policy="policy", ref="ref", critic="critic",
                           log=SimpleNamespace(print=lines.append))  # fmt: skip
     trainer.check_packing(run)
     assert seen == ["policy", "ref", "critic"] and cfg.optim.packing == "none"
