@@ -1,6 +1,6 @@
 """Agent benchmark in HLE's schema: questions answered by a tool-using agent (search / wiki / python_exec).
 
-    python -m evals.agent --ckpt runs/x/step_100                  # shipped sample (evals/data/hle_sample.jsonl)
+    python -m evals.agent --ckpt runs/tool_use-grpo                # shipped sample (evals/data/hle_sample.jsonl)
     python -m evals.agent --base-url http://localhost:8000/v1 --data hle_text_only.jsonl --ask-confidence
     python -m evals.agent ... --judge-base-url URL --judge-model M    # a model judge for free-form misses
 

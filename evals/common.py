@@ -23,7 +23,8 @@ DATA_DIR = Path(__file__).parent / "data"
 @dataclass(kw_only=True)
 class BaseEvalConfig:
     ckpt: str | None = None
-    """HF-format checkpoint directory (e.g. runs/x/step_100), served by in-process vLLM."""
+    """The model, served by in-process vLLM: a run dir (its latest checkpoint, e.g. runs/demo-grpo), a checkpoint
+    (runs/demo-grpo/checkpoints/step_000040) or any HF model folder (that checkpoint's export/, a bundled name)."""
     base_url: str | None = None
     """OpenAI-compatible server instead of --ckpt, e.g. http://localhost:8000/v1 (key: $OPENAI_API_KEY)."""
     model: str | None = None

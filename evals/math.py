@@ -1,6 +1,6 @@
 """Math benchmarks: GSM8K JSONL, MATH-style JSONL and the text_math test split; accuracy, mean@n and pass@k.
 
-    python -m evals.math --ckpt runs/x/step_100                          # text_math test split (200 problems)
+    python -m evals.math --ckpt runs/demo-grpo                            # text_math test split (200 problems)
     python -m evals.math --ckpt ... --data gsm8k                         # shipped GSM8K-style sample
     python -m evals.math --ckpt ... --data math --n-samples 4 --temperature 1.0
     python -m evals.math --base-url http://localhost:8000/v1 --data my_gsm8k_test.jsonl

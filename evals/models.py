@@ -12,7 +12,6 @@ Engine episodes are token-in/token-out; server episodes carry the server's token
 from __future__ import annotations
 
 import asyncio
-import os
 from typing import Any
 
 from tqdm import tqdm
@@ -43,8 +42,9 @@ def rollout(model, tok, envs: list[Env], cfg: BaseEvalConfig, desc: str = "eval"
         return runner.run(tasks, sample_seed=cfg.seed)
 
 
-def open_model(cfg: BaseEvalConfig) -> tuple[Any, Any, str]:
-    """(backend, tokenizer or None, name) for --ckpt or --base-url."""
+def open_model(cfg: BaseEvalConfig, log_path: str | None = None) -> tuple[Any, Any, str]:
+    """(backend, tokenizer or None, name) for --ckpt or --base-url. `log_path`: where the engine's vLLM log lines
+    go (the eval's output dir/engine.log); None leaves them on the console."""
     if cfg.base_url:
         backend = OpenAIBackend(cfg.base_url, cfg.model, tool_mode=cfg.api_tool_mode)
 
@@ -63,17 +63,22 @@ def open_model(cfg: BaseEvalConfig) -> tuple[Any, Any, str]:
             "give the model: --ckpt PATH (HF checkpoint dir) or --base-url URL (OpenAI-compatible)"
         )
     from nanosky.bundled import resolve_model_path
+    from nanosky.train.checkpointer import find_export
 
-    cfg.ckpt = resolve_model_path(cfg.ckpt)  # "tiny" / "tiny-agent" / "tiny-tool" = the bundled models
-    if not os.path.isdir(cfg.ckpt):
-        raise SystemExit(f"--ckpt {cfg.ckpt}: no such directory")
+    try:  # a model folder, a checkpoint, or a run dir (its latest checkpoint); "tiny" etc. = the bundled models
+        cfg.ckpt = find_export(resolve_model_path(cfg.ckpt))
+    except FileNotFoundError as e:
+        raise SystemExit(f"--ckpt {e}") from None
     from transformers import AutoTokenizer
 
     from nanosky import dist
     from nanosky.rollout.engine import Engine, EngineConfig
 
     info = dist.init_distributed()
-    engine = Engine(EngineConfig(max_model_len=cfg.max_model_len, seed=cfg.seed), cfg.ckpt, info)
+    engine_cfg = EngineConfig(max_model_len=cfg.max_model_len, seed=cfg.seed)
+    engine = Engine(
+        engine_cfg, cfg.ckpt, info, log_path=log_path
+    )  # vLLM's lines: to the file, as in training
     tok = AutoTokenizer.from_pretrained(cfg.ckpt)
     return EngineBackend(engine, tok), tok, cfg.ckpt
 
@@ -88,7 +93,7 @@ def close_model(model) -> None:
 def run_cli(name: str, cfg: BaseEvalConfig, evaluate_fn) -> dict:
     """Load the model, run `evaluate_fn(model, tok) -> (report, records)`, write the outputs, print the table."""
     path = common.out_dir(cfg, name)
-    model, tok, model_name = open_model(cfg)
+    model, tok, model_name = open_model(cfg, log_path=str(path / "engine.log"))
     try:
         report, records = evaluate_fn(model, tok)
     finally:
@@ -96,5 +101,8 @@ def run_cli(name: str, cfg: BaseEvalConfig, evaluate_fn) -> dict:
     report = {**report, "model": model_name, "data": cfg.data}
     common.write_outputs(path, records, report, cfg)
     print(common.summary_table(report))
-    print(f"wrote {path / 'examples.jsonl'} and {path / 'report.json'}")
+    print(
+        f"wrote {path / 'examples.jsonl'} and {path / 'report.json'}"
+        + (f"; vLLM's log: {path / 'engine.log'}" if cfg.ckpt else "")
+    )
     return report

@@ -10,7 +10,9 @@ from __future__ import annotations
 import datetime
 import os
 import random
+import shutil
 import socket
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -87,10 +89,41 @@ _LAUNCH: dict[str, str | None] = {}
 
 
 def record_launch() -> None:
-    """Keep the launcher's geometry (torchrun's LOCAL_WORLD_SIZE) as it was at start-up. vLLM's CPU platform
-    overwrites LOCAL_WORLD_SIZE when the engine starts, and the resume command printed at a graceful stop was then
-    `torchrun --nproc_per_node 1` for a 2-rank job. run.py calls this first; later calls change nothing."""
+    """Keep the launch as it was at start-up: torchrun's LOCAL_WORLD_SIZE, and the launcher's own command line.
+    vLLM's CPU platform overwrites LOCAL_WORLD_SIZE when the engine starts, and the resume command printed at a
+    graceful stop was then `torchrun --nproc_per_node 1` for a 2-rank job. run.py calls this first; later calls
+    change nothing."""
     _LAUNCH.setdefault("LOCAL_WORLD_SIZE", os.environ.get("LOCAL_WORLD_SIZE"))
+    _LAUNCH.setdefault("launcher", launcher_argv())
+
+
+def launcher_argv() -> list[str] | None:
+    """The command that started this process, up to the script, as the user typed it: the torchrun agent's argv
+    (this process's parent, read from /proc) with every rendezvous flag (`--standalone`, `--nnodes`, ...); for plain
+    python, the interpreter as typed (`.venv/bin/python`). None where it cannot be read."""
+    if "TORCHELASTIC_RUN_ID" not in os.environ:  # not under torchrun
+        return [getattr(sys, "orig_argv", [sys.executable])[0]]
+    try:
+        with open(f"/proc/{os.getppid()}/cmdline", "rb") as f:
+            parent = [a.decode() for a in f.read().split(b"\0")[:-1]]
+    except OSError:
+        return None
+    tail = len(sys.argv)  # the parent's argv ends with ours: the script, then its flags
+    if len(parent) <= tail or parent[-tail:][1:] != sys.argv[1:]:
+        return None
+    head = parent[:-tail]
+    if len(head) > 1 and os.path.basename(head[1]).startswith("torchrun"):
+        head = head[
+            1:
+        ]  # `python /path/torchrun ...` is how the kernel runs the torchrun script: show the script
+        if shutil.which("torchrun") == os.path.abspath(head[0]):
+            head[0] = "torchrun"  # the one on PATH: as typed
+    return head
+
+
+def launch_command() -> list[str] | None:
+    """`launcher_argv()` as recorded at start-up."""
+    return _LAUNCH["launcher"] if "launcher" in _LAUNCH else launcher_argv()
 
 
 def launch_local_world() -> int | None:

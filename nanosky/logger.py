@@ -4,7 +4,20 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import sys
 from typing import Any
+
+
+def command(name: str) -> str:
+    """How to call the `name` executable that sits beside this Python (the venv's `tensorboard`, `python`): bare
+    when that one is first on PATH (an activated venv), else by its path (`.venv/bin/tensorboard`), so a printed
+    command works right after `make demo` without activating anything."""
+    path = os.path.join(os.path.dirname(sys.executable), name)
+    if shutil.which(name) == path or not os.path.exists(path):
+        return name
+    rel = os.path.relpath(path)
+    return rel if not rel.startswith("..") else path
 
 
 class RunLogger:
@@ -73,5 +86,8 @@ class RunLogger:
             return
         if self.bar is not None:
             self.bar.close()
-        self.samples.close()
-        self.tb.close()
+            self.bar = None
+        if self.samples is not None:
+            self.samples.close()
+            self.tb.close()
+            self.samples = None

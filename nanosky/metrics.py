@@ -69,3 +69,25 @@ def step_metrics(
         | env_step_stats(trajs)
         | train_perf(upd, n_params, times["train"])
     )
+
+
+class NoSignalWatch:
+    """Says so, once, when `patience` steps in a row trained on nothing: every group's rewards were equal, so every
+    advantage was 0 (`train/skipped_rows_frac` 1.0). A run in that state logs normal-looking curves and learns
+    nothing, and the usual cause is the env or the budget, not the algorithm."""
+
+    def __init__(self, patience: int = 3):
+        self.patience, self.streak, self.warned = patience, 0, False
+
+    def __call__(self, skipped_rows_frac: float | None, reward_mean: float) -> str | None:
+        self.streak = self.streak + 1 if skipped_rows_frac is not None and skipped_rows_frac >= 1.0 else 0
+        if self.streak < self.patience or self.warned:
+            return None
+        self.warned = True
+        return (
+            f"nanosky: warning: for {self.streak} steps in a row every group's rewards were equal "
+            f"(train/skipped_rows_frac 1.0, reward mean {reward_mean:.3f}), so no step has learned anything. Check "
+            "that the env's reward can differ between samples of one prompt (rollouts.jsonl holds each sample's "
+            "reward and stop reason), that --rollout.max-new-tokens leaves room to finish an answer, and that the "
+            "task is neither always solved nor never solved by this model (--rollout.group-size, the temperature)."
+        )

@@ -111,8 +111,10 @@ def _local_rank_died() -> bool:
 
 
 def resume_command(argv: list[str] | None = None) -> str:
-    """The command that continues this run: the same flags with `--resume latest`, under torchrun when launched by
-    it (multi-node jobs add their own rendezvous flags)."""
+    """The command that continues this run: the same launcher as typed (torchrun with its `--nproc_per_node`,
+    `--nnodes` and rendezvous flags, or the python that ran it, by path when it was run by path) and the same flags
+    with `--resume latest`. A multi-node job prints node 0's command: each node reruns its own with `--resume
+    latest` added."""
     args, skip = [], False
     for a in sys.argv[1:] if argv is None else argv:
         if skip:
@@ -122,6 +124,10 @@ def resume_command(argv: list[str] | None = None) -> str:
         elif not a.startswith("--resume="):
             args.append(a)
     script = shlex.quote(sys.argv[0] if sys.argv and sys.argv[0] else "run.py")
-    nproc = dist.launch_local_world()
-    launch = f"torchrun --nproc_per_node {nproc} {script}" if nproc else f"python {script}"
+    launcher = dist.launch_command() if argv is None else None
+    if launcher:
+        launch = " ".join([*map(shlex.quote, launcher), script])
+    else:  # no /proc, or flags given by a caller: the geometry alone
+        nproc = dist.launch_local_world()
+        launch = f"torchrun --nproc_per_node {nproc} {script}" if nproc else f"python {script}"
     return " ".join([launch, *map(shlex.quote, args), "--resume", "latest"])

@@ -23,8 +23,8 @@ from nanosky.agent import EngineBackend, Trajectory
 from nanosky.bundled import resolve_model_path
 from nanosky.config import TrainConfig
 from nanosky.evaluate import Evaluator, probe_sequence, sync_weights
-from nanosky.logger import RunLogger
-from nanosky.metrics import Phases, step_metrics
+from nanosky.logger import RunLogger, command
+from nanosky.metrics import NoSignalWatch, Phases, step_metrics
 from nanosky.rollout.chat import load_tokenizer
 from nanosky.rollout.collect import Rollout, collect
 from nanosky.rollout.constrain import ChoiceMasker
@@ -70,6 +70,9 @@ class Run:
     acc0: float | None = None  # held-out accuracy before training
     n_params: int = 0  # the policy's parameters (all of them, LoRA's base too)
     masker: ChoiceMasker | None = None  # --rollout.constrain-actions: the constrained turns' masks
+    no_signal: NoSignalWatch = dataclasses.field(
+        default_factory=NoSignalWatch
+    )  # every advantage 0, 3 steps running
 
 
 def build(cfg: TrainConfig) -> Run:
@@ -236,11 +239,13 @@ def train(cfg: TrainConfig) -> dict:
             )
             run.log.scalars(step, m | ph.metrics() | gen_m | sync_m | upd_m | adv_m)
             run.log.rollouts(step, trajs, run.tok, cfg.log.samples_per_step)
-            reward = sum(x.reward for x in trajs) / len(trajs)
-            run.log.progress({"reward": reward, "acc": acc, "s/step": times["step"]})
             if run.evaluator.due(step):
                 with ph(step, "eval"):
                     acc = run.evaluator(step, run.version)
+            reward = sum(x.reward for x in trajs) / len(trajs)
+            run.log.progress({"reward": reward, "acc": acc, "s/step": times["step"]})  # acc: the latest eval
+            if warning := run.no_signal(upd.get("skipped_rows_frac"), reward):
+                run.log.print(warning)
             if run.ckpt.due(step):
                 with ph(step, "checkpoint"):
                     run.ckpt.save(step, run.version, run.acc0)
@@ -278,9 +283,14 @@ def close(run: Run, acc: float, step_times: list[float]) -> dict:
         "final_checkpoint": final,
     }
     run.log.write_json("summary.json", summary)
+    run.log.close()  # the bar ends above the final lines
+    median = summary["median_step_s"]
     run.log.print(
-        f"eval accuracy {run.acc0:.3f} -> {acc:.3f}; median step {summary['median_step_s']}s; run dir {cfg.run_dir}"
+        f"done: eval accuracy {run.acc0:.3f} -> {acc:.3f} in {cfg.steps} steps; "
+        + (f"median step {median:.2f} s" if median is not None else "no step timed")
+        + f"\n  summary      {os.path.join(cfg.run_dir, 'summary.json')}"
+        + (f"\n  model        {final}  (HF format: --model.path, evals' --ckpt)" if final else "")
+        + f"\n  TensorBoard  {command('tensorboard')} --logdir {cfg.run_dir}"
     )
-    run.log.close()
     run.pool.shutdown()
     return summary

@@ -1,6 +1,6 @@
 """Coding benchmark in SWE-bench's schema, graded locally: an agent fixes issues in sandboxed checkouts.
 
-    python -m evals.swebench --ckpt runs/x/step_100 --limit 5         # agent on the shipped mini suite
+    python -m evals.swebench --ckpt runs/swe-grpo --limit 5           # agent on the shipped mini suite
     python -m evals.swebench --predictions gold                       # grade gold patches: resolves everything
     python -m evals.swebench --predictions empty                      # resolves nothing
     python -m evals.swebench --predictions preds.jsonl --instances my_instances.jsonl
@@ -216,7 +216,7 @@ def main(argv: list[str] | None = None) -> dict:
     else:
         from evals.models import close_model, open_model
 
-        model, tok, name = open_model(cfg)
+        model, tok, name = open_model(cfg, log_path=str(path / "engine.log"))
         try:
             report, records = evaluate(model, tok, instances, cfg, bad)
         finally:

@@ -28,7 +28,9 @@ def _samples(run_dir: str, step: int) -> list:
 
 
 def _launch(run_dir: str, *extra: str) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "run.py"]
+    # the venv's torchrun by path, as after `make demo` without an activated venv
+    torchrun_path = os.path.relpath(os.path.join(os.path.dirname(sys.executable), "torchrun"), ROOT)
+    cmd = [torchrun_path, "--standalone", "--nproc_per_node", "2", "run.py"]
     return subprocess.Popen(
         [*cmd, *ARGS, "--log.run-dir", run_dir, *extra],
         cwd=ROOT,
@@ -88,14 +90,19 @@ def test_kill_9_mid_step_then_resume_and_sigint_stop_then_resume_are_exact(tmp_p
     out, err = proc.communicate(timeout=300)
     assert "resumed from" in out + err and "step_000004" in out + err
     assert "stopped by SIGINT after step 5 of 6" in out, out[-3000:] + err[-8000:]
-    resume = out.split("Resume with:")[1]
-    # the launch geometry as started: vLLM's CPU platform had overwritten LOCAL_WORLD_SIZE by then (it said 1)
-    assert "--resume latest" in resume and "torchrun --nproc_per_node 2 " in resume, resume
+    resume = out.split("Resume with:")[1].strip().splitlines()[0]
+    # the launcher as typed, with the launch geometry as started (vLLM's CPU platform had overwritten
+    # LOCAL_WORLD_SIZE by then: it said 1)
+    assert resume.startswith(f"{os.path.relpath(os.path.dirname(sys.executable), ROOT)}/torchrun --standalone "
+                             "--nproc_per_node 2 run.py --preset smoke") and resume.endswith("--resume latest"), resume  # fmt: skip
     with open(os.path.join(run, "checkpoints", "latest")) as f:
         assert f.read().strip() == "step_000005"
-    print(f"graceful stop: torchrun exit status {proc.returncode}")
+    print(f"graceful stop: torchrun exit status {proc.returncode}; resume with: {resume}")
 
-    r = torchrun([*ARGS, "--log.run-dir", run, "--resume", "latest"])
+    # the printed command, verbatim, in a shell without the venv activated
+    r = subprocess.run(
+        resume, shell=True, cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=600
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     a, b = scalars(straight), scalars(run)
     assert [s for s, _ in b["train/pg_loss"]] == [1, 2, 3, 4, 5, 6]  # step 5 logged once, by the stopped run

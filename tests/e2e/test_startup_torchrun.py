@@ -55,3 +55,41 @@ def test_a_bad_input_under_torchrun_prints_one_line_once_first(case, tmp_path):
         assert "exitcode  : 2" in root, where
         ours_tb = re.search(rf'File "{re.escape(ROOT)}/(run\.py|nanosky/|algos/|envs/)', r.stderr)
         assert "ValueError" not in r.stderr and not ours_tb, where  # no traceback of ours
+
+
+def test_the_resume_command_repeats_the_launcher_as_typed():
+    """The launcher's own flags (here multi-node rendezvous ones) and its path as typed; plain python by path too.
+    The full stop → run the printed command → resume cycle is in test_resume.py."""
+    import socket
+    import subprocess
+    import sys
+
+    from spawn import child_env
+
+    venv_bin = os.path.relpath(os.path.dirname(sys.executable), ROOT)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    launch = [f"{venv_bin}/torchrun", "--nnodes", "1", "--nproc_per_node", "1", "--rdzv-backend", "c10d",
+              "--rdzv-endpoint", f"127.0.0.1:{port}"]  # fmt: skip
+    flags = [
+        "tests/scripts/launch_echo.py",
+        "--preset",
+        "smoke",
+        "--log.run-dir",
+        "runs/a b",
+        "--resume",
+        "step_2",
+    ]
+    for cmd, expected in [
+        (launch, " ".join(launch) + " tests/scripts/launch_echo.py --preset smoke --log.run-dir 'runs/a b'"),
+        (
+            [f"{venv_bin}/python"],
+            f"{venv_bin}/python tests/scripts/launch_echo.py --preset smoke --log.run-dir 'runs/a b'",
+        ),  # fmt: skip
+    ]:
+        r = subprocess.run(
+            [*cmd, *flags], cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=120
+        )
+        assert r.returncode == 0, r.stderr[-2000:]
+        assert f"RESUME: {expected} --resume latest" in r.stdout, r.stdout

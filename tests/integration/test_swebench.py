@@ -267,8 +267,11 @@ def test_agent_end_to_end_with_the_tiny_model(tmp_path):
     tiny-swe, not the base model: the tools' schemas alone fill most of the base model's 512 positions."""
     from nanosky.tiny import SWE_DIR
 
-    out = tmp_path / "out"
-    cmd = [sys.executable, "-m", "evals.swebench", "--ckpt", str(SWE_DIR), "--limit", "2", "--max-steps", "2",
+    out, run = tmp_path / "out", tmp_path / "run"  # --ckpt takes a run dir: its latest checkpoint's export/
+    (run / "checkpoints" / "step_000003").mkdir(parents=True)
+    (run / "checkpoints" / "step_000003" / "export").symlink_to(SWE_DIR)
+    (run / "checkpoints" / "latest").write_text("step_000003")
+    cmd = [sys.executable, "-m", "evals.swebench", "--ckpt", str(run), "--limit", "2", "--max-steps", "2",
            "--cache-dir", str(tmp_path / "cache"), "--out", str(out)]  # fmt: skip
     launcher = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
     env = {
@@ -282,3 +285,6 @@ def test_agent_end_to_end_with_the_tiny_model(tmp_path):
     assert 1 <= report["mean_steps"] <= 2 and sum(report["stop_reasons"].values()) == 2
     assert len((out / "predictions.jsonl").read_text().splitlines()) == 2
     assert "swebench: resolved_rate" in r.stdout
+    # vLLM's lines went to the eval's engine.log, not the console
+    assert not re.search(r"pid=\d+\) (INFO|WARNING) ", r.stdout + r.stderr), r.stderr[-3000:]
+    assert "Initializing a V1 LLM engine" in (out / "engine.log").read_text()

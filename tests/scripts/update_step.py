@@ -2,7 +2,10 @@
 check that the gradient does not depend on micro-batch size or world size.
 
     torchrun --nproc_per_node 2 tests/scripts/update_step.py OUT.pt MICRO_BS MODE POLICY_LOSS [ref_kl] [adv=NAME]
-        [pack=prefix|flat|none] [tokens=N] [equal=K] [idle=1] [skip=0|1] [old=1]
+        [pack=prefix|flat|none] [tokens=N] [equal=K] [idle=1] [skip=0|1] [old=1] [";" OUT.pt MICRO_BS ...]
+
+Several steps separated by ";" run one after the other in one launch, each from a freshly loaded model (starting
+the processes costs more than a step).
 
 The groups share their prompt, as GRPO groups do. With `adv=NAME`, advantages come from that estimator (default
 grpo); `pack` and `tokens` set `optim.packing` and `optim.micro_batch_tokens`; `equal=K` gives the first K groups equal rewards (zero advantages), `idle=1` every group of rank 0, `skip` sets
@@ -55,7 +58,6 @@ def main(
     old: bool = False,
 ) -> None:
     info = dist.init_distributed()
-    torch.use_deterministic_algorithms(True)
     path = str(ensure_tiny_model())
     model = load_model(path, info)
     rng = random.Random(0)
@@ -122,17 +124,16 @@ def main(
         with open(out + ".json", "w") as f:
             json.dump(metrics, f)
     dist.barrier()
-    dist.shutdown()
 
 
-if __name__ == "__main__":
-    kw = dict(a.split("=", 1) for a in sys.argv[5:] if "=" in a)
+def run(argv: list[str]) -> None:
+    kw = dict(a.split("=", 1) for a in argv[4:] if "=" in a)
     main(
-        sys.argv[1],
-        int(sys.argv[2]),
-        sys.argv[3],
-        sys.argv[4],
-        "ref_kl" in sys.argv[5:],
+        argv[0],
+        int(argv[1]),
+        argv[2],
+        argv[3],
+        "ref_kl" in argv[4:],
         kw.get("adv", "grpo"),
         kw.get("pack", "prefix"),
         int(kw.get("tokens", 0)),
@@ -141,3 +142,15 @@ if __name__ == "__main__":
         kw.get("idle", "0") == "1",
         kw.get("old", "0") == "1",
     )
+
+
+if __name__ == "__main__":
+    torch.use_deterministic_algorithms(True)
+    spec: list[str] = []
+    for a in [*sys.argv[1:], ";"]:
+        if a == ";":
+            run(spec)
+            spec = []
+        else:
+            spec.append(a)
+    dist.shutdown()

@@ -197,3 +197,31 @@ def test_kill_during_save_keeps_previous(dist_info, tmp_path, stage):
     want = torch.load(tmp_path / "step1_params.pt")
     got = W.full_params(model)
     assert all(torch.equal(want[k], got[k]) for k in want)
+
+
+def test_find_export_takes_a_run_dir_a_checkpoint_or_a_model_folder(tmp_path):
+    """The evals' --ckpt: what users point at after a run (nanosky.train.checkpointer.find_export)."""
+    from nanosky.train.checkpointer import find_export
+
+    run = tmp_path / "run"
+    for step in ("step_000002", "step_000004"):
+        (run / "checkpoints" / step / "export").mkdir(parents=True)
+        (run / "checkpoints" / step / "export" / "config.json").write_text("{}")
+    (run / "checkpoints" / "latest").write_text("step_000002\n")  # latest names the older one (a resumed run)
+    ckpts = run / "checkpoints"
+    assert find_export(str(run)) == str(ckpts / "step_000002" / "export")
+    assert find_export(str(ckpts / "step_000004")) == str(ckpts / "step_000004" / "export")
+    assert find_export(str(ckpts / "step_000004" / "export")) == str(ckpts / "step_000004" / "export")
+    (ckpts / "latest").unlink()
+    assert find_export(str(run)) == str(
+        ckpts / "step_000004" / "export"
+    )  # no latest: the newest complete one
+    with pytest.raises(FileNotFoundError, match="no such directory"):
+        find_export(str(tmp_path / "nope"))
+    (tmp_path / "empty_run" / "checkpoints").mkdir(parents=True)
+    with pytest.raises(FileNotFoundError, match="no complete checkpoint"):
+        find_export(str(tmp_path / "empty_run"))
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("x")
+    with pytest.raises(FileNotFoundError, match=r"not a model folder .* it holds notes.txt"):
+        find_export(str(tmp_path / "other"))

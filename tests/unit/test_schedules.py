@@ -100,3 +100,16 @@ def test_packing_checked_at_build_falls_back_to_unpacked_rows(monkeypatch):
     seen.clear()
     trainer.check_packing(run)  # already unpacked: nothing to check
     assert seen == []
+
+
+def test_no_signal_warning_after_three_steps_in_a_row_and_once():
+    from nanosky.metrics import NoSignalWatch
+
+    w = NoSignalWatch()
+    assert [w(1.0, 0.0), w(1.0, 0.0), w(0.5, 0.2), w(1.0, 0.0), w(None, 0.0)] == [
+        None
+    ] * 5  # the streak resets
+    assert w(1.0, 0.0) is None and w(1.0, 0.0) is None
+    msg = w(1.0, 0.0)
+    assert "3 steps in a row every group's rewards were equal" in msg and "--rollout.max-new-tokens" in msg
+    assert w(1.0, 0.0) is None  # said once
