@@ -58,9 +58,9 @@ class RunLogger:
         self.tb.add_text(f"{tag}/samples", text, step)
 
     def progress(self, values: dict[str, Any]) -> None:
-        if self.bar is not None:
-            self.bar.update(1)
+        if self.bar is not None:  # the values first: update() draws the bar, with the step's own values
             self.bar.set_postfix({k: f"{v:.3g}" for k, v in values.items()}, refresh=False)
+            self.bar.update(1)
 
     def resumed_at(self, step: int) -> None:
         """A resumed run's bar starts at the step it resumed from, so the count and the ETA are for what is left."""

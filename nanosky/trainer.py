@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
+from transformers.utils import logging as hf_logging
 
 import algos
 from algos.registry import ADV_ESTIMATORS
@@ -80,6 +81,7 @@ def build(cfg: TrainConfig) -> Run:
         cfg.dist.timeout_s
     )  # run.py may have joined already; train(cfg) alone must too
     cfg.validate_for_world(info.world)
+    hf_logging.disable_progress_bar()  # transformers' load / save bars, per model and checkpoint, broke into ours
     dist.seed_everything(cfg.seed + info.rank)
     if info.is_main:  # build the bundled model once, before other ranks look for it
         resolve_model_path(cfg.model.path)

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import json
 import logging
+import logging.config
 import os
+import warnings
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -105,21 +107,22 @@ def held_back() -> list[str]:
     return out
 
 
+LOG_FORMAT = (
+    "(%(processName)s pid=%(process)d) %(levelname)s %(asctime)s [%(filename)s:%(lineno)d] %(message)s"
+)
+
+
 def log_to_file(path: str) -> None:
     """Send vLLM's log lines (start-up, prefix-cache resets and weight reloads on every step) to `path` instead of
-    the console, where they buried the progress bar. Every rank appends to the same file; vLLM's format names the
+    the console, where they buried the progress bar. Every rank appends to the same file; the format names the
     process. Done through vLLM's own logging config file (VLLM_LOGGING_CONFIG_PATH, written beside `path`), which
-    vLLM re-applies whenever it configures logging, as its engine does on start-up."""
-    from vllm.config.logging import LoggingConfig
-    from vllm.logger import _DATE_FORMAT, _FORMAT, configure_logging
-
+    vLLM applies whenever it configures logging, as its engine does on start-up. Applied here first, before vLLM is
+    imported, so the lines it logs while importing (the Triton notice) go there too."""
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     config = {
         "version": 1,
         "disable_existing_loggers": False,
-        "formatters": {
-            "vllm": {"()": "vllm.logging_utils.NewLineFormatter", "format": _FORMAT, "datefmt": _DATE_FORMAT}
-        },
+        "formatters": {"vllm": {"format": LOG_FORMAT, "datefmt": "%m-%d %H:%M:%S"}},
         "filters": {"reload_noise": {"()": f"{__name__}._ReloadNoise"}},
         "handlers": {
             "file": {
@@ -137,7 +140,20 @@ def log_to_file(path: str) -> None:
         json.dump(config, f, indent=1)
     os.replace(tmp, config_path)
     os.environ["VLLM_LOGGING_CONFIG_PATH"] = os.path.abspath(config_path)
-    configure_logging(LoggingConfig())
+    logging.config.dictConfig(config)  # now: vLLM logs while it imports, before it configures anything itself
+    from vllm.config.logging import LoggingConfig
+    from vllm.logger import configure_logging
+
+    configure_logging(LoggingConfig())  # vLLM imported before this call (an earlier engine) reads it now
+
+
+def quiet_imports() -> None:
+    """Third-party notices that nanosky cannot fix at their source, filtered once, before vLLM is imported:
+    vLLM's Triton dispatcher touches the deprecated `torch.distributed.reduce_op` while it scans modules for
+    kernels (vllm/triton_utils/dispatcher.py), a FutureWarning per rank at every start that users cannot act on."""
+    warnings.filterwarnings(
+        "ignore", message=r"`torch\.distributed\.reduce_op` is deprecated", category=FutureWarning
+    )
 
 
 def _has_lm_head(worker) -> bool:
@@ -176,10 +192,11 @@ class Engine:
         log_path: str | None = None,
     ):
         """`log_path`: where vLLM's log lines go (`log_to_file`); None leaves them on the console."""
-        from vllm import LLM
-
+        quiet_imports()
         if log_path:
             log_to_file(log_path)
+        from vllm import LLM
+
         self.cfg, self.info = cfg, info
         self.version = 0
         self.sleeping = False
@@ -199,6 +216,7 @@ class Engine:
             distributed_executor_backend="external_launcher",
             enable_sleep_mode=self.can_sleep,
             enable_prefix_caching=True,
+            use_tqdm_on_load=False,  # its "Loading safetensors checkpoint shards" bar broke into the training bar
             max_num_batched_tokens=max(cfg.max_batched_tokens, cfg.max_model_len),
             # constrained turns: xgrammar always, so the trainer's masks are the engine's (nanosky/rollout/constrain.py)
             structured_outputs_config={"backend": "xgrammar"},
