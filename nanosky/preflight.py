@@ -27,9 +27,14 @@ CKPT_BYTES_PER_PARAM = 16  # fp32 weights (4) + AdamW moments (8) + the HF expor
 DATA_ROWS_CHECKED = 1000
 
 
-class UsageError(SystemExit):
-    """A bad flag or input: run.py prints it as one line and exits with status 2. A SystemExit, as argparse's and
-    tyro's parse errors are, so a caller of `parse_args` that stops on those stops on this too."""
+class UsageError(Exception, SystemExit):
+    """A bad flag or input: run.py prints it as one line and exits with status 2. An Exception, and also a
+    SystemExit, as argparse's and tyro's parse errors are: a caller of `parse_args` that stops on those stops on
+    this too, and uncaught it prints its line and exits (status 1) without a traceback."""
+
+    def __init__(self, msg: str):
+        super().__init__(msg)
+        self.code = msg
 
 
 def check(cfg: TrainConfig, world: int | None = None) -> None:
