@@ -73,6 +73,18 @@ def normalise(message: Message) -> Message:
     return out
 
 
+def for_template(messages: list[Message]) -> list[Message]:
+    """Messages as a chat template can render them: a missing or null content (an assistant turn that only calls
+    tools) is "", and content parts are their text (a template would print "None" or a list)."""
+    out = []
+    for m in messages:
+        c = m.get("content")
+        if c is None or isinstance(c, list):
+            m = {**m, "content": normalise(m)["content"]}
+        out.append(m)
+    return out
+
+
 class Episode:
     """The segments of one episode, built call by call."""
 
@@ -91,8 +103,10 @@ class Episode:
             return None
         if any(m.get("role") not in CONTINUED_ROLES for m in messages[n:]):
             return None
-        eos = self.tok.eos_token
-        before = render(self.tok, seg.messages, tools)
+        eos, messages = self.tok.eos_token, for_template(messages)
+        # the history as this request spells it (equal to the recorded one once normalised), so that the
+        # difference is only what the new messages add
+        before = render(self.tok, messages[:n], tools)
         after = render(self.tok, messages, tools, add_generation_prompt=True)
         cut = before.rfind(eos)
         if cut < 0 or not after.startswith(before[: cut + len(eos)]):
@@ -104,7 +118,7 @@ class Episode:
         tail = self.continuation(messages, tools)
         if tail is not None:
             return self.segments[-1].ids + tail, True
-        return prompt_ids(self.tok, messages, tools), False
+        return prompt_ids(self.tok, for_template(messages), tools), False
 
     def record(
         self,

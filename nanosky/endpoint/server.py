@@ -1,0 +1,197 @@
+"""The OpenAI-compatible endpoint a rank serves while its rollout phase runs: `POST /v1/chat/completions`
+(non-streaming) and `GET /v1/models`, on 127.0.0.1, backed by the rank's engine through its `EngineBackend`, so
+external agents' calls join the same continuous batch as nanosky's own loop.
+
+Each episode gets its own secret key (`open_episode`); a call with another key gets 401, a call after the
+episode closed gets 410. The prompt is rendered here and the engine samples token ids from it; the ids, their
+logprobs and the weight version go into the episode's `Episode` (exact tokens, see episode.py). Sampling comes
+from the run's config, so training stays on-policy: a request's own temperature / top_p are logged, not used, and
+its max_tokens is capped by the config's. `n > 1` and `stream: true` get 400. A `<tool_call>` in the sample comes
+back as OpenAI `tool_calls` (finish_reason "tool_calls"); a malformed one comes back as plain content. A retried
+request (the same Idempotency-Key, as the OpenAI SDK sends on a retry) gets the first answer again and is
+recorded once.
+
+    ep = Endpoint(backend, tok, Sampling(temperature=1.0, top_p=1.0, max_tokens=256), version=lambda: run.version)
+    base_url = await ep.start()                     # http://127.0.0.1:PORT/v1
+    key = ep.open_episode(task_id="t0")             # give the agent base_url and key
+    ... the agent runs ...
+    slot = ep.close_episode(key)                    # slot.episode.segments: the rows to train on
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from envs.tools.parse import parse_tool_calls
+from nanosky.agent.backends import BackendError, ContextLengthError, Request
+from nanosky.endpoint.episode import Episode
+from nanosky.endpoint.http import error, serve
+
+MODEL_NAME = "nanosky-policy"
+"""What GET /v1/models lists; a request may name any model."""
+
+
+@dataclass
+class Sampling:
+    """The run's sampling settings: every call is sampled with these."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_tokens: int = 256
+
+
+@dataclass
+class Slot:
+    """One episode's state on the endpoint."""
+
+    key: str
+    task_id: str
+    episode: Episode
+    seed: int = 0
+    closed: bool = False
+    errors: int = 0  # calls answered with a 4xx
+    asked: list[dict] = field(default_factory=list)  # what each call asked for (temperature, max_tokens, ...)
+    answered: dict[str, tuple[int, Any]] = field(default_factory=dict)  # Idempotency-Key -> the answer
+
+
+class Endpoint:
+    def __init__(self, backend, tok, sampling: Sampling, version: Callable[[], int] = lambda: 0):
+        self.backend, self.tok, self.sampling, self.version = backend, tok, sampling, version
+        self.slots: dict[str, Slot] = {}
+        self._ids = itertools.count()
+        self.server: asyncio.Server | None = None
+        self.base_url = ""
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
+        self.server = await serve(self.handle, host, port)
+        port = self.server.sockets[0].getsockname()[1]
+        self.base_url = f"http://{host}:{port}/v1"
+        return self.base_url
+
+    async def stop(self) -> None:
+        if self.server is not None:
+            self.server.close()
+            await self.server.wait_closed()
+            self.server = None
+
+    def open_episode(self, task_id: str = "", seed: int = 0) -> str:
+        key = "nsk-" + secrets.token_urlsafe(24)
+        self.slots[key] = Slot(key, task_id, Episode(self.tok), seed)
+        return key
+
+    def close_episode(self, key: str) -> Slot:
+        """The episode ends: later calls with its key get 410. Returns its slot (the segments to train on)."""
+        slot = self.slots[key]
+        slot.closed = True
+        return slot
+
+    async def handle(self, method: str, path: str, headers: dict[str, str], body: bytes) -> tuple[int, Any]:
+        path = path.rstrip("/")
+        if path not in ("/v1/models", "/v1/chat/completions"):
+            return error(
+                404, f"no route {method} {path}: this endpoint serves /v1/chat/completions and /v1/models"
+            )
+        slot = self.slots.get(headers.get("authorization", "").removeprefix("Bearer ").strip())
+        if slot is None:
+            return error(401, "invalid API key: use the key given to this episode", "invalid_api_key")
+        if slot.closed:
+            return error(
+                410, "this episode has ended (its rollout phase is over); its key is no longer valid"
+            )
+        if path == "/v1/models":
+            if method != "GET":
+                return error(405, "use GET /v1/models")
+            return 200, {
+                "object": "list",
+                "data": [{"id": MODEL_NAME, "object": "model", "owned_by": "nanosky"}],
+            }
+        if method != "POST":
+            return error(405, "use POST /v1/chat/completions")
+        retry = headers.get("idempotency-key")
+        if retry and retry in slot.answered:
+            return slot.answered[retry]
+        answer = await self.chat(slot, body)
+        if answer[0] >= 400:
+            slot.errors += 1
+        if retry:
+            slot.answered[retry] = answer
+        return answer
+
+    async def chat(self, slot: Slot, body: bytes) -> tuple[int, Any]:
+        try:
+            req = json.loads(body or b"null")
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            return error(400, f"the body is not JSON: {e}")
+        if not isinstance(req, dict):
+            return error(400, "the body must be a JSON object")
+        messages, tools = req.get("messages"), req.get("tools") or []
+        if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
+            return error(400, "messages must be a non-empty list of message objects", "invalid_messages")
+        if not isinstance(tools, list):
+            return error(400, "tools must be a list of tool schemas")
+        if (req.get("n") or 1) != 1:
+            return error(400, "n > 1 is not supported: send one request per sample", "unsupported_n")
+        if req.get("stream"):
+            return error(400, "stream: true is not supported: send stream: false", "unsupported_stream")
+        asked = req.get("max_completion_tokens") or req.get("max_tokens")
+        slot.asked.append({k: req.get(k) for k in ("model", "temperature", "top_p", "max_tokens", "seed")})
+        max_tokens = (
+            min(int(asked), self.sampling.max_tokens) if isinstance(asked, int) and asked > 0 else None
+        )
+        ep = slot.episode
+        try:
+            ids, cont = ep.prompt(messages, tools)
+        except Exception as e:  # noqa: BLE001 - the chat template rejected these messages
+            return error(400, f"the chat template cannot render these messages: {type(e).__name__}: {e}")
+        version = self.version()
+        call = Request(messages, tools or None, max_tokens or self.sampling.max_tokens, self.sampling.temperature,
+                       prompt_ids=ids, top_p=self.sampling.top_p, seed=slot.seed * 100_003 + ep.calls)  # fmt: skip
+        try:
+            out = await self.backend.generate(call)
+        except ContextLengthError as e:
+            return error(400, f"the conversation no longer fits the context: {e}", "context_length_exceeded")
+        except BackendError as e:
+            return error(503, f"the engine failed: {e}")
+        reply, finish = self.reply(out.text, out.finish_reason, bool(tools))
+        ep.record(messages, tools, ids, cont, out.token_ids, out.logprobs, version, reply, out.finish_reason)
+        n = next(self._ids)
+        return 200, {
+            "id": f"chatcmpl-{n}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": req.get("model") or MODEL_NAME,
+            "choices": [{"index": 0, "message": reply, "finish_reason": finish, "logprobs": None}],
+            "usage": {
+                "prompt_tokens": len(ids),
+                "completion_tokens": len(out.token_ids),
+                "total_tokens": len(ids) + len(out.token_ids),
+            },  # fmt: skip
+        }
+
+    @staticmethod
+    def reply(text: str, finish_reason: str, with_tools: bool) -> tuple[dict, str]:
+        """The assistant message for a sample: its tool calls as OpenAI `tool_calls` when every one parsed (the
+        text around them is the content), else the text as it is."""
+        calls = parse_tool_calls(text) if with_tools and "<tool_call>" in text else []
+        if not calls or any(c.error for c in calls):
+            return {"role": "assistant", "content": text}, finish_reason
+        content = text.split("<tool_call>", 1)[0].strip() or None
+        return {
+            "role": "assistant",
+            "content": content,
+            "tool_calls": [
+                {
+                    "id": f"call_{secrets.token_hex(6)}",
+                    "type": "function",
+                    "function": {"name": c.name, "arguments": json.dumps(c.arguments, ensure_ascii=False)},
+                }
+                for c in calls
+            ],  # fmt: skip
+        }, "tool_calls"

@@ -1,0 +1,178 @@
+"""The OpenAI-compatible endpoint (nanosky/endpoint/server.py) through the real `openai` SDK, over a scripted
+backend (the engine side, with real vLLM, is tested in tests/integration): tool calls both ways, continuation rows,
+the error statuses, retries recorded once, and 16 concurrent episodes each attributed to its own row."""
+
+import asyncio
+import json
+
+import httpx
+import openai
+import pytest
+
+from nanosky.agent.backends import ContextLengthError, GenerationResult
+from nanosky.bundled import resolve_model_path
+from nanosky.endpoint.server import Endpoint, Sampling
+from nanosky.rollout.chat import encode, load_tokenizer
+
+TOOLS = [{"type": "function", "function": {"name": "calculator", "description": "exact arithmetic",
+                                           "parameters": {"type": "object", "properties": {"expression": {}}}}}]  # fmt: skip
+
+
+class Scripted:
+    """A backend that answers from a script: `script(prompt_text) -> reply text`; records each request."""
+
+    def __init__(self, tok, script):
+        self.tok, self.script, self.requests = tok, script, []
+
+    async def generate(self, req):
+        self.requests.append(req)
+        await asyncio.sleep(0)  # other episodes run in between, as in a real batch
+        text = self.script(self.tok.decode(req.prompt_ids))
+        if text is None:
+            raise ContextLengthError("prompt of 9999 tokens leaves no room in 512")
+        ids = encode(self.tok, text) + [self.tok.eos_token_id]
+        return GenerationResult(text, ids, [-0.25] * len(ids), "stop", len(req.prompt_ids), len(ids))
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return load_tokenizer(resolve_model_path("tiny-tool"))
+
+
+def _run(tok, script, body, sampling: Sampling | None = None):
+    """Start an endpoint over `script`, run `body(endpoint, backend)` in the loop, stop it."""
+
+    async def main():
+        backend = Scripted(tok, script)
+        ep = Endpoint(backend, tok, sampling or Sampling(max_tokens=64), version=lambda: 3)
+        await ep.start()
+        try:
+            return await body(ep, backend)
+        finally:
+            await ep.stop()
+
+    return asyncio.run(main())
+
+
+def _calc(prompt: str) -> str:
+    if "<tool_response>" in prompt:
+        return "<answer>391</answer>"
+    return '<tool_call>{"name": "calculator", "arguments": {"expression": "17*23"}}</tool_call>'
+
+
+def test_a_tool_call_round_trip_through_the_sdk_is_one_row_of_engine_sampled_ids(tok):
+    async def body(ep, backend):
+        key = ep.open_episode("t0")
+        client = openai.AsyncOpenAI(base_url=ep.base_url, api_key=key, max_retries=0)
+        msgs = [{"role": "user", "content": "What is 17 * 23?"}]
+        r = await client.chat.completions.create(
+            model="any-name", messages=msgs, tools=TOOLS, max_tokens=1000
+        )
+        choice = r.choices[0]
+        assert choice.finish_reason == "tool_calls" and choice.message.content is None
+        call = choice.message.tool_calls[0]
+        assert call.function.name == "calculator" and json.loads(call.function.arguments) == {
+            "expression": "17*23"
+        }
+        msgs += [choice.message.model_dump(exclude_none=True),
+                 {"role": "tool", "tool_call_id": call.id, "content": "391"}]  # fmt: skip
+        r2 = await client.chat.completions.create(model="m", messages=msgs, tools=TOOLS)
+        assert (
+            r2.choices[0].message.content == "<answer>391</answer>" and r2.choices[0].finish_reason == "stop"
+        )
+        models = await client.models.list()
+        assert [m.id for m in models.data] == ["nanosky-policy"]
+        await client.close()
+        slot = ep.close_episode(key)
+        return slot, backend
+
+    slot, backend = _run(tok, _calc, body)
+    (seg,) = slot.episode.segments  # one chain
+    assert seg.versions == [3, 3] and seg.calls == 2
+    sampled = [i for i, m in zip(seg.ids, seg.loss_mask) if m]
+    assert sampled == backend.requests[0].prompt_ids[:0] + [  # exactly the ids the backend returned, in order
+        *encode(tok, _calc("")),
+        tok.eos_token_id,
+        *encode(tok, "<answer>391</answer>"),
+        tok.eos_token_id,
+    ]
+    assert (
+        backend.requests[1].prompt_ids == seg.ids[: seg.turn_starts[1]]
+    )  # the second call continued the row
+    assert backend.requests[0].max_tokens == 64  # capped by the config
+    assert slot.asked[0]["max_tokens"] == 1000 and slot.asked[0]["model"] == "any-name"
+
+
+def test_error_statuses_and_a_malformed_tool_call(tok):
+    def script(prompt):
+        if "too long" in prompt:
+            return None
+        return '<tool_call>{"name": "calculator", "arguments": {"expression": </tool_call>'
+
+    async def body(ep, backend):
+        key = ep.open_episode("t1")
+        msgs = [{"role": "user", "content": "hi"}]
+        async with httpx.AsyncClient(base_url=ep.base_url) as http:
+            auth = {"Authorization": f"Bearer {key}"}
+            post = lambda j, h=auth: http.post("/chat/completions", json=j, headers=h)  # noqa: E731
+            out = {
+                "wrong key": (await post({"messages": msgs}, {"Authorization": "Bearer nope"})).status_code,
+                "no route": (await http.get("/completions", headers=auth)).status_code,
+                "n=2": (await post({"messages": msgs, "n": 2})).status_code,
+                "stream": (await post({"messages": msgs, "stream": True})).status_code,
+                "not json": (await http.post("/chat/completions", content=b"{", headers=auth)).status_code,
+                "no messages": (await post({"messages": []})).status_code,
+                "context": (await post({"messages": [{"role": "user", "content": "too long"}]})).json(),
+            }
+            bad = (await post({"messages": msgs, "tools": TOOLS})).json()["choices"][0]
+            ep.close_episode(key)
+            out["after close"] = (await post({"messages": msgs})).status_code
+        return out, bad, ep.slots[key]
+
+    out, bad, slot = _run(tok, script, body)
+    assert out["wrong key"] == 401 and out["no route"] == 404 and out["after close"] == 410
+    assert out["n=2"] == out["stream"] == out["not json"] == out["no messages"] == 400
+    assert out["context"]["error"]["code"] == "context_length_exceeded"
+    # a malformed call: plain content, status 200, recorded
+    assert bad["finish_reason"] == "stop" and "tool_calls" not in bad["message"]
+    assert bad["message"]["content"].startswith("<tool_call>") and slot.episode.calls == 1
+    assert slot.errors == 5  # the 4xx answers of this episode's key (401 and 410 are not counted against it)
+
+
+def test_a_retried_request_is_answered_again_and_recorded_once(tok):
+    async def body(ep, backend):
+        key = ep.open_episode("t2")
+        async with httpx.AsyncClient(base_url=ep.base_url) as http:
+            h = {"Authorization": f"Bearer {key}", "Idempotency-Key": "stainless-retry-1"}
+            j = {"messages": [{"role": "user", "content": "hi"}]}
+            a, b = (await http.post("/chat/completions", json=j, headers=h)).json(), None
+            b = (await http.post("/chat/completions", json=j, headers=h)).json()
+        return a, b, ep.slots[key], backend
+
+    a, b, slot, backend = _run(tok, lambda p: "hello", body)
+    assert a == b and len(backend.requests) == 1 and slot.episode.calls == 1
+
+
+def test_sixteen_concurrent_episodes_each_get_their_own_row(tok):
+    async def body(ep, backend):
+        async def episode(i):
+            key = ep.open_episode(f"task{i}")
+            client = openai.AsyncOpenAI(base_url=ep.base_url, api_key=key, max_retries=0)
+            msgs = [{"role": "user", "content": f"Say {i}."}]
+            for _ in range(3):
+                r = await client.chat.completions.create(model="m", messages=msgs)
+                msgs += [
+                    r.choices[0].message.model_dump(exclude_none=True),
+                    {"role": "user", "content": "Again."},
+                ]
+            await client.close()
+            return ep.close_episode(key)
+
+        return await asyncio.gather(*[episode(i) for i in range(16)])
+
+    slots = _run(tok, lambda p: p.split("Say ")[1].split(".")[0], body)
+    for i, slot in enumerate(slots):
+        (seg,) = slot.episode.segments
+        assert seg.calls == 3 and slot.task_id == f"task{i}"
+        replies = tok.decode([t for t, m in zip(seg.ids, seg.loss_mask) if m and t != tok.eos_token_id])
+        assert replies == f"{i}" * 3  # each episode's row holds its own samples only
