@@ -136,8 +136,8 @@ def _one_line_errors():
 
 def _import_plugins(modules: list[str]) -> None:
     """`--plugins`: a module that is not there is one line; one that fails inside keeps its traceback."""
+    import_plugins([])  # the working directory on sys.path, as the import will have it
     for module in modules:
-        import_plugins([])  # the working directory on sys.path, as the import will have it
         try:
             found = importlib.util.find_spec(module) is not None
         except ModuleNotFoundError:  # a parent package is missing

@@ -113,9 +113,8 @@ def launcher_argv() -> list[str] | None:
         return None
     head = parent[:-tail]
     if len(head) > 1 and os.path.basename(head[1]).startswith("torchrun"):
-        head = head[
-            1:
-        ]  # `python /path/torchrun ...` is how the kernel runs the torchrun script: show the script
+        # `python /path/torchrun ...` is how the kernel runs the torchrun script: show the script
+        head = head[1:]
         if shutil.which("torchrun") == os.path.abspath(head[0]):
             head[0] = "torchrun"  # the one on PATH: as typed
     return head

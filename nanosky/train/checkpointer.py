@@ -138,7 +138,7 @@ def find_export(path: str) -> str:
     """The HF model folder a user means by `path`: the folder itself (it holds config.json), a checkpoint
     (`checkpoints/step_N`: its `export/`), or a run dir (its latest checkpoint's `export/`). Raises
     FileNotFoundError with one line that says what it found instead."""
-    from nanosky.train.checkpoint import LATEST
+    from nanosky.train.checkpoint import _read_latest
 
     p = Path(path).expanduser()
     if not p.is_dir():
@@ -149,7 +149,7 @@ def find_export(path: str) -> str:
         return str(p / "export")
     root = p / "checkpoints"
     if root.is_dir():
-        latest = (root / LATEST).read_text().strip() if (root / LATEST).is_file() else None
+        latest = _read_latest(str(root))
         steps = sorted(c.name for c in root.glob("step_*") if (c / "export" / "config.json").is_file())
         name = latest if latest in steps else (steps[-1] if steps else None)
         if name is None:
