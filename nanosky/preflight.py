@@ -40,6 +40,7 @@ class UsageError(Exception, SystemExit):
 def check(cfg: TrainConfig, world: int | None = None) -> None:
     check_model("--model.path", cfg.model.path)
     check_chat_template(cfg)
+    check_agent(cfg)
     check_env_data(cfg.env, cfg.env_data)
     check_fresh_run_dir(cfg)
     check_run_dir(cfg.run_dir)
@@ -88,10 +89,34 @@ def check_chat_template(cfg: TrainConfig) -> None:
         tok = load_tokenizer(path, file)
     except Exception:  # noqa: BLE001 - a bundled model not built yet, or a tokenizer only the build can fetch
         return
+    # an external agent's calls that a template does not extend append-only become new segments (step-wise rows)
+    external = cfg.rollout.agent or cfg.rollout.agent_cmd
     try:
-        check_template(tok, cfg.rollout.mode)
+        check_template(tok, "stepwise" if external else cfg.rollout.mode)
     except TemplateError as e:
         raise UsageError(f"--model.path {cfg.model.path}: {e}") from None
+
+
+def check_agent(cfg: TrainConfig) -> None:
+    """--rollout.agent imports and names a function; --rollout.agent-cmd's program exists."""
+    import shlex
+
+    from nanosky.endpoint.harness import AgentError, load_agent
+
+    if cfg.rollout.agent:
+        try:
+            load_agent(cfg.rollout.agent)
+        except AgentError as e:
+            raise UsageError(f"--rollout.agent {e}") from None
+    if cmd := cfg.rollout.agent_cmd:
+        try:
+            program = shlex.split(cmd)[0] if cmd.strip() else ""
+        except ValueError as e:
+            raise UsageError(f"--rollout.agent-cmd {cmd!r}: {e}") from None
+        if not program or (shutil.which(program) is None and not os.path.isfile(program)):
+            raise UsageError(
+                f"--rollout.agent-cmd {cmd!r}: no program {program!r} on PATH or in the working directory"
+            )
 
 
 def check_env_data(env: str, path: str | None) -> None:

@@ -96,7 +96,7 @@ def build(cfg: TrainConfig) -> Run:
     critic = load_critic(path, info) if cfg.algorithm.needs_critic else None
     engine = Engine(cfg.engine, path, info, log_path=os.path.join(cfg.run_dir, "engine.log"))
     pool = make_pool(cfg.envpool.workers, cfg.envpool.step_timeout_s)
-    rollout = Rollout(cfg.rollout, EngineBackend(engine, tok), pool, tok)
+    rollout = Rollout(cfg.rollout, EngineBackend(engine, tok), pool, tok, log_dir=cfg.run_dir)
     log = RunLogger(cfg.run_dir, info.is_main, cfg.steps, cfg.log.tqdm)
     run = Run(
         cfg=cfg,
@@ -157,7 +157,8 @@ def prepare(run: Run, trajs: list[Trajectory]) -> tuple[Batch, dict[str, float]]
     the update needs, and advantages. Returns it and a step-level estimator's metrics (GiGPO's anchors)."""
     info, a, optim = run.info, run.cfg.algorithm, run.cfg.optim
     meta = ADV_ESTIMATORS.meta(a.adv_estimator)
-    stepwise = run.cfg.rollout.mode == "stepwise"
+    # an external agent's episode of several segments trains as step-wise rows, and then the whole batch does
+    stepwise = run.cfg.rollout.mode == "stepwise" or any(len(t.steps) > 1 for t in trajs)
     if stepwise:  # one row per turn; advantages come from the episodes, so rows may go to any rank
         rows = stepwise_samples(trajs)
         mine = split_rows(rows, info.world)[info.rank]
@@ -267,6 +268,7 @@ def stopped(run: Run, ph: Phases, step: int, signal_name: str) -> dict:
         f"Resume with:\n  {resume_command()}"
     )
     run.log.close()
+    run.rollout.close()
     run.pool.shutdown()
     return {"stopped_at_step": step, "signal": signal_name}
 
@@ -294,5 +296,6 @@ def close(run: Run, acc: float, step_times: list[float]) -> dict:
         + (f"\n  model        {final}  (HF format: --model.path, evals' --ckpt)" if final else "")
         + f"\n  TensorBoard  {command('tensorboard')} --logdir {cfg.run_dir}"
     )
+    run.rollout.close()
     run.pool.shutdown()
     return summary

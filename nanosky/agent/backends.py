@@ -117,6 +117,12 @@ class EngineBackend:
             completion_tokens=len(out.token_ids),
         )
 
+    async def drain(self) -> None:
+        """Wait until every submitted request has finished, those nobody waits for any more included (an episode
+        that timed out): the engine must be idle before it sleeps or takes new weights."""
+        if self._pump is not None:
+            await asyncio.gather(self._pump, return_exceptions=True)
+
     async def _run(self) -> None:
         await asyncio.sleep(0)  # one loop tick: every agent that is ready now joins the first step
         while self.engine.has_unfinished():

@@ -30,6 +30,9 @@ class Step:
     constraint: list[str] | str | None = (
         None  # the choices or grammar it was sampled under (constrained turns)
     )
+    # which of `ids` are trained (1) and which are observations (0): an external agent's segment holds several
+    # calls and the messages between them (nanosky/endpoint/rows.py). None: every id was sampled
+    loss_mask: list[int] | None = None
 
 
 @dataclass

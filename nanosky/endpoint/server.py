@@ -24,7 +24,9 @@ import asyncio
 import itertools
 import json
 import secrets
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,9 +35,12 @@ from envs.tools.parse import parse_tool_calls
 from nanosky.agent.backends import BackendError, ContextLengthError, Request
 from nanosky.endpoint.episode import Episode
 from nanosky.endpoint.http import error, serve
+from nanosky.seeds import derive_seed
 
 MODEL_NAME = "nanosky-policy"
 """What GET /v1/models lists; a request may name any model."""
+ENDED_KEPT = 65536
+"""Ended episodes whose keys still get 410 (not 401): the most recent ones."""
 
 
 @dataclass
@@ -44,7 +49,8 @@ class Sampling:
 
     temperature: float = 1.0
     top_p: float = 1.0
-    max_tokens: int = 256
+    max_tokens: int = 256  # per call
+    max_total_tokens: int | None = None  # prompt + reply: a longer prompt gets 400 (context_length_exceeded)
 
 
 @dataclass
@@ -54,17 +60,24 @@ class Slot:
     key: str
     task_id: str
     episode: Episode
-    seed: int = 0
+    seed: int = 0  # call k samples with seed derive_seed(seed, k): the same call samples the same tokens
+    sampling: Sampling | None = None  # None: the endpoint's
     closed: bool = False
     errors: int = 0  # calls answered with a 4xx
     asked: list[dict] = field(default_factory=list)  # what each call asked for (temperature, max_tokens, ...)
     answered: dict[str, tuple[int, Any]] = field(default_factory=dict)  # Idempotency-Key -> the answer
+    last_text: str = ""  # the last sample, as the model wrote it (tool calls as text): what the env grades
+    keys: list[str] = field(default_factory=list)  # per call: the messages it answered (GiGPO's state key)
 
 
 class Endpoint:
     def __init__(self, backend, tok, sampling: Sampling, version: Callable[[], int] = lambda: 0):
         self.backend, self.tok, self.sampling, self.version = backend, tok, sampling, version
         self.slots: dict[str, Slot] = {}
+        self.ended: OrderedDict[str, None] = OrderedDict()  # keys of ended episodes: their calls get 410
+        self._lock = (
+            threading.Lock()
+        )  # episodes open / close on the rollout's thread, calls record on the server's
         self._ids = itertools.count()
         self.server: asyncio.Server | None = None
         self.base_url = ""
@@ -81,15 +94,20 @@ class Endpoint:
             await self.server.wait_closed()
             self.server = None
 
-    def open_episode(self, task_id: str = "", seed: int = 0) -> str:
+    def open_episode(self, task_id: str = "", seed: int = 0, sampling: Sampling | None = None) -> str:
         key = "nsk-" + secrets.token_urlsafe(24)
-        self.slots[key] = Slot(key, task_id, Episode(self.tok), seed)
+        self.slots[key] = Slot(key, task_id, Episode(self.tok), seed, sampling)
         return key
 
     def close_episode(self, key: str) -> Slot:
-        """The episode ends: later calls with its key get 410. Returns its slot (the segments to train on)."""
-        slot = self.slots[key]
-        slot.closed = True
+        """The episode ends: later calls with its key get 410, and a call in flight is answered 410 and not
+        recorded. Returns its slot (the segments to train on)."""
+        with self._lock:
+            slot = self.slots.pop(key)
+            slot.closed = True
+            self.ended[key] = None
+            while len(self.ended) > ENDED_KEPT:
+                self.ended.popitem(last=False)
         return slot
 
     async def handle(self, method: str, path: str, headers: dict[str, str], body: bytes) -> tuple[int, Any]:
@@ -98,13 +116,12 @@ class Endpoint:
             return error(
                 404, f"no route {method} {path}: this endpoint serves /v1/chat/completions and /v1/models"
             )
-        slot = self.slots.get(headers.get("authorization", "").removeprefix("Bearer ").strip())
-        if slot is None:
+        key = headers.get("authorization", "").removeprefix("Bearer ").strip()
+        slot = self.slots.get(key)
+        if slot is None or slot.closed:
+            if key in self.ended or slot is not None:
+                return ENDED
             return error(401, "invalid API key: use the key given to this episode", "invalid_api_key")
-        if slot.closed:
-            return error(
-                410, "this episode has ended (its rollout phase is over); its key is no longer valid"
-            )
         if path == "/v1/models":
             if method != "GET":
                 return error(405, "use GET /v1/models")
@@ -118,7 +135,7 @@ class Endpoint:
         if retry and retry in slot.answered:
             return slot.answered[retry]
         answer = await self.chat(slot, body)
-        if answer[0] >= 400:
+        if 400 <= answer[0] < 500 and answer is not ENDED:
             slot.errors += 1
         if retry:
             slot.answered[retry] = answer
@@ -142,17 +159,23 @@ class Endpoint:
             return error(400, "stream: true is not supported: send stream: false", "unsupported_stream")
         asked = req.get("max_completion_tokens") or req.get("max_tokens")
         slot.asked.append({k: req.get(k) for k in ("model", "temperature", "top_p", "max_tokens", "seed")})
-        max_tokens = (
-            min(int(asked), self.sampling.max_tokens) if isinstance(asked, int) and asked > 0 else None
-        )
-        ep = slot.episode
+        sampling, ep = slot.sampling or self.sampling, slot.episode
         try:
             ids, cont = ep.prompt(messages, tools)
         except Exception as e:  # noqa: BLE001 - the chat template rejected these messages
             return error(400, f"the chat template cannot render these messages: {type(e).__name__}: {e}")
+        budget = sampling.max_tokens
+        if isinstance(asked, int) and asked > 0:
+            budget = min(budget, asked)
+        if sampling.max_total_tokens:
+            if len(ids) >= sampling.max_total_tokens:
+                return error(400, f"the conversation ({len(ids)} tokens) has reached the run's limit of "
+                             f"{sampling.max_total_tokens} (--rollout.max-total-tokens)", "context_length_exceeded")  # fmt: skip
+            budget = min(budget, sampling.max_total_tokens - len(ids))
+        key = _observation_key(messages[len(ep.segments[-1].messages) :] if cont else messages[-1:])
         version = self.version()
-        call = Request(messages, tools or None, max_tokens or self.sampling.max_tokens, self.sampling.temperature,
-                       prompt_ids=ids, top_p=self.sampling.top_p, seed=slot.seed * 100_003 + ep.calls)  # fmt: skip
+        call = Request(messages, tools or None, budget, sampling.temperature, prompt_ids=ids, top_p=sampling.top_p,
+                       seed=derive_seed(slot.seed, ep.calls))  # fmt: skip
         try:
             out = await self.backend.generate(call)
         except ContextLengthError as e:
@@ -160,7 +183,13 @@ class Endpoint:
         except BackendError as e:
             return error(503, f"the engine failed: {e}")
         reply, finish = self.reply(out.text, out.finish_reason, bool(tools))
-        ep.record(messages, tools, ids, cont, out.token_ids, out.logprobs, version, reply, out.finish_reason)
+        with self._lock:  # the episode may have ended while this call was sampled: then it is not recorded
+            if slot.closed:
+                return ENDED
+            ep.record(
+                messages, tools, ids, cont, out.token_ids, out.logprobs, version, reply, out.finish_reason
+            )
+            slot.last_text, slot.keys = out.text, [*slot.keys, key]
         n = next(self._ids)
         return 200, {
             "id": f"chatcmpl-{n}",
@@ -195,3 +224,14 @@ class Endpoint:
                 for c in calls
             ],  # fmt: skip
         }, "tool_calls"
+
+
+ENDED = error(
+    410, "this episode has ended (its rollout phase is over, or it timed out); its key is no longer valid"
+)
+
+
+def _observation_key(messages: list[dict]) -> str:
+    """The state a call acts in, as the built-in loop keys an env without state keys: the text of the messages
+    that arrived since the last reply (the opening messages' last one for the first call)."""
+    return "\n".join(str(m.get("content") or "") for m in messages)

@@ -60,7 +60,24 @@ class RolloutConfig:
     with vLLM's structured outputs, and train under the same masks: the policy is the masked distribution, exactly
     (nanosky/rollout/constrain.py). Turns of envs that give neither are sampled freely."""
 
+    agent: str | None = None
+    """Train your own agent: MODULE:FN, an async `solve(client, task) -> float | None` given an OpenAI client
+    pointed at this episode's endpoint (nanosky/endpoint/; imported like --plugins). Replaces nanosky's loop."""
+    agent_cmd: str | None = None
+    """Train an agent in any language: a shell command run once per episode, with OPENAI_BASE_URL, OPENAI_API_KEY
+    and NANOSKY_TASK (a JSON file: messages, tools, id, seed) set; reward = a last stdout line {"reward": x}."""
+    agent_timeout_s: float = 300.0
+    """--rollout.agent / agent-cmd: an episode running longer is masked (it costs that episode only)."""
+
     def __post_init__(self):
+        if self.agent and self.agent_cmd:
+            raise ValueError("give --rollout.agent or --rollout.agent-cmd, not both")
+        if self.agent is not None and self.agent.count(":") != 1:
+            raise ValueError(
+                f"rollout.agent must be MODULE:FUNCTION (e.g. my_agent:solve), got {self.agent!r}"
+            )
+        if self.agent_timeout_s <= 0:
+            raise ValueError(f"rollout.agent_timeout_s must be > 0, got {self.agent_timeout_s}")
         for f in ("group_size", "prompts_per_step", "max_new_tokens", "max_total_tokens"):
             if getattr(self, f) < 1:
                 raise ValueError(f"rollout.{f} must be >= 1, got {getattr(self, f)}")
@@ -79,9 +96,22 @@ class RolloutConfig:
 
 
 class Rollout:
-    def __init__(self, cfg: RolloutConfig, backend: EngineBackend, pool, tok):
+    def __init__(self, cfg: RolloutConfig, backend: EngineBackend, pool, tok, log_dir: str | None = None):
         self.cfg, self.backend, self.pool, self.tok = cfg, backend, pool, tok
         self.metrics: dict[str, float] = {}
+        self.log_dir, self.harness = (
+            log_dir,
+            None,
+        )  # --rollout.agent / agent-cmd: the endpoint, from the first run
+
+    @property
+    def external(self) -> bool:
+        """Whether an external agent plays the episodes (--rollout.agent or --rollout.agent-cmd)."""
+        return bool(self.cfg.agent or self.cfg.agent_cmd)
+
+    def close(self) -> None:
+        if self.harness is not None:
+            self.harness.host.close()
 
     def run(
         self,
@@ -98,14 +128,35 @@ class Rollout:
         self.backend.version = version
         busy0 = self.backend.busy_s
         tasks = [PooledEnvTask(self.pool, env, split, seed=s, **env_kwargs) for s in seeds]
-        runner = AgentRunner.from_config(self.backend, self.cfg, self.tok, temperature)
-        trajs = runner.run(tasks, groups=groups, seeds=seeds, sample_seed=sample_seed)
+        if self.external:
+            runner, trajs = self._harness(tasks, groups, seeds, sample_seed, temperature)
+        else:
+            runner = AgentRunner.from_config(self.backend, self.cfg, self.tok, temperature)
+            trajs = runner.run(tasks, groups=groups, seeds=seeds, sample_seed=sample_seed)
         wall = max(runner.last_wall_s, 1e-9)
         self.metrics = {
             "rollout/tokens_per_s": sum(t.completion_tokens for t in trajs) / wall,
             "rollout/engine_busy_frac": (self.backend.busy_s - busy0) / wall,
         }
         return trajs
+
+    def _harness(self, tasks, groups, seeds, sample_seed, temperature) -> tuple:
+        """The external agent's episodes, through the endpoint (started on first use, up until `close`)."""
+        from nanosky.endpoint.harness import Harness
+        from nanosky.endpoint.host import Host
+        from nanosky.endpoint.server import Sampling
+
+        c = self.cfg
+        sampling = Sampling(c.temperature if temperature is None else temperature, c.top_p, c.max_new_tokens,
+                            c.max_total_tokens)  # fmt: skip
+        if self.harness is None:
+            host = Host(self.tok, sampling)
+            self.harness = Harness(
+                host, c.agent, c.agent_cmd, c.agent_timeout_s, self.log_dir, dist.get_info().rank
+            )
+        version = self.backend.version
+        trajs = self.harness.run(self.backend, tasks, groups, seeds, sample_seed, sampling, lambda: version)
+        return self.harness, trajs
 
 
 def collect(cfg: TrainConfig, rollout: Rollout, step: int, version: int) -> tuple[list[Trajectory], dict]:
@@ -135,7 +186,12 @@ def collect(cfg: TrainConfig, rollout: Rollout, step: int, version: int) -> tupl
             break
     # Fixed batch size: truncate to P groups, or top up with dropped groups (zero advantage: no gradient signal).
     batch = (kept + dropped)[: P * n]
-    return batch, {"train/dropped_groups": len(dropped) / n, "train/gen_rounds": rounds} | rollout.metrics
+    metrics = {"train/dropped_groups": len(dropped) / n, "train/gen_rounds": rounds} | rollout.metrics
+    if rollout.external:
+        from nanosky.endpoint.harness import metrics as agent_metrics
+
+        metrics |= agent_metrics(batch)
+    return batch, metrics
 
 
 def overlong_penalty(trajs: list[Trajectory], max_len: int, cache_len: int) -> None:

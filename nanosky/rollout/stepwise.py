@@ -82,7 +82,7 @@ def samples(trajs: list[Trajectory]) -> list[Trajectory]:
             rows.append(
                 Trajectory(
                     ids=s.prompt_ids + s.ids,
-                    loss_mask=[0] * n + [1] * len(s.ids),
+                    loss_mask=[0] * n + (s.loss_mask if s.loss_mask is not None else [1] * len(s.ids)),
                     logprobs=[0.0] * n + list(s.logprobs),
                     prompt_len=n,
                     reward=t.reward,

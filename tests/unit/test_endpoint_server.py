@@ -125,9 +125,9 @@ def test_error_statuses_and_a_malformed_tool_call(tok):
                 "context": (await post({"messages": [{"role": "user", "content": "too long"}]})).json(),
             }
             bad = (await post({"messages": msgs, "tools": TOOLS})).json()["choices"][0]
-            ep.close_episode(key)
+            slot = ep.close_episode(key)
             out["after close"] = (await post({"messages": msgs})).status_code
-        return out, bad, ep.slots[key]
+        return out, bad, slot
 
     out, bad, slot = _run(tok, script, body)
     assert out["wrong key"] == 401 and out["no route"] == 404 and out["after close"] == 410

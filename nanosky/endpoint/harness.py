@@ -1,0 +1,208 @@
+"""The harness runner: an external agent plays a rank's episodes through the endpoint (`--rollout.agent MODULE:FN`,
+or `--rollout.agent-cmd "CMD"`), in place of nanosky's own loop.
+
+    harness = Harness(host, agent="my_agent:solve", timeout_s=300, log_dir=run_dir)
+    trajs = harness.run(engine_backend, tasks, groups, seeds, sample_seed, Sampling(...), version=lambda: v)
+
+Every episode runs at once: its env is set up (in the env pool), it gets a key of its own on the endpoint, and the
+agent runs with a client pointed there. The agent's calls join the engine's continuous batch; the endpoint records
+the exact tokens (`endpoint/episode.py`), and `rows.to_trajectory` turns them into the trainer's `Trajectory`.
+An async `solve` runs on this loop; a blocking one in a thread of its own, with a blocking client and a
+`BlockingTask`. A command runs as a subprocess (`command.py`). An agent that raises, exits non-zero, returns
+something other than a number or None, or runs past `timeout_s` costs its episode only: the episode is masked (no
+token of it is trained, and its reward is its group's mean, so it moves no baseline), its traceback goes to
+`<run dir>/agent_errors.rank<R>.log`, and `agent/errors` / `agent/timeouts` count it. Its key ends with the
+episode: a thread that outlives its episode gets 410 on its next call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import inspect
+import os
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from nanosky.agent.task import Task
+from nanosky.agent.trajectory import Trajectory
+from nanosky.endpoint.agent_task import AgentTask, BlockingTask
+from nanosky.endpoint.command import run_command
+from nanosky.endpoint.host import Host
+from nanosky.endpoint.rows import mask_failed, to_trajectory
+from nanosky.endpoint.server import Sampling
+from nanosky.seeds import derive_seed
+
+FAILED = ("error", "timeout")
+"""Stop reasons of a masked episode: the agent raised (or its command failed), or it ran past its time."""
+
+
+class AgentError(ValueError):
+    """`--rollout.agent` names nothing that can be called."""
+
+
+def load_agent(spec: str) -> Callable:
+    """MODULE:FN → the function, imported as `--plugins` imports (the working directory, then PYTHONPATH)."""
+    module, sep, name = spec.partition(":")
+    if not sep or not module or not name:
+        raise AgentError(f"{spec!r}: expected MODULE:FUNCTION, e.g. my_agent:solve")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:
+        found = False
+    if not found:
+        raise AgentError(f"{spec}: no module named {module!r} in the working directory or on PYTHONPATH")
+    fn = importlib.import_module(module)
+    for part in name.split("."):
+        if not hasattr(fn, part):
+            raise AgentError(f"{spec}: module {module!r} has no {name!r}")
+        fn = getattr(fn, part)
+    if not callable(fn):
+        raise AgentError(f"{spec}: {name} is not a function")
+    return fn
+
+
+def is_async(fn: Callable) -> bool:
+    """An async function, or an object whose __call__ is one."""
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__)
+
+
+class Harness:
+    def __init__(
+        self,
+        host: Host,
+        agent: str | Callable | None = None,
+        cmd: str | None = None,
+        timeout_s: float | None = 300.0,
+        log_dir: str | None = None,
+        rank: int = 0,
+    ):
+        if (agent is None) == (cmd is None):
+            raise ValueError("give the agent as a function (agent) or as a command (cmd), not both")
+        self.host, self.cmd, self.timeout_s = host, cmd, timeout_s
+        self.fn = load_agent(agent) if isinstance(agent, str) else agent
+        self.errors_path = Path(log_dir) / f"agent_errors.rank{rank}.log" if log_dir else None
+        self.last_wall_s = 0.0
+        self.on_episode_done: Callable[[Trajectory], None] | None = None
+
+    def run(
+        self,
+        backend,
+        tasks: list[Task],
+        groups: list[int] | None = None,
+        seeds: list[int] | None = None,
+        sample_seed: int | None = None,
+        sampling: Sampling | None = None,
+        version: Callable[[], int] = lambda: 0,
+    ) -> list[Trajectory]:
+        """One episode per task, all at once, on a fresh event loop that drives `backend` (the engine)."""
+
+        async def main():
+            loop = asyncio.get_running_loop()
+            loop.set_default_executor(ThreadPoolExecutor(len(tasks) + 4))  # env set-up and steps
+            threads = (
+                ThreadPoolExecutor(len(tasks), thread_name_prefix="nanosky-agent")
+                if not self.cmd and not is_async(self.fn)
+                else None
+            )
+            t0 = time.perf_counter()
+            try:
+                with self.host.attached(backend, loop, version) as ep:
+                    trajs = await asyncio.gather(*(
+                        self._episode(ep, i, task, groups[i] if groups else i, seeds[i] if seeds else 0,
+                                      derive_seed(0 if sample_seed is None else sample_seed, i), sampling, threads)
+                        for i, task in enumerate(tasks)))  # fmt: skip
+                    if hasattr(backend, "drain"):  # requests of timed-out episodes: the engine ends idle
+                        await backend.drain()
+            finally:
+                self.last_wall_s = time.perf_counter() - t0
+                if threads is not None:
+                    threads.shutdown(
+                        wait=False
+                    )  # a thread still running holds a dead key: its next call fails
+            return mask_failed(list(trajs), FAILED)
+
+        return asyncio.run(main())
+
+    async def _episode(self, ep, i, task: Task, group, env_seed, seed, sampling, threads) -> Trajectory:
+        t0 = time.perf_counter()
+        t = Trajectory(task_id=task.task_id or str(i), group=group, env_seed=env_seed, stop_reason="done")
+        key = slot = at = None
+        try:
+            await task.initialize_runtime()
+            at = AgentTask(list(task.get_instruction()), list(task.tools or []), t.task_id, env_seed, task)
+            key = ep.open_episode(t.task_id, seed, sampling)
+            solve = self._solve(at, key, threads)
+            result = await (asyncio.wait_for(solve, self.timeout_s) if self.timeout_s else solve)
+            slot = ep.close_episode(key)
+            if result is None:
+                result = await at.grade(slot.last_text)
+            elif isinstance(result, bool) or not isinstance(result, int | float):
+                raise TypeError(
+                    f"the agent returned {type(result).__name__} {result!r:.80}: expected a float or None"
+                )
+            t.reward = float(result)
+        except Exception as e:  # noqa: BLE001 - costs this episode only
+            timeout = isinstance(e, asyncio.TimeoutError | TimeoutError)
+            t.stop_reason = "timeout" if timeout else "error"
+            t.error = (
+                f"ran past --rollout.agent-timeout-s {self.timeout_s}"
+                if timeout
+                else f"{type(e).__name__}: {e}"[:1000]
+            )
+            self._log_error(t, key, e)
+        if slot is None and key is not None:
+            slot = ep.close_episode(key)
+        try:
+            await task.complete_runtime()
+        except Exception as e:  # noqa: BLE001
+            t.error = (t.error + " | " if t.error else "") + f"complete_runtime: {e!r}"[:500]
+        to_trajectory(t, slot, at, ep.tok)
+        t.latency_s = round(time.perf_counter() - t0, 4)
+        if self.on_episode_done is not None:
+            self.on_episode_done(t)
+        return t
+
+    async def _solve(self, task: AgentTask, key: str, threads):
+        import openai
+
+        base_url = self.host.base_url
+        if self.cmd:
+            return await run_command(self.cmd, base_url, key, task)
+        if is_async(self.fn):
+            client = openai.AsyncOpenAI(base_url=base_url, api_key=key, max_retries=2)
+            try:
+                return await self.fn(client, task)
+            finally:
+                await client.close()
+        client = openai.OpenAI(base_url=base_url, api_key=key, max_retries=2)
+        blocking = BlockingTask(task, asyncio.get_running_loop())
+        return await asyncio.get_running_loop().run_in_executor(threads, self.fn, client, blocking)
+
+    def _log_error(self, t: Trajectory, key: str | None, e: BaseException) -> None:
+        if self.errors_path is None:
+            return
+        self.errors_path.parent.mkdir(parents=True, exist_ok=True)
+        trace = "".join(traceback.format_exception(e)) if not isinstance(e, TimeoutError) else t.error + "\n"
+        with self.errors_path.open("a") as f:
+            f.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} episode {t.task_id} (group {t.group}): "
+                    f"{t.stop_reason}\n{trace}")  # fmt: skip
+
+
+def metrics(trajs: list[Trajectory]) -> dict[str, float]:
+    """The step's `agent/*` scalars over a global batch of harness episodes."""
+    n = max(len(trajs), 1)
+    agent = [t.info.get("agent", {}) for t in trajs]
+    return {
+        "agent/segments_per_episode": sum(a.get("segments", 0) for a in agent) / n,
+        "agent/calls_per_episode": sum(a.get("calls", 0) for a in agent) / n,
+        "agent/errors": float(sum(t.stop_reason == "error" for t in trajs)),
+        "agent/timeouts": float(sum(t.stop_reason == "timeout" for t in trajs)),
+        "agent/rejected_calls": float(sum(a.get("rejected", 0) for a in agent)),
+    }
