@@ -1,0 +1,78 @@
+"""The endpoint over the real colocated engine (vLLM) and the bundled tool model: an openai-SDK agent that mirrors
+nanosky's loop builds, at temperature 0, the same token ids, masks and rewards as the loop itself; the OpenAI
+Agents SDK example runs through it as one chain of engine-sampled ids per episode."""
+
+import pytest
+
+from examples.mirror_agent import solve as mirror
+from nanosky.agent import AgentRunner, EngineBackend, EnvTask
+from nanosky.bundled import resolve_model_path
+from nanosky.endpoint.harness import Harness
+from nanosky.endpoint.host import Host
+from nanosky.endpoint.server import Sampling
+from nanosky.rollout.chat import load_tokenizer
+
+SEEDS = list(range(12))
+MAX_NEW, MAX_TOTAL = 64, 480  # the tool_use preset's budgets
+
+
+@pytest.fixture(scope="module")
+def tool_model(dist_info):
+    from nanosky.rollout.engine import Engine, EngineConfig
+
+    path = resolve_model_path("tiny-tool")
+    return Engine(EngineConfig(kv_cache_gib=1, seed=0), path, dist_info), load_tokenizer(path)
+
+
+@pytest.fixture(scope="module")
+def host(tool_model):
+    h = Host(tool_model[1], Sampling(0.0, 1.0, MAX_NEW, MAX_TOTAL))
+    yield h
+    h.close()
+
+
+def _tasks():
+    return [EnvTask.make("tool_use", "test", seed=s) for s in SEEDS]
+
+
+def test_a_mirroring_sdk_agent_equals_nanoskys_loop_at_temperature_0(tool_model, host):
+    engine, tok = tool_model
+    runner = AgentRunner(EngineBackend(engine, tok), tok=tok, max_parallel_agents=None, max_tokens_per_turn=MAX_NEW,
+                         temperature=0.0, max_total_tokens=MAX_TOTAL)  # fmt: skip
+    loop = runner.run(_tasks(), sample_seed=1)
+    harness = Harness(host, mirror, timeout_s=120)
+    ext = harness.run(EngineBackend(engine, tok), _tasks(), seeds=SEEDS, sample_seed=2)
+    assert sum(t.tool_calls for t in loop) >= 3  # the comparison covers tool-call round trips
+    for a, b in zip(loop, ext):
+        assert b.stop_reason == "done", b.error
+        assert a.ids == b.ids and a.loss_mask == b.loss_mask and a.prompt_len == b.prompt_len
+        assert a.reward == b.reward and a.success == b.success and a.turns == b.turns
+        assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs)) < 1e-4
+        assert b.info["agent"]["segments"] == 1
+
+
+def test_the_openai_agents_sdk_example_trains_on_one_chain_of_sampled_ids(tool_model, host):
+    pytest.importorskip("agents")
+    from examples.openai_agents_tool_use import solve
+
+    engine, tok = tool_model
+    trajs = Harness(host, solve, timeout_s=120).run(
+        EngineBackend(engine, tok), _tasks(), seeds=SEEDS, sample_seed=3
+    )
+    assert all(t.stop_reason == "done" for t in trajs), [t.error for t in trajs]
+    calls = [c["function"]["name"] for t in trajs for m in t.messages for c in m.get("tool_calls") or []]
+    assert "calculator" in calls, "the SDK ran no calculator call in any episode"
+    ran = [t for t in trajs if any(m.get("role") == "tool" for m in t.messages)]
+    assert [t.task_id for t in ran] == [
+        t.task_id for t in trajs if t.tool_calls
+    ]  # each call's output went back
+    assert all(
+        t.info["env_steps"] == t.tool_calls + 1 for t in ran
+    )  # the calls ran in the env, then the grade
+    for t in trajs:
+        assert t.info["agent"]["segments"] == 1  # the SDK's history extends the last call append-only
+        turns = [m for m in t.messages if m["role"] == "assistant"]
+        assert len(turns) == t.info["agent"]["calls"] >= 1
+        # every trained id was sampled by the engine: its logprob is the engine's, <= 0; the rest are masked
+        assert all(lp < 0 or lp == 0.0 for lp, m in zip(t.logprobs, t.loss_mask) if m)
+        assert sum(t.loss_mask) == t.completion_tokens and t.reward in (0.0, 0.1, 1.0)
