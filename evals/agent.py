@@ -3,6 +3,7 @@
     python -m evals.agent --ckpt runs/tool_use-grpo                # shipped sample (evals/data/hle_sample.jsonl)
     python -m evals.agent --base-url http://localhost:8000/v1 --data hle_text_only.jsonl --ask-confidence
     python -m evals.agent ... --judge-base-url URL --judge-model M    # a model judge for free-form misses
+    python -m evals.agent --ckpt runs/tool_use-grpo --env tool_use --agent my_agent:solve   # your own agent
 
 Rows: `id`, `question`, `answer`, `answer_type` ("exactMatch" | "multipleChoice"); rows with an `image` are
 skipped and counted (the agent is text-only). The agent calls tools with `<tool_call>...</tool_call>` and ends with
@@ -44,6 +45,11 @@ class AgentEvalConfig(common.BaseEvalConfig):
     judge_base_url: str | None = None
     """Optional OpenAI-compatible judge for exactMatch answers that miss the normalised match."""
     judge_model: str | None = None
+    env: str | None = None
+    """Instead of HLE rows: the held-out split of a registered env (e.g. tool_use), episodes 0..limit-1 (default
+    limit 100), graded by the env; with --agent, the way an agent trained with --rollout.agent is evaluated."""
+    env_kwargs: str = "{}"
+    """--env: the env's keyword arguments, as JSON (e.g. '{"kinds": ["arith", "python"]}')."""
 
 
 # ---------------------------------------------------------------------------------------------- grading
@@ -259,6 +265,33 @@ def evaluate(
     return report, records
 
 
+def evaluate_env(model, tok, cfg: AgentEvalConfig) -> tuple[dict, list[dict]]:
+    """(report, records) on `cfg.env`'s held-out split: success as the env grades it, pass@k over the samples."""
+    import json
+
+    import envs
+    from evals.models import rollout
+
+    t0, n = time.time(), cfg.limit or 100
+    kwargs = json.loads(cfg.env_kwargs)
+    episodes = [
+        envs.make(cfg.env, split="test", seed=i, **kwargs) for i in range(n) for _ in range(cfg.n_samples)
+    ]
+    trajs = rollout(model, tok, episodes, cfg, desc=cfg.env)
+    correct: dict[int, list[bool]] = {}
+    records = []
+    for j, t in enumerate(trajs):
+        i, s = divmod(j, cfg.n_samples)
+        correct.setdefault(i, []).append(bool(t.success))
+        records.append(common.record(i, s, t, correct=bool(t.success), reward=t.reward))
+    pm = common.pass_metrics(correct)
+    acc = pm.pop(f"mean@{cfg.n_samples}", 0.0)
+    report = common.finish_report(
+        f"agent/{cfg.env}", records, [], time.time() - t0, "accuracy", accuracy=acc, **pm
+    )
+    return report, records
+
+
 def run(model, tok, rows: list[dict], cfg: AgentEvalConfig) -> dict:
     """The in-training entry point: the report only."""
     return evaluate(model, tok, rows, cfg)[0]
@@ -268,6 +301,8 @@ def main(argv: list[str] | None = None) -> dict:
     import tyro
 
     cfg = tyro.cli(AgentEvalConfig, args=argv, description=__doc__)
+    if cfg.env:
+        return models.run_cli(f"agent-{cfg.env}", cfg, lambda model, tok: evaluate_env(model, tok, cfg))
     rows, bad = load_rows(cfg.data, cfg.limit)
     return models.run_cli("agent", cfg, lambda model, tok: evaluate(model, tok, rows, cfg, bad))
 

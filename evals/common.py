@@ -60,10 +60,19 @@ class BaseEvalConfig:
     "native" sends `tools` + role "tool" messages for the server's chat template (e.g. vLLM serving a checkpoint)."""
     out: str | None = None
     """Output directory (default: runs/evals/<eval>-<time>)."""
+    agent: str | None = None
+    """Evaluate your own agent instead of nanosky's loop: MODULE:FN, the `--rollout.agent` contract (an async
+    `solve(client, task)`), its client pointed at --ckpt's engine through the training endpoint (nanosky/endpoint/)."""
+    agent_timeout_s: float = 300.0
+    """--agent: an episode running longer fails (reward 0)."""
 
     def __post_init__(self):
         if self.ckpt and self.base_url:
             raise ValueError("give either --ckpt or --base-url, not both")
+        if self.agent and self.base_url:
+            raise ValueError(
+                "--agent needs --ckpt: the endpoint serves the checkpoint from the in-process engine"
+            )
         if self.constrain_actions and self.base_url:
             raise ValueError("--constrain-actions needs --ckpt (the in-process engine's structured outputs)")
         if self.limit is not None and self.limit < 1:

@@ -38,8 +38,28 @@ def rollout(model, tok, envs: list[Env], cfg: BaseEvalConfig, desc: str = "eval"
     )
     tasks = [EnvTask(e, task_id=str(i)) for i, e in enumerate(envs)]
     with tqdm(total=len(envs), desc=desc) as bar:
+        if cfg.agent:  # the user's agent plays the episodes, through the endpoint
+            return external_rollout(model, tok, tasks, cfg, bar)
         runner.on_episode_done = lambda _: bar.update(1)
         return runner.run(tasks, sample_seed=cfg.seed)
+
+
+def external_rollout(
+    model: EngineBackend, tok, tasks: list[EnvTask], cfg: BaseEvalConfig, bar
+) -> list[Trajectory]:
+    """`--agent MODULE:FN`: every episode played by the user's agent against the endpoint over `model`'s engine,
+    sampled with the eval's temperature and budgets."""
+    from nanosky.endpoint.harness import Harness
+    from nanosky.endpoint.host import Host
+    from nanosky.endpoint.server import Sampling
+
+    host = Host(tok, Sampling(cfg.temperature, 1.0, cfg.max_new_tokens, cfg.max_model_len))
+    try:
+        harness = Harness(host, cfg.agent, timeout_s=cfg.agent_timeout_s)
+        harness.on_episode_done = lambda _: bar.update(1)
+        return harness.run(model, tasks, seeds=list(range(len(tasks))), sample_seed=cfg.seed)
+    finally:
+        host.close()
 
 
 def open_model(cfg: BaseEvalConfig, log_path: str | None = None) -> tuple[Any, Any, str]:
@@ -92,6 +112,13 @@ def close_model(model) -> None:
 
 def run_cli(name: str, cfg: BaseEvalConfig, evaluate_fn) -> dict:
     """Load the model, run `evaluate_fn(model, tok) -> (report, records)`, write the outputs, print the table."""
+    if cfg.agent:  # a bad --agent is one line, before any model is loaded
+        from nanosky.endpoint.harness import AgentError, load_agent
+
+        try:
+            load_agent(cfg.agent)
+        except AgentError as e:
+            raise SystemExit(f"--agent {e}") from None
     path = common.out_dir(cfg, name)
     model, tok, model_name = open_model(cfg, log_path=str(path / "engine.log"))
     try:

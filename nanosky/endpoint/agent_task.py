@@ -35,6 +35,7 @@ class AgentTask:
     graded: float | None = None  # the return the env gave, once graded
     success: bool | None = None  # the env's verdict, once graded
     steps: int = 0  # env steps taken (grading included)
+    info: dict = field(default_factory=dict)  # the env's info, once graded
 
     @property
     def done(self) -> bool:
@@ -61,6 +62,7 @@ class AgentTask:
     async def _finish(self) -> None:
         verdict = await self.env.evaluate_result(None)
         self.graded, self.success = float(verdict.get("reward", 0.0)), bool(verdict.get("success", False))
+        self.info = dict(getattr(self.env, "_info", {}))  # the env's last info (its answer, prediction, ...)
 
 
 class BlockingTask:

@@ -53,7 +53,7 @@ def to_trajectory(t: Trajectory, slot, task, tok) -> Trajectory:
         len(m.get("tool_calls") or []) for s in segs for m in s.messages if m.get("role") == "assistant"
     )
     if task is not None:
-        t.info["env_steps"] = task.steps
+        t.info |= {k: v for k, v in task.info.items() if k != "calls"} | {"env_steps": task.steps}
     if slot is not None:
         t.info["agent"] = {"segments": len(segs), "calls": calls, "rejected": slot.errors, "asked": slot.asked[:8],
                            "versions": [v for s in segs for v in s.versions]}  # fmt: skip
