@@ -38,7 +38,10 @@ def chat(messages: list[dict], tools: list[dict]) -> dict:
     req = urllib.request.Request(
         os.environ["OPENAI_BASE_URL"].rstrip("/") + "/chat/completions",
         data=body,
-        headers={"Authorization": f"Bearer {os.environ['OPENAI_API_KEY']}", "Content-Type": "application/json"},
+        headers={
+            "Authorization": f"Bearer {os.environ['OPENAI_API_KEY']}",
+            "Content-Type": "application/json",
+        },
     )
     with urllib.request.urlopen(req, timeout=300) as r:
         return json.load(r)["choices"][0]["message"]
@@ -58,7 +61,11 @@ def main() -> None:
                 args = json.loads(f["arguments"])
             except json.JSONDecodeError:
                 args = {}
-            out = calculate(str(args.get("expression", ""))) if f["name"] == "calculator" else "Error: no such tool"
+            out = (
+                calculate(str(args.get("expression", "")))
+                if f["name"] == "calculator"
+                else "Error: no such tool"
+            )
             messages.append({"role": "tool", "tool_call_id": call["id"], "content": out})
 
 

@@ -32,7 +32,9 @@ def test_an_agents_sdk_harness_trains_under_gigpo_with_evals(tmp_path):
     assert all(v == 0 for tag in ("agent/errors", "agent/timeouts") for _, v in s[tag])
     assert "gigpo/anchor_size_mean" in s and all(math.isfinite(v) for _, v in s["train/pg_loss"])
     assert [st for st, _ in s["eval/accuracy"]] == [0, 1, 2]  # the eval runs the agent too
-    assert all(v < 1e-3 for _, v in s["train/mismatch/mismatch_abs_mean"])  # trained on the engine's own tokens
+    assert all(
+        v < 1e-3 for _, v in s["train/mismatch/mismatch_abs_mean"]
+    )  # trained on the engine's own tokens
     recs = _records(run_dir)
     train = [x for x in recs if x.get("split") != "eval"]
     assert train and all(x["info"]["agent"]["calls"] >= 1 for x in train)
