@@ -110,6 +110,12 @@ def test_run_py_exits_2_with_one_line(flags, flag, tmp_path):
         (["--algo", "grpp"], "--algo 'grpp': unknown; valid: .*gigpo"),
         (["--preset", "nope"], "--preset 'nope': unknown"),
         (["--plugins", "no_such_plugin_mod"], "--plugins no_such_plugin_mod: no module named"),
+        (["--rollout.agent", "solve"], "--rollout.agent must be MODULE:FUNCTION"),
+        (
+            ["--rollout.agent", "a:b", "--rollout.agent-cmd", "x"],
+            "--rollout.agent or --rollout.agent-cmd, not both",
+        ),
+        (["--rollout.agent-timeout-s", "0"], "--rollout.agent-timeout-s must be > 0"),
     ],
 )
 def test_every_config_error_is_one_line_naming_the_flag_as_typed(flags, expected, capsys):
@@ -131,6 +137,28 @@ def test_world_size_checks_name_the_flags(tmp_path):
     flags = ["--preset", "smoke", "--algorithm.mini-batches", "3", "--log.run-dir", str(tmp_path)]
     with pytest.raises(preflight.UsageError, match=r"must be divisible by --algorithm.mini-batches \(3\)"):
         check(flags, 2, False)
+
+
+def test_an_agent_that_does_not_import_or_run_is_one_line(tmp_path):
+    from nanosky.startup import check
+
+    base = ["--preset", "smoke", "--log.run-dir", str(tmp_path)]
+    for flags, expected in [
+        (
+            ["--rollout.agent", "no_such_agent_mod:solve"],
+            "--rollout.agent no_such_agent_mod:solve: no module named",
+        ),
+        (["--rollout.agent", "examples.mirror_agent:solv"], "has no 'solv'"),
+        (
+            ["--rollout.agent-cmd", "no_such_program_xyz --fast"],
+            "--rollout.agent-cmd .*: no program 'no_such_program_xyz'",
+        ),
+    ]:
+        with pytest.raises(preflight.UsageError, match=expected) as e:
+            check([*base, *flags], 1, False)
+        assert "\n" not in str(e.value)
+    check([*base, "--rollout.agent", "examples.mirror_agent:solve"], 1, False)  # these pass
+    check([*base, "--rollout.agent-cmd", f"{sys.executable} examples/http_agent.py"], 1, False)
 
 
 def test_help_lists_preset_and_algo_choices_from_the_registries(capsys):
