@@ -28,7 +28,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from nanosky.agent.task import Task
+from nanosky.agent.task import EnvError, Task
 from nanosky.agent.trajectory import Trajectory
 from nanosky.endpoint.agent_task import AgentTask, BlockingTask
 from nanosky.endpoint.command import run_command
@@ -37,8 +37,9 @@ from nanosky.endpoint.rows import mask_failed, to_trajectory
 from nanosky.endpoint.server import Sampling
 from nanosky.seeds import derive_seed
 
-FAILED = ("error", "timeout")
-"""Stop reasons of a masked episode: the agent raised (or its command failed), or it ran past its time."""
+FAILED = ("error", "timeout", "env_error")
+"""Stop reasons of a masked episode: the agent raised (or its command failed), it ran past its time, or its env
+failed (hung or crashed in the pool)."""
 
 
 class AgentError(ValueError):
@@ -107,7 +108,7 @@ class Harness:
             loop = asyncio.get_running_loop()
             loop.set_default_executor(ThreadPoolExecutor(len(tasks) + 4))  # env set-up and steps
             threads = (
-                ThreadPoolExecutor(len(tasks), thread_name_prefix="nanosky-agent")
+                ThreadPoolExecutor(max(len(tasks), 1), thread_name_prefix="nanosky-agent")
                 if not self.cmd and not is_async(self.fn)
                 else None
             )
@@ -120,6 +121,11 @@ class Harness:
                         for i, task in enumerate(tasks)))  # fmt: skip
                     if hasattr(backend, "drain"):  # requests of timed-out episodes: the engine ends idle
                         await backend.drain()
+                    if (
+                        ep.fatal is not None
+                    ):  # stale weights or a bug in the engine: as in nanosky's loop, stop
+                        fatal, ep.fatal = ep.fatal, None
+                        raise fatal
             finally:
                 self.last_wall_s = time.perf_counter() - t0
                 if threads is not None:
@@ -150,7 +156,7 @@ class Harness:
             t.reward = float(result)
         except Exception as e:  # noqa: BLE001 - costs this episode only
             timeout = isinstance(e, asyncio.TimeoutError | TimeoutError)
-            t.stop_reason = "timeout" if timeout else "error"
+            t.stop_reason = "timeout" if timeout else "env_error" if isinstance(e, EnvError) else "error"
             t.error = (
                 f"ran past --rollout.agent-timeout-s {self.timeout_s}"
                 if timeout
@@ -181,9 +187,13 @@ class Harness:
                 return await self.fn(client, task)
             finally:
                 await client.close()
-        client = openai.OpenAI(base_url=base_url, api_key=key, max_retries=2)
         blocking = BlockingTask(task, asyncio.get_running_loop())
-        return await asyncio.get_running_loop().run_in_executor(threads, self.fn, client, blocking)
+
+        def run():
+            with openai.OpenAI(base_url=base_url, api_key=key, max_retries=2) as client:
+                return self.fn(client, blocking)
+
+        return await asyncio.get_running_loop().run_in_executor(threads, run)
 
     def _log_error(self, t: Trajectory, key: str | None, e: BaseException) -> None:
         if self.errors_path is None:

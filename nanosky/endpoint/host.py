@@ -56,6 +56,14 @@ class Host:
         self.endpoint = Endpoint(Detached(), tok, sampling)
         self.base_url = self._call(self.endpoint.start(host, port))
 
+    async def _shutdown(self) -> None:
+        """Stop listening, then end the connections still open (keep-alive clients) before the loop goes."""
+        await self.endpoint.stop()
+        open_ = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for t in open_:
+            t.cancel()
+        await asyncio.gather(*open_, return_exceptions=True)
+
     def _call(self, coro):
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
 
@@ -73,7 +81,7 @@ class Host:
     def close(self) -> None:
         if not self.thread.is_alive():
             return
-        self._call(self.endpoint.stop())
+        self._call(self._shutdown())
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(timeout=10)
         self.loop.close()

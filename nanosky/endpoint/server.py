@@ -65,7 +65,9 @@ class Slot:
     closed: bool = False
     errors: int = 0  # calls answered with a 4xx
     asked: list[dict] = field(default_factory=list)  # what each call asked for (temperature, max_tokens, ...)
-    answered: dict[str, tuple[int, Any]] = field(default_factory=dict)  # Idempotency-Key -> the answer
+    # Idempotency-Key -> the answer, or its future while the first request is still being sampled (a client that
+    # timed out retries while the server still works on the first)
+    answered: dict[str, asyncio.Future] = field(default_factory=dict)
     last_text: str = ""  # the last sample, as the model wrote it (tool calls as text): what the env grades
     keys: list[str] = field(default_factory=list)  # per call: the messages it answered (GiGPO's state key)
 
@@ -79,6 +81,7 @@ class Endpoint:
             threading.Lock()
         )  # episodes open / close on the rollout's thread, calls record on the server's
         self._ids = itertools.count()
+        self.fatal: Exception | None = None  # what the engine raised that must stop the run, not one episode
         self.server: asyncio.Server | None = None
         self.base_url = ""
 
@@ -133,12 +136,19 @@ class Endpoint:
             return error(405, "use POST /v1/chat/completions")
         retry = headers.get("idempotency-key")
         if retry and retry in slot.answered:
-            return slot.answered[retry]
-        answer = await self.chat(slot, body)
+            return await asyncio.shield(slot.answered[retry])
+        first = asyncio.get_running_loop().create_future()
+        if retry:
+            slot.answered[retry] = first
+        try:
+            answer = await self.chat(slot, body)
+        except BaseException as e:
+            first.set_exception(e)
+            first.exception()  # retrieved: a retry that never comes must not warn
+            raise
+        first.set_result(answer)
         if 400 <= answer[0] < 500 and answer is not ENDED:
             slot.errors += 1
-        if retry:
-            slot.answered[retry] = answer
         return answer
 
     async def chat(self, slot: Slot, body: bytes) -> tuple[int, Any]:
@@ -182,6 +192,9 @@ class Endpoint:
             return error(400, f"the conversation no longer fits the context: {e}", "context_length_exceeded")
         except BackendError as e:
             return error(503, f"the engine failed: {e}")
+        except Exception as e:  # noqa: BLE001 - stale weights, a bug: the run must stop (the harness raises it)
+            self.fatal = self.fatal or e
+            return error(503, f"the engine failed: {type(e).__name__}: {e}")
         reply, finish = self.reply(out.text, out.finish_reason, bool(tools))
         with self._lock:  # the episode may have ended while this call was sampled: then it is not recorded
             if slot.closed:

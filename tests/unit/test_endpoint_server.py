@@ -147,10 +147,19 @@ def test_a_retried_request_is_answered_again_and_recorded_once(tok):
             j = {"messages": [{"role": "user", "content": "hi"}]}
             a, b = (await http.post("/chat/completions", json=j, headers=h)).json(), None
             b = (await http.post("/chat/completions", json=j, headers=h)).json()
-        return a, b, ep.slots[key], backend
+            # a retry that arrives while the first request is still being sampled (the client timed out)
+            h2 = {**h, "Idempotency-Key": "stainless-retry-2"}
+            j2 = {
+                "messages": [*j["messages"], a["choices"][0]["message"], {"role": "user", "content": "more"}]
+            }
+            c, d = await asyncio.gather(
+                *(http.post("/chat/completions", json=j2, headers=h2) for _ in range(2))
+            )
+        return a, b, c.json(), d.json(), ep.slots[key], backend
 
-    a, b, slot, backend = _run(tok, lambda p: "hello", body)
-    assert a == b and len(backend.requests) == 1 and slot.episode.calls == 1
+    a, b, c, d, slot, backend = _run(tok, lambda p: "hello", body)
+    assert a == b and c == d and a != c
+    assert len(backend.requests) == 2 and slot.episode.calls == 2 and len(slot.episode.segments) == 1
 
 
 def test_sixteen_concurrent_episodes_each_get_their_own_row(tok):
