@@ -1,6 +1,6 @@
 """2-rank training runs where an external agent plays the episodes through the endpoint (issue 36): the OpenAI
-Agents SDK example under GiGPO with the eval during training, and a command agent (`--rollout.agent-cmd`) with LoRA,
-checkpoints and a resume."""
+Agents SDK example under GiGPO with the eval during training, a harness whose edited history gives two segments
+per episode (step-wise rows), and a command agent (`--rollout.agent-cmd`) with LoRA, checkpoints and a resume."""
 
 import json
 import math
@@ -39,6 +39,17 @@ def test_an_agents_sdk_harness_trains_under_gigpo_with_evals(tmp_path):
     train = [x for x in recs if x.get("split") != "eval"]
     assert train and all(x["info"]["agent"]["calls"] >= 1 for x in train)
     assert any(m.get("tool_calls") for x in train for m in x["messages"])  # the SDK called tools
+
+
+@pytest.mark.slow
+def test_an_edited_history_trains_as_stepwise_rows(tmp_path):
+    run_dir = str(tmp_path / "edit")
+    agent = ["--rollout.agent", "tests.scripts.edit_agent:solve", "--eval.every", "0", "--eval.limit", "2"]
+    r = torchrun([*SMALL, *agent, "--steps", "1", "--log.run-dir", run_dir])
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
+    s = scalars(run_dir)
+    assert s["agent/segments_per_episode"] == [(1, 2.0)] and s["agent/calls_per_episode"] == [(1, 2.0)]
+    assert math.isfinite(s["train/pg_loss"][0][1]) and s["train/mismatch/mismatch_abs_mean"][0][1] < 1e-3
 
 
 @pytest.mark.slow
