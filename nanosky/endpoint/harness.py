@@ -22,6 +22,7 @@ import importlib
 import inspect
 import os
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -107,36 +108,26 @@ class Harness:
         async def main():
             loop = asyncio.get_running_loop()
             loop.set_default_executor(ThreadPoolExecutor(len(tasks) + 4))  # env set-up and steps
-            threads = (
-                ThreadPoolExecutor(max(len(tasks), 1), thread_name_prefix="nanosky-agent")
-                if not self.cmd and not is_async(self.fn)
-                else None
-            )
             t0 = time.perf_counter()
             try:
                 with self.host.attached(backend, loop, version) as ep:
                     trajs = await asyncio.gather(*(
                         self._episode(ep, i, task, groups[i] if groups else i, seeds[i] if seeds else 0,
-                                      derive_seed(0 if sample_seed is None else sample_seed, i), sampling, threads)
+                                      derive_seed(0 if sample_seed is None else sample_seed, i), sampling)
                         for i, task in enumerate(tasks)))  # fmt: skip
                     if hasattr(backend, "drain"):  # requests of timed-out episodes: the engine ends idle
                         await backend.drain()
-                    if (
-                        ep.fatal is not None
-                    ):  # stale weights or a bug in the engine: as in nanosky's loop, stop
+                    # stale weights or a bug in the engine: the run stops, as in nanosky's own loop
+                    if ep.fatal is not None:
                         fatal, ep.fatal = ep.fatal, None
                         raise fatal
             finally:
                 self.last_wall_s = time.perf_counter() - t0
-                if threads is not None:
-                    threads.shutdown(
-                        wait=False
-                    )  # a thread still running holds a dead key: its next call fails
             return mask_failed(list(trajs), FAILED)
 
         return asyncio.run(main())
 
-    async def _episode(self, ep, i, task: Task, group, env_seed, seed, sampling, threads) -> Trajectory:
+    async def _episode(self, ep, i, task: Task, group, env_seed, seed, sampling) -> Trajectory:
         t0 = time.perf_counter()
         t = Trajectory(task_id=task.task_id or str(i), group=group, env_seed=env_seed, stop_reason="done")
         key = slot = at = None
@@ -144,7 +135,7 @@ class Harness:
             await task.initialize_runtime()
             at = AgentTask(list(task.get_instruction()), list(task.tools or []), t.task_id, env_seed, task)
             key = ep.open_episode(t.task_id, seed, sampling)
-            solve = self._solve(at, key, threads)
+            solve = self._solve(at, key)
             result = await (asyncio.wait_for(solve, self.timeout_s) if self.timeout_s else solve)
             slot = ep.close_episode(key)
             if result is None:
@@ -157,12 +148,9 @@ class Harness:
         except Exception as e:  # noqa: BLE001 - costs this episode only
             timeout = isinstance(e, asyncio.TimeoutError | TimeoutError)
             t.stop_reason = "timeout" if timeout else "env_error" if isinstance(e, EnvError) else "error"
-            t.error = (
-                f"ran past --rollout.agent-timeout-s {self.timeout_s}"
-                if timeout
-                else f"{type(e).__name__}: {e}"[:1000]
-            )
-            self._log_error(t, key, e)
+            why = f"ran past --rollout.agent-timeout-s {self.timeout_s}"
+            t.error = why if timeout else f"{type(e).__name__}: {e}"[:1000]
+            self._log_error(t, e)
         if slot is None and key is not None:
             slot = ep.close_episode(key)
         try:
@@ -175,7 +163,7 @@ class Harness:
             self.on_episode_done(t)
         return t
 
-    async def _solve(self, task: AgentTask, key: str, threads):
+    async def _solve(self, task: AgentTask, key: str):
         import openai
 
         base_url = self.host.base_url
@@ -193,9 +181,9 @@ class Harness:
             with openai.OpenAI(base_url=base_url, api_key=key, max_retries=2) as client:
                 return self.fn(client, blocking)
 
-        return await asyncio.get_running_loop().run_in_executor(threads, run)
+        return await in_thread(run)
 
-    def _log_error(self, t: Trajectory, key: str | None, e: BaseException) -> None:
+    def _log_error(self, t: Trajectory, e: BaseException) -> None:
         if self.errors_path is None:
             return
         self.errors_path.parent.mkdir(parents=True, exist_ok=True)
@@ -203,6 +191,31 @@ class Harness:
         with self.errors_path.open("a") as f:
             f.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} episode {t.task_id} (group {t.group}): "
                     f"{t.stop_reason}\n{trace}")  # fmt: skip
+
+
+def in_thread(fn: Callable) -> asyncio.Future:
+    """`fn()` in a daemon thread of its own, as a future of this loop. Not a thread pool: a blocking agent that
+    hangs is abandoned when its episode times out, and a daemon thread never holds up the process's exit."""
+    loop = asyncio.get_running_loop()
+    fut = loop.create_future()
+
+    def settle(value, error) -> None:
+        if not fut.done():
+            fut.set_exception(error) if error is not None else fut.set_result(value)
+
+    def target() -> None:
+        value, error = None, None
+        try:
+            value = fn()
+        except BaseException as e:  # noqa: BLE001 - handed to the episode, which fails on it
+            error = e
+        try:
+            loop.call_soon_threadsafe(settle, value, error)
+        except RuntimeError:  # the rollout phase is over and its loop closed: nobody waits any more
+            pass
+
+    threading.Thread(target=target, name="nanosky-agent", daemon=True).start()
+    return fut
 
 
 def metrics(trajs: list[Trajectory]) -> dict[str, float]:
