@@ -7,7 +7,8 @@ episode closed gets 410. The prompt is rendered here and the engine samples toke
 logprobs and the weight version go into the episode's `Episode` (exact tokens, see episode.py). Sampling comes
 from the run's config, so training stays on-policy: a request's own temperature / top_p are logged, not used, and
 its max_tokens is capped by the config's. `n > 1` and `stream: true` get 400. A `<tool_call>` in the sample comes
-back as OpenAI `tool_calls` (finish_reason "tool_calls"); a malformed one comes back as plain content. A retried
+back as OpenAI `tool_calls` (finish_reason "tool_calls"); a malformed one, or one naming a tool the request did not
+offer, comes back as plain content. A retried
 request (the same Idempotency-Key, as the OpenAI SDK sends on a retry) gets the first answer again and is
 recorded once.
 
@@ -195,7 +196,7 @@ class Endpoint:
         except Exception as e:  # noqa: BLE001 - stale weights, a bug: the run must stop (the harness raises it)
             self.fatal = self.fatal or e
             return error(503, f"the engine failed: {type(e).__name__}: {e}")
-        reply, finish = self.reply(out.text, out.finish_reason, bool(tools))
+        reply, finish = self.reply(out.text, out.finish_reason, tools)
         with self._lock:  # the episode may have ended while this call was sampled: then it is not recorded
             if slot.closed:
                 return ENDED
@@ -218,11 +219,14 @@ class Endpoint:
         }
 
     @staticmethod
-    def reply(text: str, finish_reason: str, with_tools: bool) -> tuple[dict, str]:
-        """The assistant message for a sample: its tool calls as OpenAI `tool_calls` when every one parsed (the
-        text around them is the content), else the text as it is."""
-        calls = parse_tool_calls(text) if with_tools and "<tool_call>" in text else []
-        if not calls or any(c.error for c in calls):
+    def reply(text: str, finish_reason: str, tools: list[dict]) -> tuple[dict, str]:
+        """The assistant message for a sample: its tool calls as OpenAI `tool_calls` when every one parsed and
+        names one of the request's `tools` (the text around them is the content), else the text as it is. A call
+        to a tool the request did not offer is malformed: SDKs raise on one (the Agents SDK's ModelBehaviorError),
+        where plain content lets the harness go on and the env judge it."""
+        names = {t.get("function", {}).get("name") for t in tools if isinstance(t, dict)}
+        calls = parse_tool_calls(text) if tools and "<tool_call>" in text else []
+        if not calls or any(c.error or c.name not in names for c in calls):
             return {"role": "assistant", "content": text}, finish_reason
         content = text.split("<tool_call>", 1)[0].strip() or None
         return {

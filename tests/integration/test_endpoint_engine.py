@@ -2,7 +2,12 @@
 nanosky's loop builds, at temperature 0, the same token ids, masks and rewards as the loop itself; the OpenAI
 Agents SDK example runs through it as one chain of engine-sampled ids per episode."""
 
+import json
+import subprocess
+import sys
+
 import pytest
+from spawn import ROOT, child_env
 
 from examples.mirror_agent import solve as mirror
 from nanosky.agent import AgentRunner, EngineBackend, EnvTask
@@ -76,3 +81,23 @@ def test_the_openai_agents_sdk_example_trains_on_one_chain_of_sampled_ids(tool_m
         # every trained id was sampled by the engine: its logprob is the engine's, <= 0; the rest are masked
         assert all(lp < 0 or lp == 0.0 for lp, m in zip(t.logprobs, t.loss_mask) if m)
         assert sum(t.loss_mask) == t.completion_tokens and t.reward in (0.0, 0.1, 1.0)
+
+
+def test_evals_agent_evaluates_your_agent_on_an_env_like_the_loop_at_temperature_0(tmp_path):
+    """`python -m evals.agent --agent MODULE:FN --ckpt ... --env tool_use`: the mirroring agent scores what nanosky's
+    loop scores on the same held-out episodes, greedy; a bad --agent is one line before any model loads."""
+    base = [sys.executable, "-m", "evals.agent", "--ckpt", "tiny-tool", "--env", "tool_use", "--limit", "6",
+            "--max-model-len", str(MAX_TOTAL), "--max-new-tokens", str(MAX_NEW)]  # fmt: skip
+    reports = {}
+    for name, extra in (("loop", []), ("agent", ["--agent", "examples.mirror_agent:solve"])):
+        r = subprocess.run([*base, *extra, "--out", str(tmp_path / name)], cwd=ROOT, capture_output=True, text=True,
+                           timeout=300, env=child_env())  # fmt: skip
+        assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+        reports[name] = json.loads((tmp_path / name / "report.json").read_text())
+    loop, agent = reports["loop"], reports["agent"]
+    assert agent["n_episodes"] == loop["n_episodes"] == 6 and agent["accuracy"] == loop["accuracy"]
+    assert agent["tool_calls_per_example"] == loop["tool_calls_per_example"] > 0
+    bad = subprocess.run([*base, "--agent", "no_such_agent:solve"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=120, env=child_env())  # fmt: skip
+    assert bad.returncode != 0 and "--agent no_such_agent:solve: no module named" in bad.stderr
+    assert "Traceback" not in bad.stderr

@@ -107,6 +107,8 @@ def test_error_statuses_and_a_malformed_tool_call(tok):
     def script(prompt):
         if "too long" in prompt:
             return None
+        if "look it up" in prompt:  # a well-formed call to a tool the request did not offer
+            return '<tool_call>{"name": "wiki", "arguments": {"title": "Paris"}}</tool_call>'
         return '<tool_call>{"name": "calculator", "arguments": {"expression": </tool_call>'
 
     async def body(ep, backend):
@@ -125,17 +127,21 @@ def test_error_statuses_and_a_malformed_tool_call(tok):
                 "context": (await post({"messages": [{"role": "user", "content": "too long"}]})).json(),
             }
             bad = (await post({"messages": msgs, "tools": TOOLS})).json()["choices"][0]
+            look = [{"role": "user", "content": "look it up"}]
+            unknown = (await post({"messages": look, "tools": TOOLS})).json()["choices"][0]
             slot = ep.close_episode(key)
             out["after close"] = (await post({"messages": msgs})).status_code
-        return out, bad, slot
+        return out, bad, unknown, slot
 
-    out, bad, slot = _run(tok, script, body)
+    out, bad, unknown, slot = _run(tok, script, body)
     assert out["wrong key"] == 401 and out["no route"] == 404 and out["after close"] == 410
     assert out["n=2"] == out["stream"] == out["not json"] == out["no messages"] == 400
     assert out["context"]["error"]["code"] == "context_length_exceeded"
     # a malformed call: plain content, status 200, recorded
     assert bad["finish_reason"] == "stop" and "tool_calls" not in bad["message"]
-    assert bad["message"]["content"].startswith("<tool_call>") and slot.episode.calls == 1
+    assert bad["message"]["content"].startswith("<tool_call>")
+    assert unknown["finish_reason"] == "stop" and "tool_calls" not in unknown["message"]
+    assert '"wiki"' in unknown["message"]["content"] and slot.episode.calls == 2
     assert slot.errors == 5  # the 4xx answers of this episode's key (401 and 410 are not counted against it)
 
 
