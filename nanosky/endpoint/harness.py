@@ -21,6 +21,7 @@ import asyncio
 import importlib
 import inspect
 import os
+import ssl
 import sys
 import threading
 import time
@@ -28,6 +29,8 @@ import traceback
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+import httpx
 
 from nanosky.agent.task import EnvError, Task
 from nanosky.agent.trajectory import Trajectory
@@ -170,15 +173,14 @@ class Harness:
         if self.cmd:
             return await run_command(self.cmd, base_url, key, task)
         if is_async(self.fn):
-            client = openai.AsyncOpenAI(base_url=base_url, api_key=key, max_retries=2)
-            try:
+            async with httpx.AsyncClient(verify=_ssl_context(), timeout=TIMEOUT) as http:
+                client = openai.AsyncOpenAI(base_url=base_url, api_key=key, max_retries=2, http_client=http)
                 return await self.fn(client, task)
-            finally:
-                await client.close()
         blocking = BlockingTask(task, asyncio.get_running_loop())
 
         def run():
-            with openai.OpenAI(base_url=base_url, api_key=key, max_retries=2) as client:
+            with httpx.Client(verify=_ssl_context(), timeout=TIMEOUT) as http:
+                client = openai.OpenAI(base_url=base_url, api_key=key, max_retries=2, http_client=http)
                 return self.fn(client, blocking)
 
         return await in_thread(run)
@@ -191,6 +193,21 @@ class Harness:
         with self.errors_path.open("a") as f:
             f.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} episode {t.task_id} (group {t.group}): "
                     f"{t.stop_reason}\n{trace}")  # fmt: skip
+
+
+def _ssl_context() -> ssl.SSLContext:
+    """One TLS context for every episode's HTTP client. httpx builds one per client by default, loading the CA
+    bundle each time (measured 19 ms per episode, in the event loop that drives the engine), for an endpoint that
+    is plain HTTP on localhost. Not one shared client either: httpcore's pool scans every connection for every
+    request, quadratic in the episodes (measured 3.9 s of a 128-episode phase)."""
+    global _SSL
+    if _SSL is None:
+        _SSL = ssl.create_default_context()
+    return _SSL
+
+
+_SSL: ssl.SSLContext | None = None
+TIMEOUT = httpx.Timeout(600.0, connect=10.0)
 
 
 def in_thread(fn: Callable) -> asyncio.Future:
