@@ -21,7 +21,9 @@ SEEDS = list(range(12))
 MAX_NEW, MAX_TOTAL = 64, 480  # the tool_use preset's budgets
 
 
-@pytest.fixture(scope="module")
+# session scope: a vLLM engine torn down mid-session takes vLLM's process-wide parallel state with it, and the
+# session's other engine (conftest's `engine`) stops working
+@pytest.fixture(scope="session")
 def tool_model(dist_info):
     from nanosky.rollout.engine import Engine, EngineConfig
 
