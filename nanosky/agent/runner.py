@@ -185,7 +185,7 @@ class AgentRunner:
         max_turns = self.max_turns or task.max_turns
         state = task.state_key()  # before the first action
         if state is None:
-            state = _observation_key(t.messages[-1:])
+            state = observation_key(t.messages[-1:])
         for turn in range(1, max_turns + 1):
             # Step-wise: this turn's prompt is the opening and the last K turns, re-rendered; else the conversation.
             shown, ids = list(t.messages), t.ids if tok is not None else None
@@ -228,7 +228,7 @@ class AgentRunner:
             t.state_keys.append(state)
             state = res.info.get("state_key")
             if state is None:  # an env without state keys: the observation text names the state
-                state = _observation_key(res.observations)
+                state = observation_key(res.observations)
             t.info.update({k: v for k, v in res.info.items() if k != "calls"})
             t.info.setdefault("calls", []).extend({**c, "turn": turn} for c in res.info.get("calls", []))
             t.tool_calls = int(res.info.get("tool_calls", len(t.info["calls"])))
@@ -304,6 +304,7 @@ def _stop_reason(e: BaseException) -> str:
     return "error"
 
 
-def _observation_key(messages: list[dict]) -> str:
-    """The state key of an env that defines none: the observation text."""
+def observation_key(messages: list[dict]) -> str:
+    """The state key of an env that defines none: the observation text (also the endpoint's, for an external
+    agent's calls: `nanosky/endpoint/server.py`)."""
     return "\n".join(str(m.get("content", "")) for m in messages)

@@ -34,6 +34,7 @@ from typing import Any
 
 from envs.tools.parse import parse_tool_calls
 from nanosky.agent.backends import BackendError, ContextLengthError, Request
+from nanosky.agent.runner import observation_key
 from nanosky.endpoint.episode import Episode
 from nanosky.endpoint.http import error, serve
 from nanosky.seeds import derive_seed
@@ -78,9 +79,8 @@ class Endpoint:
         self.backend, self.tok, self.sampling, self.version = backend, tok, sampling, version
         self.slots: dict[str, Slot] = {}
         self.ended: OrderedDict[str, None] = OrderedDict()  # keys of ended episodes: their calls get 410
-        self._lock = (
-            threading.Lock()
-        )  # episodes open / close on the rollout's thread, calls record on the server's
+        # episodes open / close on the rollout's thread, calls record on the server's
+        self._lock = threading.Lock()
         self._ids = itertools.count()
         self.fatal: Exception | None = None  # what the engine raised that must stop the run, not one episode
         self.server: asyncio.Server | None = None
@@ -183,7 +183,7 @@ class Endpoint:
                 return error(400, f"the conversation ({len(ids)} tokens) has reached the run's limit of "
                              f"{sampling.max_total_tokens} (--rollout.max-total-tokens)", "context_length_exceeded")  # fmt: skip
             budget = min(budget, sampling.max_total_tokens - len(ids))
-        key = _observation_key(messages[len(ep.segments[-1].messages) :] if cont else messages[-1:])
+        key = observation_key(messages[len(ep.segments[-1].messages) :] if cont else messages[-1:])
         version = self.version()
         call = Request(messages, tools or None, budget, sampling.temperature, prompt_ids=ids, top_p=sampling.top_p,
                        seed=derive_seed(slot.seed, ep.calls))  # fmt: skip
@@ -246,9 +246,3 @@ class Endpoint:
 ENDED = error(
     410, "this episode has ended (its rollout phase is over, or it timed out); its key is no longer valid"
 )
-
-
-def _observation_key(messages: list[dict]) -> str:
-    """The state a call acts in, as the built-in loop keys an env without state keys: the text of the messages
-    that arrived since the last reply (the opening messages' last one for the first call)."""
-    return "\n".join(str(m.get("content") or "") for m in messages)

@@ -4,6 +4,7 @@ reasoning) trains as step-wise rows carrying each segment's own mask, and every 
 failed episodes are masked at their group's mean reward."""
 
 import pytest
+from test_endpoint_episode import DROP_THINK
 
 import algos
 from nanosky.agent.trajectory import Trajectory
@@ -51,15 +52,7 @@ def test_one_segment_is_one_row_whose_calls_are_steps(tok):
 
 def test_several_segments_train_as_stepwise_rows_with_their_episodes_advantage(tok):
     tok = load_tokenizer(resolve_model_path("tiny-tool"))
-    tok.chat_template = (  # Qwen3-style: reasoning before the last user message is dropped
-        "{%- set last = namespace(i=-1) -%}{%- for m in messages -%}{%- if m['role'] == 'user' -%}"
-        "{%- set last.i = loop.index0 -%}{%- endif -%}{%- endfor -%}"
-        "{%- for m in messages -%}{%- set c = m['content'] or '' -%}"
-        "{%- if m['role'] == 'assistant' and loop.index0 < last.i and '</think>' in c -%}"
-        "{%- set c = c.split('</think>')[-1].lstrip() -%}{%- endif -%}"
-        "{{- '<|im_start|>' + m['role'] + '\\n' + c + '<|im_end|>\\n' -}}{%- endfor -%}"
-        "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}"
-    )
+    tok.chat_template = DROP_THINK  # Qwen3-style: reasoning before the last user message is dropped
     trajs = [
         _episode(tok, [THINK, "Yes.", "Done."], group=0, reward=1.0),  # 2 segments: the 2nd call re-renders
         _episode(tok, ["It is 400.", "No."], group=0, reward=0.0),  # 1 segment
