@@ -12,8 +12,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import envs
 from envs.base import extract_action
+from nanosky.agent.window import window
 from nanosky.rollout.chat import prompt_ids
-from nanosky.rollout.stepwise import window
 
 path = sys.argv[1]
 n = int(sys.argv[2]) if len(sys.argv) > 2 else 10

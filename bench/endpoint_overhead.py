@@ -19,7 +19,6 @@ from nanosky import dist
 from nanosky.agent import AgentRunner, EngineBackend, EnvTask
 from nanosky.bundled import resolve_model_path
 from nanosky.endpoint.harness import Harness
-from nanosky.endpoint.host import Host
 from nanosky.endpoint.server import Sampling
 from nanosky.rollout.chat import load_tokenizer
 from nanosky.rollout.engine import Engine, EngineConfig
@@ -40,7 +39,6 @@ def main() -> None:
 
     path = resolve_model_path("tiny-tool")
     engine, tok = Engine(EngineConfig(seed=0), path, dist.init_distributed()), load_tokenizer(path)
-    host = Host(tok, Sampling(1.0, 1.0, MAX_NEW, MAX_TOTAL))
     kinds = ("arith", "python")  # the preset's kinds
 
     def tasks():
@@ -55,10 +53,12 @@ def main() -> None:
     def harness(agent):
         def play(rep):
             backend = EngineBackend(engine, tok)
-            trajs = Harness(host, agent).run(
-                backend, tasks(), seeds=list(range(args.episodes)), sample_seed=rep
-            )
-            return trajs, backend
+            # every episode at once, as before the concurrency limit (one rank's phase, the engine batches them)
+            h = Harness(backend, tok, Sampling(1.0, 1.0, MAX_NEW, MAX_TOTAL), agent, concurrency=None)
+            try:
+                return h.run(tasks(), seeds=list(range(args.episodes)), sample_seed=rep), backend
+            finally:
+                h.close()
 
         return play
 
@@ -81,7 +81,6 @@ def main() -> None:
         prof = cProfile.Profile()
         prof.runcall(players["Agents SDK"], 99)
         pstats.Stats(prof).sort_stats("tottime").print_stats(25)
-    host.close()
 
 
 if __name__ == "__main__":

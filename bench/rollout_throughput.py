@@ -54,8 +54,8 @@ def main(args: Args) -> None:
     from nanosky import dist
     from nanosky.agent import EngineBackend
     from nanosky.bundled import resolve_model_path
+    from nanosky.collect import Rollout
     from nanosky.presets import PRESETS
-    from nanosky.rollout.collect import Rollout
     from nanosky.rollout.engine import Engine
     from nanosky.rollout.envpool import make_pool
 

@@ -19,9 +19,9 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import envs
+from nanosky.agent.window import window
 from nanosky.bundled import resolve_model_path
 from nanosky.rollout.chat import prompt_ids
-from nanosky.rollout.stepwise import window
 from nanosky.train import packing
 
 

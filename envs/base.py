@@ -36,6 +36,10 @@ class Env:
     def step(self, action: str) -> StepResult:
         raise NotImplementedError
 
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release what the episode holds (a checkout on disk, a process). Whoever made the env calls it once the
+        episode is over (the env pool, `EnvTask`); after it the env is not stepped again. Default: nothing."""
+
     def state_key(self) -> Hashable | None:
         """A canonical, hashable key of the current state: equal keys mean the same state however it was reached
         (GiGPO's anchor states). Envs that define it also put it in each step's `info["state_key"]` (the state the
@@ -60,7 +64,7 @@ class Env:
 
 
 ACTIONS_HEADER = "\n\nYour admissible actions of the current situation are: ["
-"""Starts the `show_actions` suffix; step-wise prompts cut it from past observations (`nanosky.rollout.stepwise.window`)."""
+"""Starts the `show_actions` suffix; step-wise prompts cut it from past observations (`nanosky.agent.window`)."""
 
 
 def admissible_actions_text(actions: list[str]) -> str:

@@ -50,7 +50,7 @@ class BaseEvalConfig:
     last K turns. None: the whole conversation."""
     constrain_actions: bool = False
     """--ckpt: sample each turn under the env's action constraint (its admissible actions, or one well-formed tool
-    call), as a model trained with --rollout.constrain-actions was sampled (nanosky/rollout/constrain.py)."""
+    call), as a model trained with --rollout.constrain-actions was sampled (nanosky/train/constrain.py)."""
     batch_size: int = 32
     """--ckpt: episodes rolled out together (one progress-bar tick per batch)."""
     concurrency: int = 4
@@ -65,6 +65,8 @@ class BaseEvalConfig:
     `solve(client, task)`), its client pointed at --ckpt's engine through the training endpoint (nanosky/endpoint/)."""
     agent_timeout_s: float = 300.0
     """--agent: an episode running longer fails (reward 0)."""
+    agent_concurrency: int = 32
+    """--agent: episodes your agent plays at once (the others wait; each may be a process tree of its own)."""
 
     def __post_init__(self):
         if self.ckpt and self.base_url:
@@ -77,7 +79,14 @@ class BaseEvalConfig:
             raise ValueError("--constrain-actions needs --ckpt (the in-process engine's structured outputs)")
         if self.limit is not None and self.limit < 1:
             raise ValueError(f"limit must be >= 1, got {self.limit}")
-        for f in ("n_samples", "max_steps", "max_new_tokens", "batch_size", "concurrency"):
+        for f in (
+            "n_samples",
+            "max_steps",
+            "max_new_tokens",
+            "batch_size",
+            "concurrency",
+            "agent_concurrency",
+        ):
             if getattr(self, f) < 1:
                 raise ValueError(f"{f} must be >= 1, got {getattr(self, f)}")
         if not 0.0 <= self.temperature <= 10.0:

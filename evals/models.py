@@ -50,16 +50,17 @@ def external_rollout(
     """`--agent MODULE:FN`: every episode played by the user's agent against the endpoint over `model`'s engine,
     sampled with the eval's temperature and budgets."""
     from nanosky.endpoint.harness import Harness
-    from nanosky.endpoint.host import Host
     from nanosky.endpoint.server import Sampling
 
-    host = Host(tok, Sampling(cfg.temperature, 1.0, cfg.max_new_tokens, cfg.max_model_len))
+    sampling = Sampling(cfg.temperature, 1.0, cfg.max_new_tokens, cfg.max_model_len)
+    harness = Harness(
+        model, tok, sampling, cfg.agent, timeout_s=cfg.agent_timeout_s, concurrency=cfg.agent_concurrency
+    )
+    harness.on_episode_done = lambda _: bar.update(1)
     try:
-        harness = Harness(host, cfg.agent, timeout_s=cfg.agent_timeout_s)
-        harness.on_episode_done = lambda _: bar.update(1)
-        return harness.run(model, tasks, seeds=list(range(len(tasks))), sample_seed=cfg.seed)
+        return harness.run(tasks, seeds=list(range(len(tasks))), sample_seed=cfg.seed)
     finally:
-        host.close()
+        harness.close()
 
 
 def open_model(cfg: BaseEvalConfig, log_path: str | None = None) -> tuple[Any, Any, str]:

@@ -1,6 +1,7 @@
 """The bundled models by name: `--model.path tiny` (or tiny-agent, tiny-tool, tiny-swe) is a folder in
-nanosky/assets. The recipes that build them (`nanosky.tiny`) are imported only when a folder is missing, so the
-training path never loads them.
+nanosky/assets (or one built into ~/.cache/nanosky by `python -m nanosky.tiny`). Nothing is built here: a training
+run or an eval that finds its bundled model missing says so in one line, with the command that builds it, instead
+of starting a multi-minute build of its own.
 """
 
 from __future__ import annotations
@@ -12,13 +13,23 @@ BUNDLED = {"tiny": "base", "tiny-agent": "agent", "tiny-tool": "tool", "tiny-swe
 ASSETS = Path(__file__).resolve().parent / "assets"
 
 
+class MissingBundledModel(FileNotFoundError):
+    """A bundled model that is neither committed nor built."""
+
+
 def resolve_model_path(path: str) -> str:
-    """A model path or hub id as given; a bundled name as its folder (the committed copy, else built once into
-    ~/.cache/nanosky by its recipe, no network)."""
+    """A model path or hub id as given; a bundled name as its folder: the committed copy, else the one
+    `python -m nanosky.tiny` built into ~/.cache/nanosky. Raises `MissingBundledModel` naming that command."""
     if path not in BUNDLED:
         return path
     if (ASSETS / path / "model.safetensors").exists():
         return str(ASSETS / path)
-    from nanosky.tiny import ensure_tiny_model
+    from nanosky.tiny import built_model
 
-    return str(ensure_tiny_model(variant=BUNDLED[path]))
+    built = built_model(BUNDLED[path])
+    if built is None:
+        raise MissingBundledModel(
+            f"bundled model {path!r} is missing ({ASSETS / path} has no model.safetensors, and none is built in "
+            f"~/.cache/nanosky): build it once with `python -m nanosky.tiny --variant {BUNDLED[path]}`"
+        )
+    return str(built)

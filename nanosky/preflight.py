@@ -50,9 +50,13 @@ def check(cfg: TrainConfig, world: int | None = None) -> None:
 
 
 def check_model(flag: str, path: str) -> None:
-    from nanosky.bundled import BUNDLED
+    from nanosky.bundled import BUNDLED, MissingBundledModel, resolve_model_path
 
     if path in BUNDLED:
+        try:
+            resolve_model_path(path)
+        except MissingBundledModel as e:
+            raise UsageError(f"{flag} {e}") from None
         return
     p = Path(path).expanduser()
     if p.exists():

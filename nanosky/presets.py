@@ -6,11 +6,16 @@ Each preset's numbers come from measured runs; the comments say which, and `docs
 from __future__ import annotations
 
 import algos
-from nanosky.config import EnvPoolConfig, EvalConfig, LogConfig, TrainConfig
-from nanosky.rollout.collect import RolloutConfig
-from nanosky.rollout.engine import EngineConfig
-from nanosky.train.policy import ModelConfig
-from nanosky.train.update import OptimConfig
+from nanosky.config import (
+    EngineConfig,
+    EnvPoolConfig,
+    EvalConfig,
+    LogConfig,
+    ModelConfig,
+    OptimConfig,
+    RolloutConfig,
+    TrainConfig,
+)
 
 
 def demo() -> TrainConfig:
@@ -119,7 +124,7 @@ def agent_env(env: str) -> TrainConfig:
             max_total_tokens=768,
             mode="stepwise",
             history_window=2,
-            # sample only admissible actions (nanosky/rollout/constrain.py): held-out success at the start 0.00 -> 0.08
+            # sample only admissible actions (nanosky/train/constrain.py): held-out success at the start 0.00 -> 0.08
             # (webshop_lite) and 0.145 -> 0.26 (alfworld_lite), 200 episodes each
             # (docs/experiments/{webshop_lite,alfworld_lite}.md)
             constrain_actions=True,

@@ -7,6 +7,7 @@ The loop is `train`; each phase is a named call, and each component decides its 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import statistics
@@ -20,27 +21,29 @@ from transformers.utils import logging as hf_logging
 import algos
 from algos.registry import ADV_ESTIMATORS
 from nanosky import dist
-from nanosky.agent import EngineBackend, Trajectory
+from nanosky.agent import EngineBackend
+from nanosky.agent.player import Rollouts
 from nanosky.bundled import resolve_model_path
+from nanosky.collect import Rollout, collect
 from nanosky.config import TrainConfig
-from nanosky.evaluate import Evaluator, probe_sequence, sync_weights
+from nanosky.evaluate import Evaluator
 from nanosky.logger import RunLogger, command
 from nanosky.metrics import NoSignalWatch, Phases, step_metrics
 from nanosky.rollout.chat import load_tokenizer
-from nanosky.rollout.collect import Rollout, collect
-from nanosky.rollout.constrain import ChoiceMasker
 from nanosky.rollout.engine import Engine
 from nanosky.rollout.envpool import EnvPool, InProcessPool, make_pool
-from nanosky.rollout.stepwise import assign_advantages, split_rows
-from nanosky.rollout.stepwise import samples as stepwise_samples
 from nanosky.stop import GracefulStop, resume_command
+from nanosky.sync import probe_sequence, sync_weights
 from nanosky.train import packing
 from nanosky.train.batch import Batch, compute_advantages, split_groups, to_batch, token_rewards
 from nanosky.train.checkpointer import Checkpointer
+from nanosky.train.constrain import ChoiceMasker
 from nanosky.train.critic import Critic, CriticUpdate, critic_forward, forward_values, load_critic
 from nanosky.train.lora import check_platform, load_lora_model
 from nanosky.train.policy import load_model
 from nanosky.train.step_credit import anchor_metrics, step_info
+from nanosky.train.stepwise import assign_advantages, split_rows
+from nanosky.train.stepwise import samples as stepwise_samples
 from nanosky.train.update import PolicyUpdate, forward_logprobs
 
 if TYPE_CHECKING:
@@ -76,7 +79,9 @@ class Run:
     )  # every advantage 0, 3 steps running
 
 
-def build(cfg: TrainConfig) -> Run:
+def build(cfg: TrainConfig, resources: contextlib.ExitStack) -> Run:
+    """Every component of the run; what holds processes, threads, sockets or files is closed by `resources` when the
+    run ends, however it ends (torchtitan's one close in a finally)."""
     info = dist.init_distributed(
         cfg.dist.timeout_s
     )  # run.py may have joined already; train(cfg) alone must too
@@ -96,8 +101,11 @@ def build(cfg: TrainConfig) -> Run:
     critic = load_critic(path, info) if cfg.algorithm.needs_critic else None
     engine = Engine(cfg.engine, path, info, log_path=os.path.join(cfg.run_dir, "engine.log"))
     pool = make_pool(cfg.envpool.workers, cfg.envpool.step_timeout_s)
+    resources.callback(pool.shutdown)
     rollout = Rollout(cfg.rollout, EngineBackend(engine, tok), pool, tok, log_dir=cfg.run_dir)
+    resources.callback(rollout.close)  # the player (the endpoint), then the rank's event loop
     log = RunLogger(cfg.run_dir, info.is_main, cfg.steps, cfg.log.tqdm)
+    resources.callback(log.close)
     run = Run(
         cfg=cfg,
         info=info,
@@ -152,13 +160,13 @@ def check_packing(run: Run) -> None:
         run.cfg.optim.packing = "none"
 
 
-def prepare(run: Run, trajs: list[Trajectory]) -> tuple[Batch, dict[str, float]]:
+def prepare(run: Run, rollouts: Rollouts) -> tuple[Batch, dict[str, float]]:
     """This rank's whole groups (step-wise: its share of the turns) as a padded batch, with the logprobs and values
-    the update needs, and advantages. Returns it and a step-level estimator's metrics (GiGPO's anchors)."""
+    the update needs, and advantages. Returns it and a step-level estimator's metrics (GiGPO's anchors). The rows'
+    layout is what the player said it produced (`Rollouts.layout`), never guessed from the data."""
     info, a, optim = run.info, run.cfg.algorithm, run.cfg.optim
     meta = ADV_ESTIMATORS.meta(a.adv_estimator)
-    # an external agent's episode of several segments trains as step-wise rows, and then the whole batch does
-    stepwise = run.cfg.rollout.mode == "stepwise" or any(len(t.steps) > 1 for t in trajs)
+    trajs, stepwise = rollouts.trajs, rollouts.layout == "stepwise"
     if stepwise:  # one row per turn; advantages come from the episodes, so rows may go to any rank
         rows = stepwise_samples(trajs)
         mine = split_rows(rows, info.world)[info.rank]
@@ -175,7 +183,7 @@ def prepare(run: Run, trajs: list[Trajectory]) -> tuple[Batch, dict[str, float]]
         rewards = algos.kl_in_reward(
             rewards, batch.rollout_logprobs, batch.ref_logprobs, batch.loss_mask, a.kl_coef
         )  # [B, L-1]
-    if stepwise and not meta["needs_values"]:  # the estimator runs on the episodes (rollout/stepwise.py)
+    if stepwise and not meta["needs_values"]:  # the estimator runs on the episodes (train/stepwise.py)
         penalty = (outcome - rewards).sum(-1) if rewards is not outcome else None  # [B] what the KL took
         metrics = assign_advantages(batch, trajs, rows, mine, a, penalty, run.cfg.rollout.step_weight)
     else:
@@ -203,9 +211,10 @@ def update(run: Run, batch: Batch, step: int) -> dict[str, float]:
 def train(cfg: TrainConfig) -> dict:
     dist.record_launch()  # (run.py did already; train(cfg) called alone must too, before the engine starts)
     cfg.finalize()
-    # SIGINT / SIGTERM: finish the step, then stop
-    with GracefulStop(announce=dist.launch_rank() == 0) as stop:
-        run = build(cfg)
+    # SIGINT / SIGTERM: finish the step, then stop. `resources` closes the run's pools, endpoint, loop and logger
+    # once, on success, stop and exception alike.
+    with GracefulStop(announce=dist.launch_rank() == 0) as stop, contextlib.ExitStack() as resources:
+        run = build(cfg, resources)
         ph = Phases(cfg.run_dir, run.info.rank)
         if run.acc0 is None:
             with ph(0, "eval"):
@@ -220,10 +229,11 @@ def train(cfg: TrainConfig) -> dict:
             t0 = time.perf_counter()
             with ph(step, "generate"):  # rollouts on every rank, then the global gather (+ DAPO rounds)
                 run.engine.wake()
-                trajs, gen_m = collect(cfg, run.rollout, step, run.version)
+                rollouts, gen_m = collect(cfg, run.rollout, step, run.version)
                 run.engine.sleep()
+            trajs = rollouts.trajs
             with ph(step, "logprob"):  # this rank's rows, old/ref logprobs, values, KL-in-reward, advantages
-                batch, adv_m = prepare(run, trajs)
+                batch, adv_m = prepare(run, rollouts)
             with ph(step, "train"):  # critic + policy optimizer steps
                 upd = update(run, batch, step)
             with ph(step, "sync"):  # full tensors → vLLM, version += 1, probe
@@ -267,14 +277,12 @@ def stopped(run: Run, ph: Phases, step: int, signal_name: str) -> dict:
         f"stopped by {signal_name} after step {step} of {cfg.steps}; checkpoint in {cfg.run_dir}/checkpoints. "
         f"Resume with:\n  {resume_command()}"
     )
-    run.log.close()
-    run.rollout.close()
-    run.pool.shutdown()
     return {"stopped_at_step": step, "signal": signal_name}
 
 
 def close(run: Run, acc: float, step_times: list[float]) -> dict:
-    """The final checkpoint (+ HF export), summary.json, and the pools shut down."""
+    """The final checkpoint (+ HF export), summary.json and the closing lines (the run's resources are closed by
+    `train`'s exit, as on a stop or an exception)."""
     cfg = run.cfg
     final = run.ckpt.save(cfg.steps, run.version, run.acc0)
     summary = {
@@ -296,6 +304,4 @@ def close(run: Run, acc: float, step_times: list[float]) -> dict:
         + (f"\n  model        {final}  (HF format: --model.path, evals' --ckpt)" if final else "")
         + f"\n  TensorBoard  {command('tensorboard')} --logdir {cfg.run_dir}"
     )
-    run.rollout.close()
-    run.pool.shutdown()
     return summary

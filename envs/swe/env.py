@@ -185,13 +185,14 @@ class SWEEnv(Env):
         self._cleanup()
         return self.patch
 
+    def close(self) -> None:
+        """The checkout goes (the env pool and `EnvTask` call this when the episode ends)."""
+        self._cleanup()
+
     def _cleanup(self) -> None:
-        if getattr(self, "workdir", None):  # also from __del__ of an env whose constructor raised
+        if getattr(self, "workdir", None):
             shutil.rmtree(self.workdir, ignore_errors=True)
             self.workdir = None
-
-    def __del__(self):  # a dropped env must not leave its checkout in /tmp
-        self._cleanup()
 
 
 # ---------------------------------------------------------------------------------------------- the expert

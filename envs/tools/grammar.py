@@ -11,7 +11,7 @@ cannot fix is a wrong value (an old_str that is not in the file), which stays th
 in the work tree (`StrReplaceEditor.arguments_schema_within(editor.tree_paths())`, env kwarg `constrain_paths`).
 
 Built with xgrammar (vLLM's structured-output backend, installed with it; imported only when called), from a JSON
-schema of the calls, so the engine and the trainer's replay (`nanosky.rollout.constrain`) compile the same text.
+schema of the calls, so the engine and the trainer's replay (`nanosky.train.constrain`) compile the same text.
 """
 
 from __future__ import annotations

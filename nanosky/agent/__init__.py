@@ -5,7 +5,7 @@
     trajs = runner.run([EnvTask.make("math", "test", seed=i) for i in range(20)])
     print(summarize(trajs))
 
-Training (`nanosky.rollout.collect.Rollout`), the eval during training, `evals/*` and `examples/` all run episodes through
+Training (`nanosky.collect`, through the `Player` interface), the eval during training, `evals/*` and `examples/` all run episodes through
 `AgentRunner`; the colocated engine is the `EngineBackend` (token-in/token-out). See examples/serve_and_eval.py for
 a standalone evaluation of a served model.
 """

@@ -12,9 +12,9 @@ submitted at once, and when it returns, the episode's next request joins the bac
 barrier). With `sample_seed`, request k of episode i gets the seed derive_seed(sample_seed, i, turn), so the same
 call samples the same tokens however the batches happened to form (exact resume). With `history_window=K`
 (step-wise mode) each turn is sampled from its own prompt instead: the opening messages and the last K turns,
-re-rendered (`nanosky.rollout.stepwise.window`); the sampled ids and that prompt are kept per turn in `Trajectory.steps`.
+re-rendered (`nanosky.agent.window`); the sampled ids and that prompt are kept per turn in `Trajectory.steps`.
 With `constrain_actions` each turn is sampled under the task's `action_constraint()`: one of the env's admissible
-actions, or a reply matching its grammar (one well-formed tool call; `nanosky.rollout.constrain`), and the constraint is
+actions, or a reply matching its grammar (one well-formed tool call; `nanosky.train.constrain`), and the constraint is
 kept with the turn so the trainer scores it under the same masks.
 
 A task that hangs, crashes or raises, or a backend error, costs that episode only (stop_reason env_error /
@@ -27,16 +27,13 @@ import asyncio
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING
 
 from nanosky.agent.backends import Backend, BackendError, ContextLengthError, Request
 from nanosky.agent.dispatcher import STAGES, Dispatcher
+from nanosky.agent.player import Rollouts
 from nanosky.agent.task import EnvError, Task
 from nanosky.agent.trajectory import Step, Trajectory
 from nanosky.seeds import derive_seed
-
-if TYPE_CHECKING:
-    from nanosky.rollout.collect import RolloutConfig
 
 
 class _Fatal(Exception):
@@ -84,17 +81,6 @@ class AgentRunner:
         self.on_episode_done: Callable[[Trajectory], None] | None = None  # e.g. a progress bar's update
         self.last_wall_s = 0.0
 
-    @classmethod
-    def from_config(
-        cls, backend: Backend, cfg: RolloutConfig, tok, temperature: float | None = None
-    ) -> AgentRunner:
-        """The training / in-training-eval runner: every episode live at once (the engine batches them)."""
-        return cls(backend, tok=tok, max_parallel_agents=None, max_turns=cfg.max_turns,
-                   max_tokens_per_turn=cfg.max_new_tokens, max_total_tokens=cfg.max_total_tokens,
-                   temperature=cfg.temperature if temperature is None else temperature, top_p=cfg.top_p,
-                   ignore_eos=cfg.ignore_eos, constrain_actions=cfg.constrain_actions,
-                   history_window=cfg.history_window if cfg.mode == "stepwise" else None)  # fmt: skip
-
     def run(
         self,
         tasks: list[Task],
@@ -118,13 +104,31 @@ class AgentRunner:
 
         return asyncio.run(main())
 
-    async def arun(self, tasks, groups=None, seeds=None, sample_seed=None) -> list[Trajectory]:
+    async def play(
+        self, tasks: list[Task], *, groups=None, seeds=None, sample_seed=None, temperature=None
+    ) -> Rollouts:
+        """The `Player` interface: step-wise rows when turns are sampled from a history window, else one row per
+        episode."""
+        trajs = await self.arun(tasks, groups, seeds, sample_seed, temperature)
+        return Rollouts(trajs, "stepwise" if self.history_window else "concat", self.last_wall_s)
+
+    def metrics(self, trajs: list[Trajectory]) -> dict[str, float]:
+        return {}  # the step's scalars (nanosky/metrics.py) already cover the built-in loop
+
+    async def aclose(self) -> None:
+        await self.backend.aclose()
+
+    async def arun(
+        self, tasks, groups=None, seeds=None, sample_seed=None, temperature=None
+    ) -> list[Trajectory]:
+        """`temperature` overrides the runner's for this call (the eval's)."""
         d = self.last_dispatcher = Dispatcher(self._limits(len(tasks)))
+        temp = self.temperature if temperature is None else temperature
         t0 = time.perf_counter()
         try:
             return await d.map(
                 lambda i, task: self._episode(
-                    d, i, task, groups[i] if groups else i, seeds[i] if seeds else 0, sample_seed
+                    d, i, task, groups[i] if groups else i, seeds[i] if seeds else 0, sample_seed, temp
                 ),  # fmt: skip
                 tasks,
             )
@@ -138,7 +142,7 @@ class AgentRunner:
         return {s: bound for s in STAGES} | self.stage_limits
 
     async def _episode(
-        self, d: Dispatcher, i: int, task: Task, group: int, env_seed: int, sample_seed
+        self, d: Dispatcher, i: int, task: Task, group: int, env_seed: int, sample_seed, temp: float
     ) -> Trajectory:
         t0 = time.perf_counter()
         t = Trajectory(task_id=task.task_id or str(i), group=group, env_seed=env_seed)
@@ -153,7 +157,7 @@ class AgentRunner:
 
                 t.ids = prompt_ids(self.tok, t.messages, task.tools or None)
                 t.loss_mask, t.logprobs, t.prompt_len = [0] * len(t.ids), [0.0] * len(t.ids), len(t.ids)
-            loop = self._turns(d, i, task, t, sample_seed)
+            loop = self._turns(d, i, task, t, sample_seed, temp)
             t.stop_reason = await (
                 asyncio.wait_for(loop, self.task_timeout_s) if self.task_timeout_s else loop
             )
@@ -179,7 +183,7 @@ class AgentRunner:
             self.on_episode_done(t)
         return t
 
-    async def _turns(self, d: Dispatcher, i: int, task: Task, t: Trajectory, sample_seed) -> str:
+    async def _turns(self, d: Dispatcher, i: int, task: Task, t: Trajectory, sample_seed, temp: float) -> str:
         """Generate / step until the task is done or a limit is hit; returns the stop reason."""
         tok, tools = self.tok, task.tools or None
         max_turns = self.max_turns or task.max_turns
@@ -190,8 +194,8 @@ class AgentRunner:
             # Step-wise: this turn's prompt is the opening and the last K turns, re-rendered; else the conversation.
             shown, ids = list(t.messages), t.ids if tok is not None else None
             if self.history_window:
+                from nanosky.agent.window import window
                 from nanosky.rollout.chat import prompt_ids
-                from nanosky.rollout.stepwise import window
 
                 shown = window(t.messages, self.history_window)
                 ids = prompt_ids(tok, shown, tools) if tok is not None else None
@@ -203,7 +207,7 @@ class AgentRunner:
             seed = None if sample_seed is None else derive_seed(sample_seed, i, turn - 1)
             rule = await task.action_constraint() if self.constrain_actions else None
             choices, grammar = (None, rule) if isinstance(rule, str) else (rule, None)
-            req = Request(shown, tools, budget, self.temperature, ids, self.top_p, seed, self.ignore_eos,
+            req = Request(shown, tools, budget, temp, ids, self.top_p, seed, self.ignore_eos,
                           choices, grammar)  # fmt: skip
             async with d.stage("generate"):
                 t1 = time.perf_counter()

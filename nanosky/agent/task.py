@@ -97,6 +97,9 @@ class EnvTask(Task):
         self._info = dict(res.info)
         return res
 
+    async def complete_runtime(self) -> None:
+        self.env.close()
+
     async def evaluate_result(self, result: Any) -> dict:
         return {"reward": float(sum(self._rewards)), "success": bool(self._info.get("success", False))}
 

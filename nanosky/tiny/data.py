@@ -16,7 +16,7 @@ from nanosky.tiny.drills import copy_drill
 from nanosky.tiny.swe_data import swe_conversations
 
 if TYPE_CHECKING:
-    from nanosky.tiny import TinyConfig
+    from nanosky.tiny.config import TinyConfig
 
 STYLES = {"think": 0.3, "direct": 0.3, "plain": 0.4}
 
@@ -73,7 +73,7 @@ def _step_examples(n: int, seed: int, noise: float, k: int) -> list[tuple[list[d
     if n <= 0:
         return []
     import envs
-    from nanosky.rollout.stepwise import window
+    from nanosky.agent.window import window
 
     rng, out = random.Random(seed + 31), []
     for i in range(n):

@@ -30,7 +30,7 @@ from envs.tools.parse import format_tool_call
 from nanosky.tiny.drills import copy_drill
 
 if TYPE_CHECKING:
-    from nanosky.tiny import TinyConfig
+    from nanosky.tiny.config import TinyConfig
 
 _TOKEN = re.compile(r"[A-Za-z_]\w*|\d+|==|!=|<=|>=|//|[-+*%<>]")
 _SWAPS = {"and": "or", "or": "and", "True": "False", "False": "True"}

@@ -17,11 +17,6 @@ from nanosky.agent.trajectory import Trajectory
 from nanosky.train.step_credit import estimator_kwargs
 
 
-def gather_trajectories(local: list[Trajectory]) -> list[Trajectory]:
-    """All ranks' trajectories in rank order (identical list on every rank)."""
-    return [t for part in dist.all_gather_objects(local) for t in part]
-
-
 def balanced_split(lengths: list[int], world: int) -> list[list[int]]:
     """Indices for each rank: equal counts, token totals as even as a greedy longest-first fill gets them."""
     n = len(lengths)
@@ -58,7 +53,7 @@ class Batch:
     ref_logprobs: torch.Tensor | None = None  # [B, L-1]
     values: torch.Tensor | None = None  # [B, L-1]
     choice_pos: torch.Tensor | None = (
-        None  # [N, 2] (row, t) of constrained positions (nanosky/rollout/constrain.py)
+        None  # [N, 2] (row, t) of constrained positions (nanosky/train/constrain.py)
     )
     choice_bits: torch.Tensor | None = None  # [N, ceil(V/32)] int32: the tokens allowed at each of them
 
@@ -69,7 +64,7 @@ class Batch:
         per_row = {k: v for k, v in self.__dict__.items() if k not in ("choice_pos", "choice_bits")}
         kw = {k: (v[idx] if isinstance(v, torch.Tensor) else v) for k, v in per_row.items()}
         if self.choice_pos is not None:
-            from nanosky.rollout.constrain import slice_rows
+            from nanosky.train.constrain import slice_rows
 
             kw["choice_pos"], kw["choice_bits"] = slice_rows(
                 self.choice_pos, self.choice_bits, idx, len(self)
@@ -100,7 +95,7 @@ def micro_slices(n: int, size: int) -> list[slice]:
 
 def to_batch(trajs: list[Trajectory | None], pad_id: int, device, masker=None) -> Batch:
     """Padded tensors of `trajs`; a None is a padding row: one pad token, fully masked, row_mask 0. `masker`
-    (`nanosky.rollout.constrain.ChoiceMasker`): also the masks of the rows' constrained turns."""
+    (`nanosky.train.constrain.ChoiceMasker`): also the masks of the rows' constrained turns."""
     row_mask = torch.tensor([float(t is not None) for t in trajs], device=device)
     trajs = [
         Trajectory(ids=[pad_id], loss_mask=[0], logprobs=[0.0], group=-1) if t is None else t for t in trajs

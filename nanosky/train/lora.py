@@ -18,55 +18,20 @@ import logging
 import os
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 
+from nanosky.config.model import ALL_LINEAR, LoraConfig
 from nanosky.dist import DistInfo
 from nanosky.train.policy import attn_implementation, decoder_layers, shard_model
 
-ALL_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 _ADAPTER = "default"  # peft's name for the single adapter we train
 _PEFT_PREFIX = "base_model.model."  # PeftModel state_dict keys = this + the base model's keys
 _LORA_KEY = re.compile(r"^(.*)\.(lora_A|lora_B)\.([^.]+)\.weight$")
 _BASE_KEY = re.compile(r"^(.*)\.base_layer\.(.+)$")
 log = logging.getLogger("nanosky")
-
-
-@dataclass(kw_only=True)
-class LoraConfig:
-    rank: int = 0
-    """LoRA rank r (0 = full fine-tuning, no adapters)."""
-    alpha: float = 16
-    """LoRA alpha: the adapter update is scaled by alpha / rank."""
-    dropout: float = 0.0
-    """Dropout on the adapter input (only active in train mode)."""
-    target_modules: tuple[str, ...] = ALL_LINEAR
-    """Module names that get adapters. The default means every linear layer of the decoder blocks, whatever the
-    architecture calls them (Phi-3's fused qkv_proj / gate_up_proj too); a list of your own is checked at start-up:
-    a name that matches no module is refused, and linear layers it leaves out are named in a warning."""
-    qlora: bool = False
-    """Quantise the frozen base to 4-bit NF4 (needs CUDA + bitsandbytes)."""
-
-    def __post_init__(self):
-        if self.rank < 0:
-            raise ValueError(f"lora.rank must be >= 0, got {self.rank}")
-        if self.alpha <= 0:
-            raise ValueError(f"lora.alpha must be > 0, got {self.alpha}")
-        if not 0 <= self.dropout < 1:
-            raise ValueError(f"lora.dropout must be in [0, 1), got {self.dropout}")
-        if not self.target_modules:
-            raise ValueError("lora.target_modules must name at least one module")
-        if self.qlora and self.rank == 0:
-            raise ValueError(
-                "lora.qlora needs lora.rank > 0 (a 4-bit base can only be trained through adapters)"
-            )
-
-    @property
-    def enabled(self) -> bool:
-        return self.rank > 0
 
 
 def check_platform(cfg: LoraConfig, device_type: str) -> None:

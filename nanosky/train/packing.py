@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import torch
 
 from nanosky import dist
-from nanosky.rollout import constrain
+from nanosky.train import constrain
 
 
 @dataclass
@@ -269,7 +269,7 @@ def logprobs(
     packed columns some kept position sits in go through the LM head: a step-wise row scores ~5 action tokens
     after a ~250-token prompt, and the [V]-wide head and softmax on every prompt token cost ~10 % of the train
     phase there (bench/train_phase.py). `allowed` (positions [N, 2], bitmasks [N, W]): constrained positions, scored
-    under their masks (`nanosky.rollout.constrain`); they must be kept positions."""
+    under their masks (`nanosky.train.constrain`); they must be kept positions."""
     check_attention(model)  # cheap; the full check (`verify`) ran at build
     kw, col, valid = {}, p.pos, p.valid
     if keep is not None:

@@ -8,25 +8,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import torch
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
 from nanosky.dist import DistInfo
-
-
-@dataclass(kw_only=True)
-class ModelConfig:
-    path: str = "tiny"
-    """HF model directory or hub id; "tiny" = the bundled tiny Qwen2 model, "tiny-agent" = its agent variant
-    (tool calls, webshop/alfworld demos, 1536-token context), "tiny-tool" = its tool_use variant (copies its
-    arguments and tool outputs); all built on first use if missing, no network."""
-    chat_template: str | None = None
-    """A Jinja chat-template file that replaces the model's own, or gives a base model without one a template
-    (nanosky/assets/chatml.jinja is ChatML); the export keeps it. Checked at start-up: it must render system /
-    user / assistant turns, and in concat mode append turns without rewriting earlier ones."""
 
 
 def private_classes(model: torch.nn.Module) -> torch.nn.Module:
@@ -108,7 +95,7 @@ def token_logprobs(
     allowed: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """log p(ids[:, t] | ids[:, <t]) for t = 1..L-1, aligned with `loss_mask[:, 1:]`. `allowed` (positions [N, 2],
-    bitmasks [N, W]): constrained positions, scored under their masks (`nanosky.rollout.constrain`).
+    bitmasks [N, W]): constrained positions, scored under their masks (`nanosky.train.constrain`).
 
     input_ids, attention_mask: [B, L] (right-padded). Returns logprobs [B, L-1] and entropy [B, L-1] (no grad).
     """
@@ -122,7 +109,7 @@ def token_logprobs(
         with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
             ent = -(logp.exp() * logp).sum(-1)  # [B, L-1]
     if allowed is not None:
-        from nanosky.rollout import constrain
+        from nanosky.train import constrain
 
         b, t = allowed[0].unbind(-1)
         lp, ent = constrain.apply(logits[b, t], input_ids[b, t + 1], allowed, (b, t), lp, ent, entropy_grad)

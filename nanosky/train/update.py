@@ -12,8 +12,6 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Literal
 
 import torch
 from torch.distributed.tensor import DTensor
@@ -21,53 +19,11 @@ from torch.distributed.tensor import DTensor
 import algos
 from algos import AlgoConfig
 from nanosky import dist
+from nanosky.config.model import OptimConfig
 from nanosky.train import packing
 from nanosky.train.batch import Batch, micro_slices
 from nanosky.train.lora import trainable_parameters
 from nanosky.train.policy import token_logprobs
-
-
-@dataclass(kw_only=True)
-class OptimConfig:
-    lr: float = 1e-4
-    """AdamW learning rate for the policy."""
-    weight_decay: float = 0.0
-    betas: tuple[float, float] = (0.9, 0.99)
-    grad_clip: float = 1.0
-    """Clip the global grad norm to this (0 = off)."""
-    warmup_steps: int = 0
-    """Linear LR warm-up, in optimizer steps."""
-    micro_batch_size: int = 16
-    """Sequences per forward/backward on each rank (when `micro_batch_tokens` is 0); the loss is normalised over
-    the global batch, so this only trades memory for speed."""
-    micro_batch_tokens: int = 0
-    """> 0: size micro-batches by tokens instead, counted after prefix sharing (the same number of micro-batches on
-    every rank). The gradient does not change with it."""
-    packing: Literal["prefix", "flat", "none"] = "prefix"
-    """How a micro-batch reaches the model (`nanosky.train.packing`): "prefix" computes a prefix that sequences share
-    (a group's prompt, an episode's opening) once; "flat" packs without sharing (no padding); "none" pads each
-    sequence to the longest (the plain HF path, for attention backends without 4-D masks)."""
-    pack_row_tokens: int = 1024
-    """Packed row length cap: attention over a row is dense, so longer rows cost quadratically."""
-    skip_zero_adv: bool = True
-    """Leave rows whose advantages are all 0 (a group whose rewards were all equal) out of the policy's forward and
-    backward passes; the loss normalisers still count them, so the gradient is unchanged. Applied only where that
-    is exact: a loss registered `zero_at_zero_adv` (every built-in), no entropy bonus, no KL loss term. The logged
-    train/entropy, clip_frac, ... are then means over the rows that were trained."""
-
-    def __post_init__(self):
-        if self.lr <= 0:
-            raise ValueError(f"optim.lr must be > 0, got {self.lr}")
-        if self.micro_batch_size < 1:
-            raise ValueError(f"optim.micro_batch_size must be >= 1, got {self.micro_batch_size}")
-        if self.micro_batch_tokens < 0 or self.pack_row_tokens < 1:
-            raise ValueError("optim.micro_batch_tokens must be >= 0 and optim.pack_row_tokens >= 1")
-        if self.grad_clip < 0 or self.weight_decay < 0 or self.warmup_steps < 0:
-            raise ValueError("optim.grad_clip, optim.weight_decay and optim.warmup_steps must be >= 0")
-
-    def describe(self) -> str:
-        size = f"{self.micro_batch_tokens} tokens" if self.micro_batch_tokens else str(self.micro_batch_size)
-        return size + ("" if self.packing == "none" else f", {self.packing}-packed")
 
 
 def train_perf(upd: dict[str, float], n_params: int, seconds: float) -> dict[str, float]:

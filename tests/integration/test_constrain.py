@@ -1,4 +1,4 @@
-"""Constrained actions (nanosky/rollout/constrain.py): the engine samples only admissible actions, and the trainer's masked
+"""Constrained actions (nanosky/train/constrain.py): the engine samples only admissible actions, and the trainer's masked
 logprobs are the engine's, on the real vLLM engine and the bundled tiny model."""
 
 import pytest
@@ -6,8 +6,8 @@ import torch
 
 from nanosky.agent import AgentRunner, EngineBackend, EnvTask
 from nanosky.agent.trajectory import Trajectory
-from nanosky.rollout import constrain
 from nanosky.rollout.engine import SamplingSpec
+from nanosky.train import constrain
 from nanosky.train.batch import to_batch
 
 CHOICES = ["go to cabinet 1", "go to cabinet 10", "take apple 2 from fridge 1", "click[b0585z]", "look"]

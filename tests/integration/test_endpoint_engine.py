@@ -13,7 +13,6 @@ from examples.mirror_agent import solve as mirror
 from nanosky.agent import AgentRunner, EngineBackend, EnvTask
 from nanosky.bundled import resolve_model_path
 from nanosky.endpoint.harness import Harness
-from nanosky.endpoint.host import Host
 from nanosky.endpoint.server import Sampling
 from nanosky.rollout.chat import load_tokenizer
 
@@ -31,24 +30,27 @@ def tool_model(dist_info):
     return Engine(EngineConfig(kv_cache_gib=1, seed=0), path, dist_info), load_tokenizer(path)
 
 
-@pytest.fixture(scope="module")
-def host(tool_model):
-    h = Host(tool_model[1], Sampling(0.0, 1.0, MAX_NEW, MAX_TOTAL))
-    yield h
-    h.close()
+def _harness(tool_model, agent):
+    engine, tok = tool_model
+    return Harness(
+        EngineBackend(engine, tok), tok, Sampling(0.0, 1.0, MAX_NEW, MAX_TOTAL), agent, timeout_s=120
+    )
 
 
 def _tasks():
     return [EnvTask.make("tool_use", "test", seed=s) for s in SEEDS]
 
 
-def test_a_mirroring_sdk_agent_equals_nanoskys_loop_at_temperature_0(tool_model, host):
+def test_a_mirroring_sdk_agent_equals_nanoskys_loop_at_temperature_0(tool_model):
     engine, tok = tool_model
     runner = AgentRunner(EngineBackend(engine, tok), tok=tok, max_parallel_agents=None, max_tokens_per_turn=MAX_NEW,
                          temperature=0.0, max_total_tokens=MAX_TOTAL)  # fmt: skip
     loop = runner.run(_tasks(), sample_seed=1)
-    harness = Harness(host, mirror, timeout_s=120)
-    ext = harness.run(EngineBackend(engine, tok), _tasks(), seeds=SEEDS, sample_seed=2)
+    harness = _harness(tool_model, mirror)
+    try:
+        ext = harness.run(_tasks(), seeds=SEEDS, sample_seed=2)
+    finally:
+        harness.close()
     assert sum(t.tool_calls for t in loop) >= 3  # the comparison covers tool-call round trips
     for a, b in zip(loop, ext):
         assert b.stop_reason == "done", b.error
@@ -58,14 +60,15 @@ def test_a_mirroring_sdk_agent_equals_nanoskys_loop_at_temperature_0(tool_model,
         assert b.info["agent"]["segments"] == 1
 
 
-def test_the_openai_agents_sdk_example_trains_on_one_chain_of_sampled_ids(tool_model, host):
+def test_the_openai_agents_sdk_example_trains_on_one_chain_of_sampled_ids(tool_model):
     pytest.importorskip("agents")
     from examples.openai_agents_tool_use import solve
 
-    engine, tok = tool_model
-    trajs = Harness(host, solve, timeout_s=120).run(
-        EngineBackend(engine, tok), _tasks(), seeds=SEEDS, sample_seed=3
-    )
+    harness = _harness(tool_model, solve)
+    try:
+        trajs = harness.run(_tasks(), seeds=SEEDS, sample_seed=3)
+    finally:
+        harness.close()
     assert all(t.stop_reason == "done" for t in trajs), [t.error for t in trajs]
     calls = [c["function"]["name"] for t in trajs for m in t.messages for c in m.get("tool_calls") or []]
     assert "calculator" in calls, "the SDK ran no calculator call in any episode"

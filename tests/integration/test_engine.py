@@ -76,15 +76,18 @@ def test_sleep_is_a_noop_on_cpu(engine):
 def test_runner_temperature_zero_is_greedy(engine, tok):
     """`temperature=0.0` (e.g. --eval.temperature 0) decodes greedily: the sample seed no longer matters. (It was
     once read as "unset" and sampled at the config's 1.0.)"""
-    from nanosky.agent import AgentRunner, EngineBackend, EnvTask
-    from nanosky.rollout.collect import RolloutConfig
+    from nanosky.agent import EngineBackend, EnvTask
+    from nanosky.collect import make_player
+    from nanosky.config import RolloutConfig
+    from nanosky.rollout.loop import RankLoop
 
     cfg = RolloutConfig(max_new_tokens=24, max_total_tokens=160)
+    player, loop = make_player(cfg, EngineBackend(engine, tok), tok, None, 0), RankLoop()
 
     def texts(temperature, seed):
-        runner = AgentRunner.from_config(EngineBackend(engine, tok), cfg, tok, temperature=temperature)
-        trajs = runner.run([EnvTask.make("math", "test", seed=i) for i in range(6)], sample_seed=seed)
-        return [t.messages[-1]["content"] for t in trajs]
+        tasks = [EnvTask.make("math", "test", seed=i) for i in range(6)]
+        out = loop.run(player.play(tasks, sample_seed=seed, temperature=temperature), threads=6)
+        return [t.messages[-1]["content"] for t in out.trajs]
 
     assert texts(0.0, 1) == texts(0.0, 2)
     assert texts(1.0, 1) != texts(1.0, 2)

@@ -9,8 +9,8 @@ import torch
 from families import FAMILIES, TRANSFORMERS_BACKEND, build
 
 from nanosky.bundled import resolve_model_path
-from nanosky.evaluate import probe
 from nanosky.rollout.engine import Engine, EngineConfig
+from nanosky.sync import probe
 from nanosky.train import packing
 from nanosky.train.critic import critic_forward, load_critic
 from nanosky.train.lora import iter_merged_params

@@ -1,7 +1,7 @@
 """The harness runner (nanosky/endpoint/harness.py): external agents, async, blocking and as commands, play tool_use
 episodes through the endpoint over a scripted engine that writes the env's expert turns (the real engine is in
 tests/integration/test_endpoint_engine.py). Rewards, rows, masking of failed episodes, timeouts, 410 after the
-episode, the error log and the agent/* metrics."""
+episode, the error log, the agent/* metrics, and the bound on episodes at once (--rollout.agent-concurrency)."""
 
 import asyncio
 import json
@@ -18,7 +18,6 @@ from nanosky.agent import EnvTask, GenerationResult
 from nanosky.bundled import resolve_model_path
 from nanosky.endpoint.command import reward_line
 from nanosky.endpoint.harness import AgentError, Harness, load_agent, metrics
-from nanosky.endpoint.host import Host
 from nanosky.endpoint.server import Sampling
 from nanosky.rollout.chat import encode, load_tokenizer
 
@@ -51,11 +50,20 @@ def tok():
     return load_tokenizer(resolve_model_path("tiny-tool"))
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def host(tok):
-    h = Host(tok, Sampling(max_tokens=64, max_total_tokens=1024))
-    yield h
-    h.close()
+    """Makes harnesses over the expert engine side; closes them (their endpoints and loops) after the test."""
+    made = []
+
+    def make(agent=None, cmd=None, timeout_s=30.0, log_dir=None, seeds=SEEDS, concurrency=32):
+        h = Harness(Expert(tok, seeds), tok, Sampling(max_tokens=64, max_total_tokens=1024), agent, cmd,
+                    timeout_s, log_dir, concurrency=concurrency)  # fmt: skip
+        made.append(h)
+        return h
+
+    yield make
+    for h in made:
+        h.close()
 
 
 def _tasks(seeds=SEEDS):
@@ -63,10 +71,8 @@ def _tasks(seeds=SEEDS):
 
 
 def _run(host, tok, agent=None, cmd=None, timeout_s=30.0, log_dir=None, seeds=SEEDS):
-    h = Harness(host, agent, cmd, timeout_s, log_dir)
-    trajs = h.run(
-        Expert(tok, seeds), _tasks(seeds), groups=[0, 0, 1, 1][: len(seeds)], seeds=seeds, sample_seed=5
-    )
+    h = host(agent, cmd, timeout_s, log_dir, seeds)
+    trajs = h.run(_tasks(seeds), groups=[0, 0, 1, 1][: len(seeds)], seeds=seeds, sample_seed=5)
     return h, trajs
 
 
@@ -136,16 +142,20 @@ def test_a_hanging_agent_times_out_and_its_late_call_gets_410(host, tok, tmp_pat
         return 0.5
 
     t0 = time.perf_counter()
-    _, trajs = _run(host, tok, solve, timeout_s=0.5, log_dir=str(tmp_path))
+    h, trajs = _run(host, tok, solve, timeout_s=0.5, log_dir=str(tmp_path))
     assert time.perf_counter() - t0 < 1.5  # the step did not wait for the hung agent
     assert (
         trajs[1].stop_reason == "timeout" and trajs[1].reward == 0.5 and "agent-timeout-s" in trajs[1].error
     )
     assert metrics(trajs)["agent/timeouts"] == 1
-    for _ in range(50):
-        if late:
-            break
-        time.sleep(0.1)
+
+    async def next_phase():  # between phases the rank's loop is still; the late call is answered when it runs
+        for _ in range(50):
+            if late:
+                return
+            await asyncio.sleep(0.1)
+
+    h._loop.run(next_phase())
     assert late == [410]
 
 
@@ -179,3 +189,30 @@ def test_reward_lines_and_agent_specs():
                       ("examples.mirror_agent:nope", "has no")]:  # fmt: skip
         with pytest.raises(AgentError, match=why):
             load_agent(spec)
+
+
+def test_at_most_agent_concurrency_command_agents_are_alive_and_all_200_finish(host, tok, tmp_path):
+    """The LangGraph run that started 408 processes at once: now `concurrency` episodes run, the rest queue."""
+    live, seen = tmp_path / "live", tmp_path / "seen"
+    live.mkdir()
+    # each agent process marks itself alive, counts the marks, and removes its own before it exits
+    cmd = f"touch {live}/$$; ls {live} | wc -l >> {seen}; sleep 0.05; rm {live}/$$; echo '{{\"reward\": 1}}'"
+    seeds = list(range(200))
+    h = host(cmd=cmd, seeds=[], concurrency=8)
+    trajs = h.run([EnvTask.make("tool_use", "train", seed=s) for s in seeds], seeds=seeds)
+    assert [t.stop_reason for t in trajs] == ["done"] * 200 and all(t.reward == 1.0 for t in trajs)
+    counts = [int(x) for x in seen.read_text().split()]
+    assert len(counts) == 200 and max(counts) <= 8 and h.peak == 8
+    assert max(counts) > 1  # and they did run side by side
+
+
+def test_an_episodes_timeout_counts_from_its_start_not_its_wait_in_the_queue(host, tok):
+    async def solve(client, task):
+        await asyncio.sleep(0.4)
+        return 1.0
+
+    h = host(solve, timeout_s=0.7, concurrency=1)
+    t0 = time.perf_counter()
+    trajs = h.run(_tasks(SEEDS[:3]), seeds=SEEDS[:3])
+    assert time.perf_counter() - t0 >= 1.2  # one at a time
+    assert [t.stop_reason for t in trajs] == ["done"] * 3 and h.peak == 1

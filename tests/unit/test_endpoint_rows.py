@@ -12,8 +12,8 @@ from nanosky.bundled import resolve_model_path
 from nanosky.endpoint.episode import Episode
 from nanosky.endpoint.rows import mask_failed, to_trajectory
 from nanosky.endpoint.server import Slot
-from nanosky.rollout import stepwise
 from nanosky.rollout.chat import encode, load_tokenizer
+from nanosky.train import stepwise
 from nanosky.train.step_credit import step_info
 
 OPENING = [{"role": "system", "content": "Solve it."}, {"role": "user", "content": "What is 17 * 23?"}]

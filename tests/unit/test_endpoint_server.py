@@ -1,6 +1,7 @@
 """The OpenAI-compatible endpoint (nanosky/endpoint/server.py) through the real `openai` SDK, over a scripted
 backend (the engine side, with real vLLM, is tested in tests/integration): tool calls both ways, continuation rows,
-the error statuses, retries recorded once, and 16 concurrent episodes each attributed to its own row."""
+streaming (server-sent events), the request schema, chunked and `Expect: 100-continue` bodies, /health, the error
+statuses, retries recorded once, and 16 concurrent episodes each attributed to its own row."""
 
 import asyncio
 import json
@@ -121,7 +122,6 @@ def test_error_statuses_and_a_malformed_tool_call(tok):
                 "wrong key": (await post({"messages": msgs}, {"Authorization": "Bearer nope"})).status_code,
                 "no route": (await http.get("/completions", headers=auth)).status_code,
                 "n=2": (await post({"messages": msgs, "n": 2})).status_code,
-                "stream": (await post({"messages": msgs, "stream": True})).status_code,
                 "not json": (await http.post("/chat/completions", content=b"{", headers=auth)).status_code,
                 "no messages": (await post({"messages": []})).status_code,
                 "context": (await post({"messages": [{"role": "user", "content": "too long"}]})).json(),
@@ -135,14 +135,14 @@ def test_error_statuses_and_a_malformed_tool_call(tok):
 
     out, bad, unknown, slot = _run(tok, script, body)
     assert out["wrong key"] == 401 and out["no route"] == 404 and out["after close"] == 410
-    assert out["n=2"] == out["stream"] == out["not json"] == out["no messages"] == 400
+    assert out["n=2"] == out["not json"] == out["no messages"] == 400
     assert out["context"]["error"]["code"] == "context_length_exceeded"
     # a malformed call: plain content, status 200, recorded
     assert bad["finish_reason"] == "stop" and "tool_calls" not in bad["message"]
     assert bad["message"]["content"].startswith("<tool_call>")
     assert unknown["finish_reason"] == "stop" and "tool_calls" not in unknown["message"]
     assert '"wiki"' in unknown["message"]["content"] and slot.episode.calls == 2
-    assert slot.errors == 5  # the 4xx answers of this episode's key (401 and 410 are not counted against it)
+    assert slot.errors == 4  # the 4xx answers of this episode's key (401 and 410 are not counted against it)
 
 
 def test_a_retried_request_is_answered_again_and_recorded_once(tok):
@@ -191,3 +191,155 @@ def test_sixteen_concurrent_episodes_each_get_their_own_row(tok):
         assert seg.calls == 3 and slot.task_id == f"task{i}"
         replies = tok.decode([t for t, m in zip(seg.ids, seg.loss_mask) if m and t != tok.eos_token_id])
         assert replies == f"{i}" * 3  # each episode's row holds its own samples only
+
+
+def _stream_script(prompt: str) -> str:
+    if "<tool_response>" in prompt:
+        return "The product is <answer>391</answer>"
+    return (
+        'Let me compute. <tool_call>{"name": "calculator", "arguments": {"expression": "17*23"}}</tool_call>'
+    )
+
+
+async def _sdk_round_trip(ep, stream: bool) -> list:
+    """Two calls (a tool call, then the answer) as the openai SDK makes them, streamed or not; returns the replies
+    as (content, tool calls, finish reason)."""
+    key = ep.open_episode("s")
+    client = openai.AsyncOpenAI(base_url=ep.base_url, api_key=key, max_retries=0)
+    msgs, out = [{"role": "user", "content": "What is 17 * 23?"}], []
+    for _ in range(2):
+        if stream:
+            content, calls, finish = "", {}, None
+            events = await client.chat.completions.create(model="m", messages=msgs, tools=TOOLS, stream=True,
+                                                          stream_options={"include_usage": True})  # fmt: skip
+            usage = None
+            async for ev in events:
+                usage = ev.usage or usage
+                for c in ev.choices:
+                    content += c.delta.content or ""
+                    for tc in c.delta.tool_calls or []:  # accumulate tool-call deltas by index
+                        cur = calls.setdefault(tc.index, {"id": "", "name": "", "arguments": ""})
+                        cur["id"] += tc.id or ""
+                        cur["name"] += tc.function.name or ""
+                        cur["arguments"] += tc.function.arguments or ""
+                    finish = c.finish_reason or finish
+            assert usage is not None and usage.completion_tokens > 0
+            calls = [calls[k] for k in sorted(calls)]
+        else:
+            r = await client.chat.completions.create(model="m", messages=msgs, tools=TOOLS)
+            m = r.choices[0].message
+            content, finish = m.content or "", r.choices[0].finish_reason
+            calls = [{"id": c.id, "name": c.function.name, "arguments": c.function.arguments}
+                     for c in m.tool_calls or []]  # fmt: skip
+        out.append((content, [(c["name"], json.loads(c["arguments"])) for c in calls], finish))
+        tool_calls = [{"id": c["id"], "type": "function",
+                       "function": {"name": c["name"], "arguments": c["arguments"]}} for c in calls]  # fmt: skip
+        msgs.append(
+            {"role": "assistant", "content": content or None, **({"tool_calls": tool_calls} if calls else {})}
+        )
+        if calls:
+            msgs.append({"role": "tool", "tool_call_id": calls[0]["id"], "content": "391"})
+    await client.close()
+    return out, ep.close_episode(key)
+
+
+def test_a_streamed_conversation_gives_the_same_replies_and_the_same_recorded_ids(tok):
+    async def body(ep, backend):
+        return await _sdk_round_trip(ep, stream=False), await _sdk_round_trip(ep, stream=True)
+
+    (plain, slot_a), (streamed, slot_b) = _run(tok, _stream_script, body)
+    assert streamed == plain
+    assert plain[0] == ("Let me compute.", [("calculator", {"expression": "17*23"})], "tool_calls")
+    assert plain[1] == ("The product is <answer>391</answer>", [], "stop")
+    (a,), (b,) = (
+        slot_a.episode.segments,
+        slot_b.episode.segments,
+    )  # streaming is a transport: one row, the same ids
+    assert a.ids == b.ids and a.loss_mask == b.loss_mask and a.calls == b.calls == 2
+
+
+def test_malformed_requests_get_a_400_naming_the_field_and_valid_forms_pass(tok):
+    good = {"role": "user", "content": "hi"}
+    cases = {
+        "messages.0.role": {"messages": [{"role": "alien", "content": "hi"}]},
+        "max_tokens": {"messages": [good], "max_tokens": -5},
+        "temperature": {"messages": [good], "temperature": "hot"},
+        "messages.0.content": {"messages": [{"role": "user", "content": 7}]},
+        "tools.0.type": {"messages": [good], "tools": [{"type": "plugin", "function": {"name": "f"}}]},
+        "messages.1.tool_calls.0.function.arguments": {
+            "messages": [
+                good,
+                {
+                    "role": "assistant",
+                    "tool_calls": [
+                        {"id": "c", "type": "function", "function": {"name": "f", "arguments": {"x": 1}}}
+                    ],
+                },
+            ]
+        },  # fmt: skip
+    }
+
+    async def body(ep, backend):
+        key = ep.open_episode("v")
+        auth = {"Authorization": f"Bearer {key}"}
+        async with httpx.AsyncClient(base_url=ep.base_url) as http:
+            bad = {f: (await http.post("/chat/completions", json=j, headers=auth)) for f, j in cases.items()}
+            # content as text parts (LangChain sends these) renders as the same prompt as a string
+            parts = [
+                {"role": "user", "content": [{"type": "text", "text": "h"}, {"type": "text", "text": "i"}]}
+            ]
+            ok = await http.post(
+                "/chat/completions", json={"messages": parts, "temperature": 0.5}, headers=auth
+            )
+            ok2 = await http.post(
+                "/chat/completions", json={"messages": [good], "temperature": 1}, headers=auth
+            )
+        return bad, ok, ok2, backend
+
+    bad, ok, ok2, backend = _run(tok, lambda p: "hello", body)
+    for field, r in bad.items():
+        assert r.status_code == 400, (field, r.text)
+        err = r.json()["error"]
+        assert err["type"] == "invalid_request_error" and err["message"].startswith(
+            f"invalid request: {field}"
+        )
+    assert ok.status_code == ok2.status_code == 200
+    assert len(backend.requests) == 2 and backend.requests[0].prompt_ids == backend.requests[1].prompt_ids
+
+
+def test_chunked_and_expect_100_continue_bodies_and_health(tok):
+    body_json = json.dumps({"messages": [{"role": "user", "content": "hi"}]}).encode()
+
+    async def body(ep, backend):
+        key = ep.open_episode("c")
+        auth = {"Authorization": f"Bearer {key}"}
+
+        async def chunks():  # an async iterator body: httpx sends it with Transfer-Encoding: chunked
+            for i in range(0, len(body_json), 7):
+                yield body_json[i : i + 7]
+
+        async with httpx.AsyncClient(base_url=ep.base_url) as http:
+            chunked = await http.post("/chat/completions", content=chunks(), headers=auth)
+            health = await http.get("/health")  # no key needed; at the root too, as vLLM serves it
+            root = await http.get(ep.base_url.removesuffix("/v1") + "/health")
+        # Expect: 100-continue, by hand: the server must say 100 before the body is sent
+        host, port = ep.base_url.split("//")[1].split("/")[0].split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(
+            f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {key}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body_json)}\r\n"
+            "Expect: 100-continue\r\nConnection: close\r\n\r\n".encode()
+        )
+        await writer.drain()
+        interim = await reader.readline()
+        writer.write(body_json)
+        rest = await reader.read()
+        writer.close()
+        return chunked, (health, root), interim, rest, ep.close_episode(key)
+
+    chunked, (health, root), interim, rest, slot = _run(tok, lambda p: "hello", body)
+    assert chunked.status_code == 200 and chunked.json()["choices"][0]["message"]["content"] == "hello"
+    assert health.status_code == root.status_code == 200 and health.json() == {"status": "ok"}
+    assert interim.startswith(b"HTTP/1.1 100")
+    assert b"HTTP/1.1 200" in rest and b'"content": "hello"' in rest
+    assert slot.episode.calls == 2

@@ -1,9 +1,11 @@
 """The house rule: imports run one way, `algos ← envs ← nanosky ← evals ← run.py / bench / examples / tests`,
-and no two modules import each other, directly or round a longer loop.
+inside `nanosky/` too (`INNER`: configs ← the floor ← the players ← training ← the run on top), and no two modules
+import each other, directly or round a longer loop.
 
 Plain `ast`, no imports of the code under test: every `import` / `from ... import` in every file is read,
-function-level ones included. Imports under `if TYPE_CHECKING:` never run, so they count for neither rule.
-    python tests/test_layers.py        # prints the graph's violations, if any
+function-level ones included, and those under `if TYPE_CHECKING:` too: a floor does not import what stands on it,
+even for a type, and a circle of type imports is still a circle.
+    python tests/unit/test_layers.py        # prints the graph's violations, if any
 """
 
 from __future__ import annotations
@@ -15,6 +17,15 @@ ROOT = Path(__file__).resolve().parents[2]
 # Lower layers first; a module may import its own layer and those before it.
 LAYERS = ["algos", "envs", "nanosky", "evals"]
 TOP = ["run.py", "bench", "examples", "tests"]  # the top layer: may import anything, imported by nothing
+# Inside nanosky/, lower floors first; a room may import its own floor and those below. Every other nanosky module
+# (collect, trainer, evaluate, sync, cli, startup, presets, tiny, ...) stands on top of them all.
+INNER = [
+    ["nanosky.config", "nanosky.seeds", "nanosky.dist"],  # the leaf: plain configs, the rank's facts, seeds
+    ["nanosky.rollout"],  # the floor: engine, env pool, chat rendering, constrained sampling, the rank's loop
+    ["nanosky.agent"],  # the built-in player (and the Player interface, Task, Trajectory)
+    ["nanosky.endpoint"],  # the external-agent player and its OpenAI-compatible endpoint
+    ["nanosky.train"],  # the training side: trajectories in, gradients out
+]
 
 
 def module_name(path: Path) -> str:
@@ -44,15 +55,15 @@ def _is_type_checking(test: ast.expr) -> bool:
     )
 
 
-def imported_names(path: Path, mod: str) -> list[tuple[str, int]]:
-    """Every module name `path` imports, with its line, skipping `if TYPE_CHECKING:` bodies. A `from` import
-    gives "pkg.name|pkg": the submodule if there is one, else the package."""
+def imported_names(path: Path, mod: str, type_checking: bool = True) -> list[tuple[str, int]]:
+    """Every module name `path` imports, with its line (`type_checking=False`: skipping `if TYPE_CHECKING:`
+    bodies). A `from` import gives "pkg.name|pkg": the submodule if there is one, else the package."""
     tree = ast.parse(path.read_text(), filename=str(path))
     package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
     out: list[tuple[str, int]] = []
 
     def visit(node: ast.AST) -> None:
-        if isinstance(node, ast.If) and _is_type_checking(node.test):
+        if isinstance(node, ast.If) and _is_type_checking(node.test) and not type_checking:
             for child in node.orelse:
                 visit(child)
             return
@@ -90,6 +101,28 @@ def import_graph() -> tuple[dict[str, set[str]], dict[tuple[str, str], int]]:
 def layer_of(mod: str) -> int:
     top = mod.split(".")[0]
     return LAYERS.index(top) if top in LAYERS else len(LAYERS)
+
+
+def floor_of(mod: str) -> int:
+    """A nanosky module's floor in `INNER` (the top: len(INNER))."""
+    for i, rooms in enumerate(INNER):
+        if any(mod == r or mod.startswith(r + ".") for r in rooms):
+            return i
+    return len(INNER)
+
+
+def inner_upward_imports() -> list[str]:
+    graph, lines = import_graph()
+    bad = []
+    for mod, deps in graph.items():
+        if mod.split(".")[0] != "nanosky":
+            continue
+        for dep in deps:
+            if dep.split(".")[0] == "nanosky" and floor_of(dep) > floor_of(mod):
+                bad.append(
+                    f"{mod}:{lines[mod, dep]} imports {dep} (floor {floor_of(dep)} is above {floor_of(mod)})"
+                )
+    return sorted(bad)
 
 
 def upward_imports() -> list[str]:
@@ -159,7 +192,8 @@ def test_parser_reads_function_level_and_relative_imports(tmp_path):
     names = [n for n, _ in imported_names(f, "envs.swe.m")]
     assert "nanosky.engine|nanosky" in names  # function-level
     assert "envs.swe.sib|envs.swe" in names  # relative, resolved
-    assert not any(n.startswith("evals") for n in names)  # TYPE_CHECKING skipped
+    assert "evals.common" in names  # TYPE_CHECKING counts
+    assert not any(n.startswith("evals") for n, _ in imported_names(f, "envs.swe.m", type_checking=False))
 
 
 def test_no_upward_imports():
@@ -169,12 +203,33 @@ def test_no_upward_imports():
     )
 
 
+def test_nanosky_floors_import_only_downward():
+    bad = inner_upward_imports()
+    assert not bad, (
+        "inside nanosky/, imports must run "
+        + " <- ".join(r[0] for r in INNER)
+        + " <- the rest:\n"
+        + ("\n".join(bad))
+    )
+
+
+def test_the_inner_rule_sees_a_floor_importing_a_room_above(tmp_path, monkeypatch):
+    # the rule must fire on the shape it forbids, or it passes on nothing
+    assert floor_of("nanosky.rollout.engine") < floor_of("nanosky.agent.runner") < floor_of("nanosky.trainer")
+    graph, lines = import_graph()
+    graph = {**graph, "nanosky.rollout.chat": graph["nanosky.rollout.chat"] | {"nanosky.collect"}}
+    monkeypatch.setitem(
+        globals(), "import_graph", lambda: (graph, {**lines, ("nanosky.rollout.chat", "nanosky.collect"): 1})
+    )
+    assert "nanosky.rollout.chat:1 imports nanosky.collect (floor 5 is above 1)" in inner_upward_imports()
+
+
 def test_no_import_cycles():
     cycles = import_cycles()
     assert not cycles, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in cycles)
 
 
 if __name__ == "__main__":
-    print("\n".join(upward_imports()))
+    print("\n".join(upward_imports() + inner_upward_imports()))
     for c in import_cycles():
         print("cycle:", " <-> ".join(c))

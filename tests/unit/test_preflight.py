@@ -35,6 +35,31 @@ def test_model_path(tmp_path):
     preflight.check(_cfg(tmp_path), world=1)  # the bundled model passes
 
 
+def test_a_missing_bundled_model_is_one_line_naming_the_build_command_and_nothing_is_built(
+    tmp_path, monkeypatch
+):
+    import nanosky.tiny
+    from nanosky import bundled
+
+    built = []
+    monkeypatch.setattr(bundled, "ASSETS", tmp_path / "assets")  # as in a checkout whose assets were removed
+    monkeypatch.setattr(nanosky.tiny, "VARIANTS", {k: (f, tmp_path / "assets" / a.name) for k, (f, a) in
+                                                    nanosky.tiny.VARIANTS.items()})  # fmt: skip
+    monkeypatch.setattr(nanosky.tiny, "CACHE_DIR", tmp_path / "cache")
+    monkeypatch.setattr(nanosky.tiny, "build", lambda cfg: built.append(cfg))
+    with pytest.raises(bundled.MissingBundledModel, match=r"python -m nanosky.tiny --variant tool"):
+        bundled.resolve_model_path("tiny-tool")
+    _fails(
+        _cfg(tmp_path),
+        r"--model.path bundled model 'tiny' is missing .*python -m nanosky.tiny --variant base",
+    )
+    assert built == []  # nothing was built behind the run's back
+    cached = tmp_path / "cache" / f"tiny-base-{nanosky.tiny.config_hash(nanosky.tiny.VARIANTS['base'][0]())}"
+    cached.mkdir(parents=True)
+    (cached / "model.safetensors").write_bytes(b"")
+    assert bundled.resolve_model_path("tiny") == str(cached)  # what `python -m nanosky.tiny` built is found
+
+
 def test_env_data(tmp_path):
     _fails(
         _cfg(tmp_path, "--env-data", str(tmp_path / "missing.jsonl")),
@@ -116,6 +141,7 @@ def test_run_py_exits_2_with_one_line(flags, flag, tmp_path):
             "--rollout.agent or --rollout.agent-cmd, not both",
         ),
         (["--rollout.agent-timeout-s", "0"], "--rollout.agent-timeout-s must be > 0"),
+        (["--rollout.agent-concurrency", "0"], "--rollout.agent-concurrency must be >= 1"),
     ],
 )
 def test_every_config_error_is_one_line_naming_the_flag_as_typed(flags, expected, capsys):

@@ -1,5 +1,5 @@
 """The reward-shaping functions the trainer used to inline, now pure in algos/: DAPO's group filter and KL in the
-reward, against hand-computed values, and the trajectory-level wrappers in nanosky.rollout.collect."""
+reward, against hand-computed values, and the trajectory-level wrappers in nanosky.collect."""
 
 import math
 
@@ -8,7 +8,7 @@ import torch
 
 import algos
 from nanosky.agent.trajectory import Trajectory
-from nanosky.rollout.collect import filter_groups
+from nanosky.collect import filter_groups
 
 
 def test_group_has_signal_keeps_groups_whose_rewards_differ():

@@ -51,7 +51,7 @@ def test_anchor_metrics_counts_shared_states():
 
 
 def test_overlong_penalty_reads_the_longest_turn_not_the_episode():
-    from nanosky.rollout.collect import overlong_penalty
+    from nanosky.collect import overlong_penalty
 
     short_turns = _traj(
         [0, 1, 1, 1, 0, 1, 1, 1, 0, 1, 1, 1], [], [], reward=1.0

@@ -1,4 +1,4 @@
-"""Step-wise samples (nanosky/rollout/stepwise.py): the history window, rows with exact sampled ids, the episode view that
+"""Step-wise samples (nanosky/agent/window.py, nanosky/train/stepwise.py): the history window, rows with exact sampled ids, the episode view that
 gives every step its episode's advantage, padding rows that the loss does not count."""
 
 import asyncio
@@ -10,9 +10,10 @@ import algos
 import envs
 from nanosky.agent import AgentRunner, EnvTask, GenerationResult, Request
 from nanosky.agent.trajectory import Step, Trajectory
+from nanosky.agent.window import window
 from nanosky.rollout.chat import encode, prompt_ids
-from nanosky.rollout.stepwise import advantages, assign_advantages, samples, split_rows, window
 from nanosky.train.batch import to_batch
+from nanosky.train.stepwise import advantages, assign_advantages, samples, split_rows
 from nanosky.train.update import OptimConfig, minibatches
 
 SYS, TASK = {"role": "system", "content": "s"}, {"role": "user", "content": "task"}

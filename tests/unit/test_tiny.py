@@ -91,7 +91,7 @@ def test_agent_variant_continues_from_a_model_with_a_longer_context(tmp_path):
 def test_step_wise_examples_train_only_the_current_action(tok):
     """The agent variant's data: each turn of a noisy expert's episode, prompted as `--rollout.mode stepwise`
     prompts it (actions shown), with the loss on that turn's action only."""
-    from nanosky.rollout.stepwise import window
+    from nanosky.agent.window import window
     from nanosky.tiny import _encode
     from nanosky.tiny.data import _action_copy_texts, _step_examples
 

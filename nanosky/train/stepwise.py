@@ -1,8 +1,9 @@
 """Step-wise samples: each assistant turn of a multi-turn episode is its own training row (`--rollout.mode stepwise`).
 
 A 30-step alfworld episode does not fit a small context as one concatenated row. In step-wise mode the runner
-samples every turn from a short prompt (`window`: the opening messages, then the last K turns) and keeps that prompt
-with the sampled ids (`Trajectory.steps`). Here the episodes become rows:
+samples every turn from a short prompt (`nanosky/agent/window.py`: the opening messages, then the last K turns) and
+keeps that prompt with the sampled ids (`Trajectory.steps`). Here the episodes become rows (an external agent's
+episode of several segments too: `nanosky/endpoint/rows.py` gives each segment as a step):
 
     rows = samples(trajs)                      # one Trajectory per step: prompt (mask 0) + sampled ids (mask 1)
     adv = advantages(trajs, rows, cfg)         # [N] one advantage per row, from the registered estimator
@@ -26,48 +27,10 @@ import torch
 import algos
 from algos import AlgoConfig, StepInfo
 from algos.registry import ADV_ESTIMATORS
-from envs.base import ACTIONS_HEADER
 from nanosky import dist
 from nanosky.agent.trajectory import Trajectory
 from nanosky.train.batch import Batch, balanced_split
 from nanosky.train.step_credit import anchor_metrics, estimator_kwargs, step_keys, step_rewards
-
-
-def window(messages: list[dict], k: int) -> list[dict]:
-    """The opening messages (everything before the first assistant turn), then the last `k` turns (an assistant
-    message and the observations that answered it). When turns are dropped, the opening's last message says how
-    many, so the model knows the episode did not just start. Only the current observation keeps its admissible-
-    action list (`show_actions`): past lists are stale, and a small model copies from them (as verl-agent's prompts
-    do, the history shows observations and actions only)."""
-    return _window(_drop_stale_actions(messages), k)
-
-
-def _drop_stale_actions(messages: list[dict]) -> list[dict]:
-    last = max((i for i, m in enumerate(messages) if m["role"] == "assistant"), default=-1)
-    return [
-        {**m, "content": m["content"].split(ACTIONS_HEADER)[0]}
-        if i < last and m["role"] != "assistant" and isinstance(m.get("content"), str)
-        else m
-        for i, m in enumerate(messages)
-    ]
-
-
-def _window(messages: list[dict], k: int) -> list[dict]:
-    first = next((i for i, m in enumerate(messages) if m["role"] == "assistant"), len(messages))
-    opening, turns = list(messages[:first]), []
-    for m in messages[first:]:
-        if m["role"] == "assistant":
-            turns.append([m])
-        else:
-            turns[-1].append(m)
-    hidden = len(turns) - k
-    if hidden <= 0:
-        return list(messages)
-    last = opening[-1] if opening else None
-    if last is not None and isinstance(last.get("content"), str):
-        s = "s" if hidden > 1 else ""
-        opening[-1] = {**last, "content": f"{last['content']}\n\n[{hidden} earlier step{s} not shown]"}
-    return opening + [m for turn in turns[-k:] for m in turn]
 
 
 def samples(trajs: list[Trajectory]) -> list[Trajectory]:

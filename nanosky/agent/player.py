@@ -1,0 +1,64 @@
+"""One interface for whatever plays a step's episodes: nanosky's own loop (`AgentRunner`) or an external agent
+through the endpoint (`nanosky.endpoint.Harness`). The phase that collects a step (`nanosky/collect.py`) and the
+eval call `play` and never ask which player ran; the result says what training rows its trajectories make, so the
+trainer reads the layout instead of inspecting the data (as SkyRL's `GeneratorInterface.generate`).
+
+    out = await player.play(tasks, groups=groups, seeds=seeds, sample_seed=s, temperature=None)
+    out.trajs       # one Trajectory per task, in order
+    out.layout      # "concat": one row per episode; "stepwise": one row per `Step` of each episode
+    player.metrics(trajs)   # the player's own scalars over a (gathered) batch, e.g. agent/* for external agents
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Protocol, runtime_checkable
+
+from nanosky.agent.task import Task
+from nanosky.agent.trajectory import Trajectory
+
+Layout = Literal["concat", "stepwise"]
+
+
+@dataclass
+class Rollouts:
+    """A phase's episodes, and how they train: `concat` (each episode one row, observations masked inside it) or
+    `stepwise` (each `Step` of an episode its own row, with its episode's advantage)."""
+
+    trajs: list[Trajectory]
+    layout: Layout = "concat"
+    wall_s: float = 0.0  # how long the phase took
+
+    @staticmethod
+    def merge(parts: list[Rollouts]) -> Rollouts:
+        """Several ranks' or rounds' rollouts as one batch: step-wise when any part is (a concatenated episode of an
+        external agent is also its one step, so step-wise rows hold every episode)."""
+        layout: Layout = "stepwise" if any(p.layout == "stepwise" for p in parts) else "concat"
+        return Rollouts(
+            [t for p in parts for t in p.trajs], layout, max((p.wall_s for p in parts), default=0.0)
+        )
+
+
+@runtime_checkable
+class Player(Protocol):
+    async def play(
+        self,
+        tasks: list[Task],
+        *,
+        groups: list[int] | None = None,
+        seeds: list[int] | None = None,
+        sample_seed: int | None = None,
+        temperature: float | None = None,
+    ) -> Rollouts:
+        """One episode per task, all in flight at once (within the player's limits). `groups` / `seeds` are recorded
+        on the trajectories; `sample_seed` fixes every call's sampling seed; `temperature` overrides the player's
+        (the eval's)."""
+        ...
+
+    def metrics(self, trajs: list[Trajectory]) -> dict[str, float]:
+        """The player's own step scalars over a batch of its episodes."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release what the player holds on the event loop (the endpoint's server)."""
+        ...

@@ -1,0 +1,153 @@
+"""A step's rollout phase: this rank's episodes of an env, played by the run's player on the rank's one event loop,
+then gathered across ranks. The player is nanosky's own agent loop, or the user's agent through the endpoint
+(`--rollout.agent` / `--rollout.agent-cmd`); this phase and the trainer see only what it returns (`Rollouts`).
+
+    rollout = Rollout(cfg.rollout, EngineBackend(engine, tok), pool, tok, log_dir=run_dir)
+    out = rollout.run("math", {}, "train", seeds, version, groups=groups, sample_seed=s)  # this rank's Rollouts
+    batch, metrics = collect(cfg, rollout, step, version)   # the step's global batch (+ DAPO's rounds)
+    rollout.close()                                         # the end of the run: the player, then the loop
+
+Each episode is a `PooledEnvTask` in this rank's env pool (a hung or crashing env costs its episode only); the
+player runs them all at once, continuously, against the colocated engine (token-in/token-out). `rollout.metrics`
+holds the last phase's rollout throughput and the engine's busy share.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+
+import algos
+from nanosky import dist
+from nanosky.agent import AgentRunner, EngineBackend, PooledEnvTask, Trajectory
+from nanosky.agent.player import Player, Rollouts
+from nanosky.config import RolloutConfig
+from nanosky.rollout.loop import RankLoop
+from nanosky.seeds import derive_seed
+from nanosky.train.step_credit import action_spans
+
+if TYPE_CHECKING:
+    from nanosky.config import TrainConfig
+
+
+def make_player(cfg: RolloutConfig, backend: EngineBackend, tok, log_dir: str | None, rank: int) -> Player:
+    """The run's player, built from its config: the user's agent when one is given, else nanosky's loop with every
+    episode live at once (the engine batches them)."""
+    if cfg.agent or cfg.agent_cmd:
+        from nanosky.endpoint.harness import Harness
+        from nanosky.endpoint.server import Sampling
+
+        sampling = Sampling(cfg.temperature, cfg.top_p, cfg.max_new_tokens, cfg.max_total_tokens)
+        return Harness(backend, tok, sampling, agent=cfg.agent, cmd=cfg.agent_cmd, timeout_s=cfg.agent_timeout_s,
+                       log_dir=log_dir, rank=rank, concurrency=cfg.agent_concurrency)  # fmt: skip
+    return AgentRunner(backend, tok=tok, max_parallel_agents=None, max_turns=cfg.max_turns,
+                       max_tokens_per_turn=cfg.max_new_tokens, max_total_tokens=cfg.max_total_tokens,
+                       temperature=cfg.temperature, top_p=cfg.top_p, ignore_eos=cfg.ignore_eos,
+                       constrain_actions=cfg.constrain_actions,
+                       history_window=cfg.history_window if cfg.mode == "stepwise" else None)  # fmt: skip
+
+
+class Rollout:
+    def __init__(self, cfg: RolloutConfig, backend: EngineBackend, pool, tok, log_dir: str | None = None):
+        self.cfg, self.backend, self.pool, self.tok = cfg, backend, pool, tok
+        self.player = make_player(cfg, backend, tok, log_dir, dist.get_info().rank)
+        self.loop = RankLoop()  # every phase of the run, and the endpoint, on this one loop
+        self.metrics: dict[str, float] = {}
+
+    def run(
+        self,
+        env: str,
+        env_kwargs: dict,
+        split: str,
+        seeds: list[int],
+        version: int,
+        groups: list[int] | None = None,
+        sample_seed: int | None = None,
+        temperature: float | None = None,
+    ) -> Rollouts:
+        """One episode per seed (env `env`, `split`), rolled out to the end with weights `version`."""
+        self.backend.version = version
+        busy0 = self.backend.busy_s
+        tasks = [PooledEnvTask(self.pool, env, split, seed=s, **env_kwargs) for s in seeds]
+        play = self.player.play(
+            tasks, groups=groups, seeds=seeds, sample_seed=sample_seed, temperature=temperature
+        )
+        out = self.loop.run(play, threads=len(tasks))
+        wall = max(out.wall_s, 1e-9)
+        self.metrics = {
+            "rollout/tokens_per_s": sum(t.completion_tokens for t in out.trajs) / wall,
+            "rollout/engine_busy_frac": (self.backend.busy_s - busy0) / wall,
+        }
+        return out
+
+    def close(self) -> None:
+        """The player's resources (the endpoint), then the loop. Safe to call twice."""
+        if self.loop.loop.is_closed():
+            return
+        try:
+            self.loop.run(self.player.aclose())
+        finally:
+            self.loop.close()
+
+
+def gather(local: Rollouts) -> Rollouts:
+    """Every rank's rollouts in rank order, one batch (identical on every rank), with the layout they agree on."""
+    return Rollouts.merge(dist.all_gather_objects(local))
+
+
+def collect(cfg: TrainConfig, rollout: Rollout, step: int, version: int) -> tuple[Rollouts, dict]:
+    """Generate this step's global batch (every rank's rollouts, gathered). With DAPO's dynamic sampling, more
+    rounds are generated until `filter_groups` keeps a full batch or `max_gen_rounds` is reached."""
+    info, a, P, n = dist.get_info(), cfg.algorithm, cfg.rollout.prompts_per_step, cfg.rollout.group_size
+    kept: list[Trajectory] = []
+    dropped: list[Trajectory] = []
+    layouts = []
+    rounds = a.max_gen_rounds if a.dynamic_sampling else 1
+    for rnd in range(rounds):
+        js = list(range(info.rank, P, info.world))
+        seeds = [derive_seed(cfg.seed, step, rnd, j) for j in js for _ in range(n)]
+        groups = [rnd * P + j for j in js for _ in range(n)]
+        sample_seed = derive_seed(cfg.seed, step, rnd, "sample", info.rank)
+        out = gather(rollout.run(cfg.env, cfg.env_args(), "train", seeds, version, groups, sample_seed))
+        new = out.trajs
+        layouts.append(out)
+        if a.overlong_cache_len:
+            overlong_penalty(new, cfg.rollout.max_new_tokens, a.overlong_cache_len)
+        if not a.dynamic_sampling:
+            kept = new
+            break
+        k, d = filter_groups(new)
+        kept, dropped = kept + k, dropped + d
+        if len(kept) >= P * n:
+            rounds = rnd + 1
+            break
+    # Fixed batch size: truncate to P groups, or top up with dropped groups (zero advantage: no gradient signal).
+    batch = (kept + dropped)[: P * n]
+    metrics = {"train/dropped_groups": len(dropped) / n, "train/gen_rounds": rounds} | rollout.metrics
+    metrics |= rollout.player.metrics(batch)
+    return Rollouts(batch, Rollouts.merge(layouts).layout), metrics
+
+
+def overlong_penalty(trajs: list[Trajectory], max_len: int, cache_len: int) -> None:
+    """DAPO's soft overlong punishment (`algos.overlong_penalty`), added to each reward, on the policy's own tokens
+    (not tool outputs): a turn that nears `max_len` (rollout.max_new_tokens, a per-turn cap) costs its episode; the
+    longest turn counts."""
+    longest = [max((b - a for a, b in action_spans(t.loss_mask)), default=0) for t in trajs]
+    pen = algos.overlong_penalty(torch.tensor(longest), max_len, cache_len)
+    for t, p in zip(trajs, pen.tolist()):
+        t.reward += p
+
+
+def filter_groups(trajs: list[Trajectory]) -> tuple[list[Trajectory], list[Trajectory]]:
+    """DAPO's dynamic sampling (`algos.group_has_signal`): (kept, dropped), whole groups each, in their order."""
+    if not trajs:
+        return [], []
+    keep = algos.group_has_signal([t.reward for t in trajs], [t.group for t in trajs]).tolist()  # [N]
+    by_group: dict[int, tuple[bool, list[Trajectory]]] = {}
+    for t, k in zip(trajs, keep):
+        by_group.setdefault(t.group, (k, []))[1].append(t)
+    kept, dropped = [], []
+    for k, g in by_group.values():
+        (kept if k else dropped).extend(g)
+    return kept, dropped

@@ -1,0 +1,67 @@
+"""The run's configs: `--eval.*` (the held-out eval during training), `--log.*` (run dir, checkpoints, samples),
+`--probe.*` (the sync check), `--dist.*` and `--debug.*`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(kw_only=True)
+class EvalConfig:
+    every: int = 10
+    """Evaluate on the held-out split every k steps (and at step 0 and at the end); 0 = only start and end."""
+    limit: int = 200
+    """Held-out problems to evaluate."""
+    n_samples: int = 2
+    """Samples per problem; accuracy is the mean over all samples (mean@n)."""
+    temperature: float = 1.0
+    """Eval sampling temperature (1.0 measures the policy as it samples in training)."""
+
+    def __post_init__(self):
+        if self.every < 0 or self.limit < 1 or self.n_samples < 1:
+            raise ValueError("eval.every must be >= 0, eval.limit and eval.n_samples >= 1")
+
+
+@dataclass(kw_only=True)
+class LogConfig:
+    run_dir: str = "runs/{env}-{algo}-s{seed}"
+    """Run directory (TensorBoard events, rollouts.jsonl, checkpoints, summary.json); {env}/{algo}/{seed} expand."""
+    ckpt_every: int = 0
+    """Save a training checkpoint (sharded model/optimizer/RNG state + an HF export in `export/`) every k steps;
+    0 = only at the end."""
+    keep_ckpts: int = 3
+    """Keep the last K checkpoints."""
+    samples_per_step: int = 4
+    """Rollouts written to rollouts.jsonl and TensorBoard text each step."""
+    eval_samples: int = 2
+    """Eval rollouts written to rollouts.jsonl (split "eval") at each eval, from rank 0's share of the held-out
+    episodes; a large number keeps all of that share, to read where the held-out episodes fail."""
+    tqdm: bool = True
+    overwrite: bool = False
+    """Start afresh in a run dir that holds an earlier run (checkpoints or TensorBoard events): the earlier run is
+    moved to a timestamped sibling folder (`runs/x.20261126-101500`), nothing is deleted. Without it such a start is
+    refused; `--resume latest` continues the earlier run instead."""
+
+
+@dataclass(kw_only=True)
+class ProbeConfig:
+    max_mean_diff: float | None = None
+    """Fail the run when the mean |trainer − engine| logprob on the probe exceeds this after a sync (stale
+    weights). None = 1e-3 for a float32 engine, 0.05 for bf16/fp16."""
+
+
+@dataclass(kw_only=True)
+class DistConfig:
+    timeout_s: float = 600.0
+    """Collective timeout: a rank stuck this long in a collective fails the job instead of hanging it."""
+
+
+@dataclass(kw_only=True)
+class DebugConfig:
+    """Testing only: settings that break a run on purpose, to check that the run notices."""
+
+    skip_sync: bool = False
+    """Do not push weights to the engine after an update (the sync probe must then catch the stale engine)."""
+    fail_rank: int = -1
+    """This rank raises at `fail_step` (checks that the whole job stops promptly)."""
+    fail_step: int = 0
