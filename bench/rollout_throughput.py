@@ -1,7 +1,7 @@
 """Rollout throughput: the continuous agent loop against raw vLLM `generate` over the same token counts.
 
     python bench/rollout_throughput.py --env tool_use --episodes 64
-    python bench/rollout_throughput.py --env alfworld_lite --episodes 16
+    python bench/rollout_throughput.py --env alfworld_lite --episodes 16     # also webshop_lite, swe, math
 
 One process, the env's training preset (model, context, budgets), an env pool of 2 workers. First the agent loop
 plays `episodes` episodes (after a warm-up round); then every assistant turn it sampled is replayed as one raw
@@ -26,14 +26,17 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 @dataclass
 class Args:
     env: str = "tool_use"
-    """An env with a training preset: tool_use, webshop_lite, alfworld_lite (or math with the default config)."""
+    """An env with a training preset: tool_use, webshop_lite, alfworld_lite, swe (or math: the default config)."""
     episodes: int = 64
     warmup: int = 8
     seed: int = 0
 
 
 def turns(traj) -> list[tuple[list[int], int]]:
-    """(prompt ids, sampled token count) of each assistant turn: the runs of loss-mask 1 in the token stream."""
+    """(prompt ids, sampled token count) of each assistant turn: in step-wise mode each turn's own prompt (its
+    history window, `traj.steps`), else the runs of loss-mask 1 in the token stream and what precedes them."""
+    if traj.steps:  # the conversation itself may be longer than the context: each turn saw only its window
+        return [(list(s.prompt_ids), len(s.ids)) for s in traj.steps]
     out, i, m = [], 0, traj.loss_mask
     while i < len(m):
         if m[i]:
@@ -70,7 +73,7 @@ def main(args: Args) -> None:
 
     def play(seeds: list[int]):
         t0 = time.perf_counter()
-        trajs = rollout.run(cfg.env, cfg.env_args(), "train", seeds, 0, sample_seed=args.seed)
+        trajs = rollout.run(cfg.env, cfg.env_args(), "train", seeds, 0, sample_seed=args.seed).trajs
         return trajs, time.perf_counter() - t0
 
     play(list(range(10_000, 10_000 + args.warmup)))  # compile paths, fill the worker pool
@@ -113,6 +116,7 @@ def main(args: Args) -> None:
         max(reqs[i][1] for i in ids) for ids in by_turn
     )  # the longest turn of each call, in tokens
     all_wall, all_tokens = raw([list(range(len(reqs)))])  # raw, all turns at once: no dependencies at all
+    rollout.close()
     pool.shutdown()
 
     loop_tps = loop_tokens / wall

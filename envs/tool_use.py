@@ -44,7 +44,10 @@ TEST_SIZE = 200
 
 
 @dataclass(frozen=True)
-class Task:
+class Question:
+    """One generated tool_use question: the text, its answer, and the expert's tool calls (not `nanosky.agent.Task`,
+    the agent loop's episode life cycle)."""
+
     question: str
     answer: str
     kind: str
@@ -55,7 +58,7 @@ class Task:
 # ---------------------------------------------------------------------------------------------- generators
 
 
-def _gen_arith(rng: random.Random, split: str) -> Task:
+def _gen_arith(rng: random.Random, split: str) -> Question:
     n = lambda lo, hi: rng.randint(10**lo, 10**hi - 1)  # noqa: E731 - a number with lo+1..hi digits
     expr = rng.choice(
         (
@@ -68,7 +71,7 @@ def _gen_arith(rng: random.Random, split: str) -> Task:
         )
     )()
     question = rng.choice(("What is {}?", "Compute {}.", "Calculate {}."))
-    return Task(
+    return Question(
         question.format(expr), format_number(evaluate(expr)), "arith", (("calculator", {"expression": expr}),)
     )
 
@@ -107,15 +110,15 @@ def _entities(*values: str) -> frozenset[str]:
     return frozenset(table[v.lower()].title for v in values if v.lower() in table)
 
 
-def _gen_wiki(rng: random.Random, split: str) -> Task | None:
+def _gen_wiki(rng: random.Random, split: str) -> Question | None:
     page = _pick_page(rng, split)
     fact = rng.choice([f for f in _WIKI_QUESTIONS[page.kind] if f in page.facts])
     answer = page.facts[fact]
     q = _WIKI_QUESTIONS[page.kind][fact].format(page.title)
-    return Task(q, answer, "wiki", (("wiki", {"title": page.title}),), _entities(page.title, answer))
+    return Question(q, answer, "wiki", (("wiki", {"title": page.title}),), _entities(page.title, answer))
 
 
-def _gen_search(rng: random.Random, split: str) -> Task | None:
+def _gen_search(rng: random.Random, split: str) -> Question | None:
     """A reverse lookup whose answer is the top search hit for the question itself."""
     page = _pick_page(rng, split, kinds=("country", "city", "invention"))
     if page.kind == "country":
@@ -126,10 +129,10 @@ def _gen_search(rng: random.Random, split: str) -> Task | None:
         q, clue = f"Which invention is used for {page.facts['Use']}?", ""
     if search_wiki(q, k=1) != [page.title]:
         return None  # BM25 ranks another page first: the expert demonstration would not be clean
-    return Task(q, page.title, "search", (("search", {"query": q}),), _entities(page.title, clue))
+    return Question(q, page.title, "search", (("search", {"query": q}),), _entities(page.title, clue))
 
 
-def _gen_multihop(rng: random.Random, split: str) -> Task | None:
+def _gen_multihop(rng: random.Random, split: str) -> Question | None:
     table = pages()
     page = _pick_page(rng, split, kinds=("country", "invention"))
     if page.kind == "country":
@@ -139,13 +142,13 @@ def _gen_multihop(rng: random.Random, split: str) -> Task | None:
         hop = table[page.facts["Inventor"].lower()]
         q, answer = f"In what year was the inventor of the {page.title} born?", hop.facts["Born"]
     calls = (("wiki", {"title": page.title}), ("wiki", {"title": hop.title}))
-    return Task(q, answer, "multihop", calls, _entities(page.title, hop.title))
+    return Question(q, answer, "multihop", calls, _entities(page.title, hop.title))
 
 
 _WORDS = ("planet", "tomato", "silver", "garden", "rocket", "window", "pencil", "dragon", "castle", "summer")
 
 
-def _gen_python(rng: random.Random, split: str) -> Task:
+def _gen_python(rng: random.Random, split: str) -> Question:
     """(program, what it prints): the answer is computed here in Python, never by running the string."""
     r = rng.randint
     variant = r(0, 6)
@@ -174,7 +177,7 @@ def _gen_python(rng: random.Random, split: str) -> Task:
         m, a = r(7, 97), r(100, 900)
         b = a + r(5, 60)
         code, out = f"print(max(x % {m} for x in range({a}, {b})))", max(x % m for x in range(a, b))
-    return Task(
+    return Question(
         f"What does this Python code print? {code}", str(out), "python", (("python_exec", {"code": code}),)
     )
 
@@ -202,7 +205,7 @@ _GENERATORS = {
 }
 
 
-def generate(rng: random.Random, kind: str, split: str) -> Task:
+def generate(rng: random.Random, kind: str, split: str) -> Question:
     """One task of `kind` on the right side of the entity split: a test task involves at least one held-out
     entity, a train task none. Tasks without entities (arith, python) are split by question text only."""
     while True:
@@ -215,11 +218,11 @@ def generate(rng: random.Random, kind: str, split: str) -> Task:
 
 
 @functools.lru_cache(maxsize=1)
-def _test_split() -> tuple[tuple[Task, ...], frozenset[str]]:
+def _test_split() -> tuple[tuple[Question, ...], frozenset[str]]:
     """TEST_SIZE distinct tasks, kinds round-robin. The wiki kinds have only a few dozen distinct held-out
     questions each; a kind that keeps repeating itself hands its slot to the next kind."""
     rng = random.Random("nanosky/tool_use/test")
-    tasks: list[Task] = []
+    tasks: list[Question] = []
     seen: set[str] = set()
     exhausted: set[str] = set()
     i = 0
@@ -239,7 +242,7 @@ def _test_split() -> tuple[tuple[Task, ...], frozenset[str]]:
     return tuple(tasks), frozenset(seen)
 
 
-def test_tasks(kinds: tuple[str, ...] = ALL_KINDS) -> list[Task]:
+def test_tasks(kinds: tuple[str, ...] = ALL_KINDS) -> list[Question]:
     """The fixed held-out split (TEST_SIZE tasks, balanced over ALL_KINDS), filtered to `kinds`."""
     return [t for t in _test_split()[0] if t.kind in kinds]
 
@@ -247,7 +250,7 @@ def test_tasks(kinds: tuple[str, ...] = ALL_KINDS) -> list[Task]:
 test_tasks.__test__ = False  # not a pytest test, despite the name
 
 
-def train_task(seed: int, kinds: tuple[str, ...] = KINDS) -> Task:
+def train_task(seed: int, kinds: tuple[str, ...] = KINDS) -> Question:
     """Deterministic per seed; never a test question."""
     rng = random.Random(f"nanosky/tool_use/train/{seed}")
     kind = rng.choice(kinds)

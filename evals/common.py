@@ -11,7 +11,7 @@ import json
 import math
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -20,8 +20,24 @@ import tyro
 DATA_DIR = Path(__file__).parent / "data"
 
 
+def _import_plugins(modules: list[str]) -> None:
+    """`--plugins`, as run.py imports them; a module that is not there is one line, not a traceback (an import
+    error inside the user's module stays theirs)."""
+    from nanosky.config import import_plugins
+
+    try:
+        import_plugins(modules)
+    except ModuleNotFoundError as e:
+        if e.name not in modules:
+            raise
+        raise SystemExit(f"--plugins {e.name}: no module named {e.name!r} in the working directory or on PYTHONPATH")
+
+
 @dataclass(kw_only=True)
 class BaseEvalConfig:
+    plugins: list[str] = field(default_factory=list)
+    """Python modules imported first (`--plugins my_envs`), as run.py's: the envs they register can be evaluated
+    (`python -m evals.agent --env my_env --plugins my_envs --ckpt ...`)."""
     ckpt: str | None = None
     """The model, served by in-process vLLM: a run dir (its latest checkpoint, e.g. runs/demo-grpo), a checkpoint
     (runs/demo-grpo/checkpoints/step_000040) or any HF model folder (that checkpoint's export/, a bundled name)."""
@@ -69,6 +85,7 @@ class BaseEvalConfig:
     """--agent: episodes your agent plays at once (the others wait; each may be a process tree of its own)."""
 
     def __post_init__(self):
+        _import_plugins(self.plugins)
         if self.ckpt and self.base_url:
             raise ValueError("give either --ckpt or --base-url, not both")
         if self.agent and self.base_url:

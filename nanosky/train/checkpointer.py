@@ -5,7 +5,7 @@
     if ckpt.due(step): ckpt.save(step, version, acc0)    # --log.ckpt-every k (the last step is the run's close)
     ckpt.save_on_stop(step, version, acc0)      # a graceful stop: unless this step is saved or no step ran
 
-The files and their atomic save are `nanosky/train/checkpoint.py`; this module knows the run: which models and
+The files and their atomic save are `nanosky/train/checkpoint_io.py`; this module knows the run: which models and
 optimizers (the critic's too), which config fields a resume must match, and the export (`step_N/export`, what
 `python -m evals.* --ckpt` and vLLM load: an HF model, plus the peft adapter when training LoRA).
 """
@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from nanosky.train.checkpoint import (
+from nanosky.train.checkpoint_io import (
     check_compatible,
     load_checkpoint,
     read_state,
@@ -138,7 +138,7 @@ def find_export(path: str) -> str:
     """The HF model folder a user means by `path`: the folder itself (it holds config.json), a checkpoint
     (`checkpoints/step_N`: its `export/`), or a run dir (its latest checkpoint's `export/`). Raises
     FileNotFoundError with one line that says what it found instead."""
-    from nanosky.train.checkpoint import _read_latest
+    from nanosky.train.checkpoint_io import _read_latest
 
     p = Path(path).expanduser()
     if not p.is_dir():

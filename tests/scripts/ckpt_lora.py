@@ -15,7 +15,7 @@ import torch
 
 from nanosky import dist
 from nanosky.tiny import ensure_tiny_model
-from nanosky.train.checkpoint import load_checkpoint, save_checkpoint
+from nanosky.train.checkpoint_io import load_checkpoint, save_checkpoint
 from nanosky.train.lora import (
     LoraConfig,
     iter_merged_params,

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from nanosky import dist
-from nanosky.train.checkpoint import load_checkpoint, save_checkpoint
+from nanosky.train.checkpoint_io import load_checkpoint, save_checkpoint
 from nanosky.train.policy import iter_full_params, shard_model
 
 

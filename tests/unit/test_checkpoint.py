@@ -1,4 +1,4 @@
-"""nanosky.train.checkpoint: exact resume, keep-K, `latest` only on complete checkpoints, kill -9 mid-save, refusals."""
+"""nanosky.train.checkpoint_io: exact resume, keep-K, `latest` only on complete checkpoints, kill -9 mid-save, refusals."""
 
 import os
 import random
@@ -12,7 +12,7 @@ import pytest
 import torch
 from spawn import ROOT
 
-from nanosky.train.checkpoint import (
+from nanosky.train.checkpoint_io import (
     check_compatible,
     list_checkpoints,
     load_checkpoint,

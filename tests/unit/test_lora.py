@@ -5,7 +5,7 @@ import os
 import pytest
 import torch
 
-from nanosky.train.checkpoint import load_checkpoint, save_checkpoint
+from nanosky.train.checkpoint_io import load_checkpoint, save_checkpoint
 from nanosky.train.lora import (
     LoraConfig,
     apply_lora,

@@ -8,8 +8,9 @@ from spawn import ROOT
 SCRIPT = os.path.join(ROOT, "tests", "scripts", "update_step.py")
 
 
-def test_skip_applies_only_where_it_is_exact():
+def test_skip_applies_only_where_it_is_exact(monkeypatch):
     import algos
+    from algos.registry import POLICY_LOSSES
     from nanosky.train.update import OptimConfig, skips_exactly
 
     on = OptimConfig()
@@ -21,6 +22,10 @@ def test_skip_applies_only_where_it_is_exact():
     assert skips_exactly(
         on, algos.preset("grpo", kl_coef=0.1, kl_in_reward=True)
     )  # ... but not KL in the reward
+
+    # the test's loss lives in a copy of the registry that is put back after the test (no global left behind)
+    monkeypatch.setattr(POLICY_LOSSES, "_fns", dict(POLICY_LOSSES._fns))
+    monkeypatch.setattr(POLICY_LOSSES, "_meta", dict(POLICY_LOSSES._meta))
 
     @algos.register_policy_loss("test_own_term")
     def own(log_prob, old_log_prob, advantages, response_mask, cfg=None, weights=None):
