@@ -343,3 +343,58 @@ def test_chunked_and_expect_100_continue_bodies_and_health(tok):
     assert interim.startswith(b"HTTP/1.1 100")
     assert b"HTTP/1.1 200" in rest and b'"content": "hello"' in rest
     assert slot.episode.calls == 2
+
+
+def test_three_hundred_malformed_and_hostile_requests_get_4xx_never_5xx_and_the_server_keeps_serving(tok):
+    """Random bodies built from the schema's pieces with wrong types, unknown roles and fields, odd methods, paths
+    and encodings: each is answered with a JSON 4xx (or 200 when it happens to be valid), none with a 5xx, and a good
+    request still works after them."""
+    import random
+
+    rng = random.Random(0)
+    values = [None, 7, -5, 0, 1.5, "hot", "", "x" * 3000, [], {}, [1, 2], {"a": 1}, True, "alien", "\ud800"]
+
+    def message():
+        m = {"role": rng.choice(["user", "assistant", "tool", "system", "alien", 3, None]),
+             "content": rng.choice([*values, "hi", [{"type": "text", "text": "hi"}], [{"type": "image_url"}]])}  # fmt: skip
+        if rng.random() < 0.3:
+            m["tool_calls"] = rng.choice(values + [[{"id": "c", "function": {"name": "f", "arguments": 3}}]])
+        return m
+
+    def body():
+        b = {"messages": rng.choice([[message() for _ in range(rng.randint(0, 3))], *values])}
+        for k in ("max_tokens", "temperature", "top_p", "n", "stream", "tools", "seed", "stream_options"):
+            if rng.random() < 0.4:
+                b[k] = rng.choice(values)
+        return json.dumps(b, ensure_ascii=False).encode("utf-8", "surrogatepass")
+
+    async def run(ep, backend):
+        key = ep.open_episode("fuzz")
+        auth = {"Authorization": f"Bearer {key}"}
+        statuses = []
+        async with httpx.AsyncClient(base_url=ep.base_url, timeout=30) as http:
+            for i in range(300):
+                kind = i % 10
+                if kind == 0:  # not JSON, or not UTF-8
+                    r = await http.post(
+                        "/chat/completions", content=rng.choice([b"\xff\xfe", b"[", b"null"]), headers=auth
+                    )
+                elif kind == 1:  # the wrong method or path
+                    r = await http.request(
+                        rng.choice(["GET", "PUT", "DELETE"]),
+                        rng.choice(["/chat/completions", "/x", "/models"]),
+                        headers=auth,
+                    )
+                else:
+                    r = await http.post("/chat/completions", content=body(), headers=auth)
+                assert r.headers["content-type"].startswith(("application/json", "text/event-stream")), r.text
+                statuses.append(r.status_code)
+            good = await http.post(
+                "/chat/completions", json={"messages": [{"role": "user", "content": "hi"}]}, headers=auth
+            )
+        return statuses, good
+
+    statuses, good = _run(tok, lambda p: "hello", run)
+    assert len(statuses) == 300 and not [s for s in statuses if s >= 500]
+    assert sum(400 <= s < 500 for s in statuses) > 200  # most of them are malformed, and said so
+    assert good.status_code == 200 and good.json()["choices"][0]["message"]["content"] == "hello"
