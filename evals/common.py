@@ -30,7 +30,9 @@ def _import_plugins(modules: list[str]) -> None:
     except ModuleNotFoundError as e:
         if e.name not in modules:
             raise
-        raise SystemExit(f"--plugins {e.name}: no module named {e.name!r} in the working directory or on PYTHONPATH")
+        raise SystemExit(
+            f"--plugins {e.name}: no module named {e.name!r} in the working directory or on PYTHONPATH"
+        ) from None
 
 
 @dataclass(kw_only=True)

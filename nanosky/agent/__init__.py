@@ -20,6 +20,7 @@ from nanosky.agent.backends import (
     Request,
 )
 from nanosky.agent.dispatcher import STAGES, Dispatcher
+from nanosky.agent.player import Player, Rollouts
 from nanosky.agent.runner import AgentRunner
 from nanosky.agent.task import EnvError, EnvTask, PooledEnvTask, Task
 from nanosky.agent.trajectory import Trajectory, load_jsonl, save_jsonl, summarize
@@ -35,8 +36,10 @@ __all__ = [
     "EnvTask",
     "GenerationResult",
     "OpenAIBackend",
+    "Player",
     "PooledEnvTask",
     "Request",
+    "Rollouts",
     "STAGES",
     "Task",
     "Trajectory",

@@ -8,14 +8,15 @@ or `--rollout.agent-cmd "CMD"`), in place of nanosky's own loop.
 Up to `concurrency` episodes run at once (`--rollout.agent-concurrency`; the others wait in a queue, and an
 episode's time counts from its start): its env is set up (in the env pool), it gets a key of its own on the
 endpoint, and the agent runs with a client pointed there. The endpoint serves on the same event loop as the
-engine's backend, from the first phase to the end of the run. The agent's calls join the engine's continuous batch; the endpoint records
-the exact tokens (`endpoint/episode.py`), and `rows.to_trajectory` turns them into the trainer's `Trajectory`.
+engine's backend, from the first phase to the end of the run, so the agent's calls join the engine's continuous
+batch with no thread hop; the endpoint records the exact tokens (`endpoint/episode.py`), and `rows.to_trajectory`
+turns them into the trainer's `Trajectory`.
 An async `solve` runs on this loop; a blocking one in a thread of its own, with a blocking client and a
 `BlockingTask`. A command runs as a subprocess (`command.py`). An agent that raises, exits non-zero, returns
 something other than a number or None, or runs past `timeout_s` costs its episode only: the episode is masked (no
 token of it is trained, and its reward is its group's mean, so it moves no baseline), its traceback goes to
 `<run dir>/agent_errors.rank<R>.log`, and `agent/errors` / `agent/timeouts` count it. Its key ends with the
-episode: a thread that outlives its episode gets 410 on its next call.
+episode: a thread that outlives its episode gets 410 on its next call (between phases, when the next phase starts).
 """
 
 from __future__ import annotations

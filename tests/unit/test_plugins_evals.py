@@ -11,7 +11,7 @@ from evals.agent import AgentEvalConfig
 from evals.math import MathEvalConfig
 
 PLUGIN = textwrap.dedent(
-    '''
+    """
     import envs
     from envs.text_math import TextMathEnv
 
@@ -19,7 +19,7 @@ PLUGIN = textwrap.dedent(
     @envs.register_env("user_math_for_evals")
     def make(split="test", seed=0, **kwargs):
         return TextMathEnv(split=split, seed=seed, **kwargs)
-    '''
+    """
 )
 
 
@@ -34,5 +34,7 @@ def test_an_eval_imports_the_users_module_first_so_their_env_is_registered(tmp_p
 
 def test_a_missing_plugin_is_one_line_on_every_eval_cli(capsys):
     for config in (AgentEvalConfig, MathEvalConfig):
-        with pytest.raises(SystemExit, match=r"--plugins no_such_user_mod: no module named 'no_such_user_mod'"):
+        with pytest.raises(
+            SystemExit, match=r"--plugins no_such_user_mod: no module named 'no_such_user_mod'"
+        ):
             tyro.cli(config, args=["--plugins", "no_such_user_mod"])
