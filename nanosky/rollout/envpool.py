@@ -23,12 +23,8 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import hashlib
 import itertools
-import json
-import os
 import queue
-import signal
 import sys
 import threading
 import weakref
@@ -39,6 +35,7 @@ from typing import Any, Literal
 
 import envs
 from envs.base import StepResult
+from nanosky.rollout.envworker import close_env, describe, digest, worker_main
 
 
 @dataclass
@@ -47,72 +44,6 @@ class EnvFailure:
 
     reason: str
     handle: int = -1
-
-
-def _digest(result: Any) -> str:
-    """Fingerprint of what the agent saw from a reset/step (not `info`: it may hold latencies)."""
-    if isinstance(result, StepResult):
-        result = [result.observations, result.reward, result.done]
-    return hashlib.sha1(json.dumps(result, sort_keys=True, default=repr).encode()).hexdigest()
-
-
-def _describe(env) -> tuple[list[dict], int]:
-    return [t.schema for t in env.tools], int(env.max_turns)
-
-
-# ---------------------------------------------------------------------------------------------- worker side
-
-
-def _build(spec: tuple) -> Any:
-    name, factory, split, seed, kwargs = spec
-    envs.register_env(name)(factory)  # user-registered envs are unknown to a freshly spawned interpreter
-    return envs.make(name, split=split, seed=seed, **kwargs)
-
-
-def _worker_main(conn) -> None:
-    """Serve (op, handle, payload) requests until "stop" or the parent goes away."""
-    # Ctrl-C and a scheduler's SIGTERM are the parent's to handle (it finishes its step, which needs these envs);
-    # a worker ends with its parent (EOF on the pipe) or by SIGKILL from the pool.
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, signal.SIG_IGN)
-    conn.send(("ready", os.getpid()))
-    live: dict[int, Any] = {}
-    while True:
-        try:
-            op, handle, payload = conn.recv()
-        except (EOFError, OSError):
-            op = "stop"
-        if op == "stop":  # the envs still open release what they hold before the worker goes
-            for env in live.values():
-                _close(env)
-            return
-        if op == "close":
-            _close(live.pop(handle, None))
-            continue
-        try:
-            if op == "make":
-                live[handle] = _build(payload)
-                reply = ("ok", _describe(live[handle]))
-            elif op == "reset":
-                reply = ("ok", live[handle].reset())
-            elif op == "step":
-                reply = ("ok", live[handle].step(payload))
-            elif op == "state_key":
-                reply = ("ok", live[handle].state_key())
-            elif op == "action_constraint":
-                reply = ("ok", live[handle].action_constraint())
-            elif op == "replay":  # payload: (spec, log) -> digest of every reset (None) / step (action)
-                spec, log = payload
-                env = live[handle] = _build(spec)
-                reply = ("ok", [_digest(env.reset() if a is None else env.step(a)) for a in log])
-            else:
-                reply = ("env_error", f"unknown op {op!r}")
-        except BaseException as e:  # noqa: BLE001 - anything an env does must stay in this process
-            reply = ("raise", e) if op == "make" else ("env_error", f"env raised in {op}: {e!r}"[:500])
-        try:
-            conn.send(reply)
-        except Exception as e:  # noqa: BLE001 - e.g. an unpicklable result or exception
-            conn.send(("env_error", f"{op} result could not be sent to the parent: {e!r}"[:500]))
 
 
 # ---------------------------------------------------------------------------------------------- parent side
@@ -163,7 +94,7 @@ class _Worker:
     def spawn(self) -> None:
         self.conn, child = self.ctx.Pipe()
         self.proc = self.ctx.Process(
-            target=_worker_main, args=(child,), daemon=True, name=f"envpool-{self.index}"
+            target=worker_main, args=(child,), daemon=True, name=f"envpool-{self.index}"
         )
         with _main_hidden(not self.import_main):
             self.proc.start()
@@ -346,7 +277,7 @@ class EnvPool:
             if op == "make":
                 r.tools, r.max_turns = value
             elif op not in ("state_key", "action_constraint"):  # a read changes nothing: not replayed
-                r.log.append((payload if op == "step" else None, _digest(value)))
+                r.log.append((payload if op == "step" else None, digest(value)))
                 with self._lock:
                     self.stats["steps"] += op == "step"
             return value
@@ -462,18 +393,18 @@ class InProcessPool:
         return self._do(handle, lambda e: e.action_constraint())
 
     def tools(self, handle: int) -> list[dict]:
-        return _describe(self._envs[handle])[0] if handle in self._envs else []
+        return describe(self._envs[handle])[0] if handle in self._envs else []
 
     def max_turns(self, handle: int) -> int:
-        return _describe(self._envs[handle])[1] if handle in self._envs else 1
+        return describe(self._envs[handle])[1] if handle in self._envs else 1
 
     def close(self, handle: int) -> None:
-        _close(self._envs.pop(handle, None))
+        close_env(self._envs.pop(handle, None))
         self._lost.pop(handle, None)
 
     def shutdown(self) -> None:
         for env in self._envs.values():
-            _close(env)
+            close_env(env)
         self._envs.clear()
 
     def __enter__(self) -> InProcessPool:
@@ -488,12 +419,3 @@ def make_pool(n_workers: int, step_timeout_s: float = 30.0, **kwargs) -> EnvPool
     if n_workers == 0:
         return InProcessPool()
     return EnvPool(n_workers=n_workers, step_timeout_s=step_timeout_s, **kwargs)
-
-
-def _close(env) -> None:
-    """`env.close()`, never raising: a failing close costs nothing but its own clean-up."""
-    if env is not None:
-        try:
-            env.close()
-        except Exception:  # noqa: BLE001
-            pass
