@@ -102,7 +102,7 @@ def collect(cfg: TrainConfig, rollout: Rollout, step: int, version: int) -> tupl
     info, a, P, n = dist.get_info(), cfg.algorithm, cfg.rollout.prompts_per_step, cfg.rollout.group_size
     kept: list[Trajectory] = []
     dropped: list[Trajectory] = []
-    layouts = []
+    parts: list[Rollouts] = []  # each round's, for the layout the players reported
     rounds = a.max_gen_rounds if a.dynamic_sampling else 1
     for rnd in range(rounds):
         js = list(range(info.rank, P, info.world))
@@ -111,7 +111,7 @@ def collect(cfg: TrainConfig, rollout: Rollout, step: int, version: int) -> tupl
         sample_seed = derive_seed(cfg.seed, step, rnd, "sample", info.rank)
         out = gather(rollout.run(cfg.env, cfg.env_args(), "train", seeds, version, groups, sample_seed))
         new = out.trajs
-        layouts.append(out)
+        parts.append(out)
         if a.overlong_cache_len:
             overlong_penalty(new, cfg.rollout.max_new_tokens, a.overlong_cache_len)
         if not a.dynamic_sampling:
@@ -126,7 +126,7 @@ def collect(cfg: TrainConfig, rollout: Rollout, step: int, version: int) -> tupl
     batch = (kept + dropped)[: P * n]
     metrics = {"train/dropped_groups": len(dropped) / n, "train/gen_rounds": rounds} | rollout.metrics
     metrics |= rollout.player.metrics(batch)
-    return Rollouts(batch, Rollouts.merge(layouts).layout), metrics
+    return Rollouts(batch, Rollouts.merge(parts).layout), metrics
 
 
 def overlong_penalty(trajs: list[Trajectory], max_len: int, cache_len: int) -> None:

@@ -1,0 +1,62 @@
+"""A LangGraph ReAct agent for `--rollout.agent-cmd`, run as a user would run one: in a venv of its own (LangGraph
+is not a nanosky dependency), streaming its model calls, with its own calculator tool. It leaves the grading to
+the env (it prints no reward line), so the env grades the agent's last reply.
+
+    python -m venv .venv-lg && .venv-lg/bin/pip install langgraph langchain-openai
+    torchrun --nproc_per_node 2 run.py --preset tool_use \\
+        --rollout.agent-cmd ".venv-lg/bin/python examples/langgraph_agent.py" --rollout.agent-concurrency 16
+
+Each episode is one process (about 100 MB: LangChain and LangGraph imported), so `--rollout.agent-concurrency`
+bounds how many live at once per rank. ChatOpenAI reads OPENAI_BASE_URL and OPENAI_API_KEY, which nanosky sets to
+the episode's endpoint and key; NANOSKY_TASK is the episode (messages, tools, id, seed).
+"""
+
+import ast
+import json
+import operator
+import os
+
+from langchain_core.messages import HumanMessage, SystemMessage
+from langchain_core.tools import tool
+from langchain_openai import ChatOpenAI
+from langgraph.prebuilt import create_react_agent
+
+OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv,
+       ast.Mod: operator.mod, ast.Pow: operator.pow, ast.USub: operator.neg}  # fmt: skip
+MAX_TURNS = 4  # the tool_use env's own limit
+
+
+@tool
+def calculator(expression: str) -> str:
+    """Evaluate an integer arithmetic expression exactly, e.g. "17*23 + 4"."""
+
+    def ev(node):
+        if isinstance(node, ast.Constant) and isinstance(node.value, int):
+            return node.value
+        if isinstance(node, ast.BinOp) and type(node.op) in OPS:
+            return OPS[type(node.op)](ev(node.left), ev(node.right))
+        if isinstance(node, ast.UnaryOp) and type(node.op) in OPS:
+            return OPS[type(node.op)](ev(node.operand))
+        raise ValueError("only integer arithmetic")
+
+    try:
+        return str(ev(ast.parse(expression, mode="eval").body))
+    except (ValueError, SyntaxError, ZeroDivisionError, RecursionError) as e:
+        return f"Error: {e}"
+
+
+def main() -> None:
+    task = json.load(open(os.environ["NANOSKY_TASK"]))
+    roles = {"system": SystemMessage, "user": HumanMessage}
+    messages = [roles[m["role"]](content=m["content"]) for m in task["messages"] if m["role"] in roles]
+    model = ChatOpenAI(model="policy", streaming=True, max_retries=2, timeout=300)  # server-sent events
+    agent = create_react_agent(model, [calculator])
+    try:
+        agent.invoke({"messages": messages}, {"recursion_limit": 2 * MAX_TURNS + 1})
+    except Exception as e:  # noqa: BLE001 - GraphRecursionError: out of turns; the env grades the last reply
+        if type(e).__name__ != "GraphRecursionError":
+            raise
+
+
+if __name__ == "__main__":
+    main()
