@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING
 import torch
 
 import envs
-from nanosky import dist
 from nanosky.rollout.chat import encode_conversation
 from nanosky.rollout.engine import StaleWeightsError, held_back
 from nanosky.train.lora import iter_merged_params
@@ -41,12 +40,17 @@ def probe(model, engine, ids: list[int], device) -> dict[str, float]:
 
 
 def sync_weights(cfg: TrainConfig, policy, engine, version: int, probe_ids: list[int]) -> dict[str, float]:
-    """Push the policy's weights to the engine as `version`, then check with the probe that it serves them."""
+    """Push the policy's weights to the engine as `version`, then check with the probe that it serves them. An engine
+    asleep (CUDA, after a rollout phase) wakes in two parts around the push; it ends fully awake."""
+    engine.wake(
+        "weights"
+    )  # CUDA: the weights first; the KV cache is mapped after the push (TRL's, verl's order)
     if not cfg.debug.skip_sync:
         engine.load_weights(iter_merged_params(policy), version)  # LoRA merged in; plain models as they are
     else:
         engine.version = version  # testing only: pretend; the probe below must catch it
-    m = probe(policy, engine, probe_ids, dist.get_info().device)
+    engine.wake("kv_cache")
+    m = probe(policy, engine, probe_ids, engine.info.device)
     tol = cfg.probe.max_mean_diff or (1e-3 if engine.dtype == "float32" else 0.05)
     warned = held_back()  # vLLM's "Failed to load weights" lines of this sync: the probe decides
     if m["rollout/logprob_diff_mean"] > tol:

@@ -236,8 +236,9 @@ def train(cfg: TrainConfig) -> dict:
                 batch, adv_m = prepare(run, rollouts)
             with ph(step, "train"):  # critic + policy optimizer steps
                 upd = update(run, batch, step)
-            with ph(step, "sync"):  # full tensors → vLLM, version += 1, probe
-                run.engine.wake()
+            with ph(
+                step, "sync"
+            ):  # wake the weights → full tensors → vLLM, version += 1 → wake the cache → probe
                 run.version += 1
                 sync_m = sync_weights(cfg, run.policy, run.engine, run.version, run.probe_ids)
             run.step = step

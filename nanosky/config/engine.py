@@ -16,8 +16,10 @@ class EngineConfig:
     """CPU: KV-cache size per rank in whole GiB (vLLM would otherwise take a share of host RAM per rank)."""
     max_model_len: int = 512
     """Longest prompt + response the engine serves."""
-    enforce_eager: bool = True
-    """Skip torch.compile / CUDA graphs (fast start; weights change every step)."""
+    enforce_eager: bool = False
+    """CUDA: skip torch.compile and CUDA graphs (a faster start, a slower decode). Off by default: decode at a few
+    dozen sequences per rank is launch-bound without graphs, and vLLM 0.32's weight reload copies into the captured
+    storage, so graphs survive every sync. The CPU engine always runs eager."""
     sleep: bool = True
     """GPU: sleep (level 1) while training; ignored on CPU where vLLM has no sleep mode."""
     seed: int = 0

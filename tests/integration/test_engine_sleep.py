@@ -1,8 +1,12 @@
-"""Sleep/wake on CUDA cannot run on this CPU box; check the engine's bookkeeping against a recording stand-in."""
+"""Sleep/wake and the CUDA-only engine choices cannot run on this CPU box: check the engine's bookkeeping against a
+recording stand-in for vLLM, and its arguments with the device faked."""
 
 import pytest
+import torch
 
-from nanosky.rollout.engine import Engine, SamplingSpec
+from nanosky.config import EngineConfig
+from nanosky.dist import DistInfo
+from nanosky.rollout.engine import RUNNER_ENV, Engine, SamplingSpec, engine_args
 
 
 class RecordingLLM:
@@ -12,13 +16,22 @@ class RecordingLLM:
     def sleep(self, level):
         self.calls.append(("sleep", level))
 
-    def wake_up(self):
-        self.calls.append(("wake",))
+    def wake_up(self, tags=None):
+        self.calls.append(("wake", *(tags or ["all"])))
+
+    def collective_rpc(self, name, kwargs=None):
+        if name == "reload_weights":
+            self.calls.append(("load", len(list(kwargs["weights_iterator"]))))
+        return [True]
+
+    def reset_prefix_cache(self):
+        pass
 
 
 def _engine(can_sleep: bool) -> Engine:
     e = object.__new__(Engine)  # skip vLLM construction: only the sleep state machine is under test
-    e.llm, e.version, e.sleeping, e.can_sleep = RecordingLLM(), 0, False, can_sleep
+    e.llm, e.version, e.asleep, e.can_sleep = RecordingLLM(), 0, set(), can_sleep
+    e.info, e._lm_head = DistInfo(0, 1, 0, torch.device("cuda" if can_sleep else "cpu"), "nccl"), True
     return e
 
 
@@ -31,7 +44,63 @@ def test_cuda_sleeps_at_level_1_and_refuses_generate_while_asleep():
         e.generate([[1, 2]], SamplingSpec())
     e.wake()
     e.wake()
-    assert not e.sleeping and e.llm.calls == [("sleep", 1), ("wake",)]
+    assert not e.sleeping and e.llm.calls == [("sleep", 1), ("wake", "weights", "kv_cache")]
+
+
+def test_a_sync_wakes_the_weights_pushes_then_maps_the_kv_cache():
+    """TRL's and verl's order: the KV cache is not mapped while the trainer gathers and pushes its weights."""
+    from nanosky.sync import sync_weights
+
+    e = _engine(can_sleep=True)
+    e.sleep()
+    e.prompt_logprobs = lambda ids: torch.zeros(len(ids) - 1, dtype=torch.float64)  # the probe's engine side
+    e.dtype = "bfloat16"
+
+    class Cfg:  # the two fields sync_weights reads
+        debug = type("D", (), {"skip_sync": False})()
+        probe = type("P", (), {"max_mean_diff": 1e9})()
+
+    model = torch.nn.Linear(2, 2)
+    import nanosky.sync as sync
+
+    calls = e.llm.calls
+    orig = sync.probe
+    sync.probe = lambda model, engine, ids, device: (
+        calls.append(("probe", engine.sleeping)) or {"rollout/logprob_diff_mean": 0.0}
+    )
+    try:
+        sync_weights(Cfg, model, e, 1, [1, 2, 3])
+    finally:
+        sync.probe = orig
+    assert calls == [("sleep", 1), ("wake", "weights"), ("load", 2), ("wake", "kv_cache"), ("probe", False)]
+    assert e.version == 1
+
+
+def test_cuda_only_choices_come_from_the_device_type():
+    cfg = EngineConfig()
+    cuda = engine_args(cfg, DistInfo(3, 8, 3, torch.device("cuda", 3), "nccl"), "m")
+    cpu = engine_args(cfg, DistInfo(1, 2, 1, torch.device("cpu"), "gloo"), "m")
+    assert (cuda["dtype"], cuda["enforce_eager"], cuda["enable_sleep_mode"], cuda["seed"]) == (
+        "bfloat16",
+        False,
+        True,
+        3,
+    )
+    assert (cpu["dtype"], cpu["enforce_eager"], cpu["enable_sleep_mode"], cpu["seed"]) == (
+        "float32",
+        True,
+        False,
+        1,
+    )
+    assert engine_args(
+        EngineConfig(enforce_eager=True), DistInfo(0, 1, 0, torch.device("cuda"), "nccl"), "m"
+    )["enforce_eager"]  # the flag still forces eager on CUDA
+    assert not engine_args(EngineConfig(sleep=False), DistInfo(0, 1, 0, torch.device("cuda"), "nccl"), "m")[
+        "enable_sleep_mode"
+    ]
+    assert RUNNER_ENV == {
+        "VLLM_USE_V2_MODEL_RUNNER": "0"
+    }  # the runner the CPU build runs, pinned on CUDA too
 
 
 def test_cpu_sleep_is_noop():
@@ -70,7 +139,7 @@ def test_admission_keeps_each_prefill_inside_one_scheduler_step():
     e = object.__new__(Engine)
     e.cfg = EngineConfig(max_batched_tokens=100, max_model_len=64)
     e.llm = SimpleNamespace(llm_engine=StepRecorder())
-    e.version, e.sleeping, e._queue, e._running, e._next_id, e._max_seqs = 0, False, deque(), set(), 0, 8
+    e.version, e.asleep, e._queue, e._running, e._next_id, e._max_seqs = 0, set(), deque(), set(), 0, 8
     lengths = [30, 30, 30, 30, 60, 5, 64]
     rids = [e.submit(list(range(n)), SamplingSpec(max_tokens=2)) for n in lengths]
     running_before: dict[int, int] = {}
