@@ -94,7 +94,9 @@ def build(cfg: TrainConfig, resources: contextlib.ExitStack) -> Run:
     path = resolve_model_path(cfg.model.path)
     tok = load_tokenizer(path, cfg.model.chat_template)  # --model.chat-template replaces the model's own
     check_platform(cfg.lora, info.device.type)  # e.g. QLoRA on CPU fails here, not at step 1
-    policy = load_lora_model(path, cfg.lora, info) if cfg.lora.enabled else load_model(path, info)
+    ckpt_acts = cfg.optim.activation_checkpointing  # recompute each layer in backward
+    policy = (load_lora_model(path, cfg.lora, info, ckpt_acts) if cfg.lora.enabled
+              else load_model(path, info, activation_checkpointing=ckpt_acts))  # fmt: skip
     # Every trainer model is built before the engine: vLLM's Transformers backend rewrites transformers classes in
     # place when it starts, and the trainer's models hold private copies of theirs (`private_classes`).
     ref = load_model(path, info, trainable=False) if cfg.algorithm.needs_ref else None  # the starting policy

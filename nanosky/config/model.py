@@ -76,6 +76,9 @@ class OptimConfig:
     """How a micro-batch reaches the model (`nanosky.train.packing`): "prefix" computes a prefix that sequences share
     (a group's prompt, an episode's opening) once; "flat" packs without sharing (no padding); "none" pads each
     sequence to the longest (the plain HF path, for attention backends without 4-D masks)."""
+    activation_checkpointing: bool = False
+    """Recompute each decoder layer's activations in backward instead of keeping them: activation memory per layer
+    drops to its input, for about a third more compute. For long rows of big models (a 7B keeps ~7 MB per token)."""
     pack_row_tokens: int = 1024
     """Packed row length cap: attention over a row is dense, so longer rows cost quadratically."""
     skip_zero_adv: bool = True

@@ -25,7 +25,7 @@ from torch.distributed.tensor import DTensor
 
 from nanosky.config.model import ALL_LINEAR, LoraConfig
 from nanosky.dist import DistInfo
-from nanosky.train.policy import attn_implementation, decoder_layers, shard_model
+from nanosky.train.policy import attn_implementation, checkpoint_activations, decoder_layers, shard_model
 
 _ADAPTER = "default"  # peft's name for the single adapter we train
 _PEFT_PREFIX = "base_model.model."  # PeftModel state_dict keys = this + the base model's keys
@@ -101,7 +101,7 @@ def base_model(model):
     return model.get_base_model() if hasattr(model, "get_base_model") else model
 
 
-def load_lora_model(path: str, cfg: LoraConfig, info: DistInfo):
+def load_lora_model(path: str, cfg: LoraConfig, info: DistInfo, activation_checkpointing: bool = False):
     """Load → apply_lora → shard: the LoRA counterpart of `nanosky.train.policy.load_model`."""
     from transformers import AutoModelForCausalLM
 
@@ -123,6 +123,8 @@ def load_lora_model(path: str, cfg: LoraConfig, info: DistInfo):
         }
     model = AutoModelForCausalLM.from_pretrained(path, **kw)
     model.config.use_cache = False
+    if activation_checkpointing:
+        checkpoint_activations(model)
     return shard_model(apply_lora(model, cfg), info)
 
 

@@ -146,8 +146,8 @@ SLIDING, FULL = "sliding_attention", "full_attention"
 
 
 BUILD_TOL = {"cpu": 1e-4, "cuda": 0.1}
-"""The build-time check's tolerance on packed vs unpacked max |Δlogp| per device type: fp32 on CPU; bf16 compute on
-GPU, where a missed window or soft-cap costs far more (bench/gpu_check.py measures both sides)."""
+"""The build-time check's tolerance on packed vs unpacked max |Δ log p(target)| per device type: fp32 on CPU; bf16
+compute on GPU, where a missed window or soft-cap costs far more (bench/gpu_check.py measures both sides)."""
 
 
 class PackingUnsupported(ValueError):
@@ -219,9 +219,11 @@ def _additive(mask: torch.Tensor) -> torch.Tensor:
 def verify(model, forward, tol: float) -> float:
     """Packed vs unpacked on a probe batch: three random sequences sharing a prefix, longer than the sliding window
     (up to the model's context), so a window the mask missed, or a soft-cap, embedding scale or norm the packed path
-    skips, shows. `forward(ids, mask, position_ids) -> [R, L, ...]` is the per-token output under test (log-probs,
-    values). Returns the largest |difference|; raises PackingUnsupported above `tol`. Collective under FSDP: every
-    rank runs it on the same probe."""
+    skips, shows. `forward(ids, mask, position_ids) -> [R, L, ...]` is the per-token output under test: log-probs
+    over the vocabulary (`lm_forward`), compared on the *target* tokens only (log p of each next token, what training
+    uses; over 152k entries a single bf16 rounding flip at |logit| >= 16 is 0.125, though no trained number moves),
+    or values, compared as they are. Returns the largest |difference|; raises PackingUnsupported above `tol`.
+    Collective under FSDP: every rank runs it on the same probe."""
     check_attention(model)
     cfg = model_config(model)
     window = attention_kinds(cfg)[1]
@@ -239,7 +241,11 @@ def verify(model, forward, tol: float) -> float:
         for i, s in enumerate(seqs):
             ids = torch.tensor([s], device=device)
             out = forward(ids, torch.ones_like(ids), None)[0, : len(s) - 1]  # [len - 1, ...]
-            worst = max(worst, float((packed[i, : len(s) - 1].float() - out.float()).abs().max()))
+            mine = packed[i, : len(s) - 1]
+            if out.ndim == 2 and out.shape[-1] == cfg.vocab_size:  # log-probs: the target tokens' only
+                nxt = ids[0, 1:, None]  # [len - 1, 1]
+                out, mine = out.gather(-1, nxt), mine.gather(-1, nxt)
+            worst = max(worst, float((mine.float() - out.float()).abs().max()))
     if worst > tol:
         raise PackingUnsupported(
             f"packed and unpacked forwards differ by {worst:.3g} (> {tol}) on {type(model).__name__}"

@@ -44,7 +44,7 @@ def attn_implementation(path: str) -> str:
     return "eager" if getattr(cfg, "attn_logit_softcapping", None) else "sdpa"
 
 
-def load_model(path: str, info: DistInfo, trainable: bool = True):
+def load_model(path: str, info: DistInfo, trainable: bool = True, activation_checkpointing: bool = False):
     from transformers import AutoModelForCausalLM
 
     # fp32 master weights everywhere; on GPU the FSDP mixed-precision policy computes in bf16.
@@ -54,7 +54,17 @@ def load_model(path: str, info: DistInfo, trainable: bool = True):
     model.config.use_cache = False
     if not trainable:
         model.requires_grad_(False)
+    elif activation_checkpointing:
+        checkpoint_activations(model)
     return shard_model(model, info)
+
+
+def checkpoint_activations(model) -> None:
+    """`--optim.activation-checkpointing`: each decoder layer is recomputed in backward (torch's non-reentrant
+    checkpoint, through transformers' own layers: parameter names do not change, and under FSDP2 the recompute
+    all-gathers its layer again). Before sharding."""
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.train()  # transformers checkpoints only in training mode (these models have no dropout)
 
 
 def decoder_layers(model) -> torch.nn.ModuleList:

@@ -246,3 +246,40 @@ def test_packing_takes_eager_attention_with_an_additive_mask_and_refuses_others(
     )
     with pytest.raises(ValueError, match="chunked_attention"):
         packing.check_attention(chunked)
+
+
+@pytest.mark.parametrize("lora", [False, True])
+def test_activation_checkpointing_recomputes_each_layer_and_keeps_the_gradients(tiny_path, dist_info, lora):
+    """--optim.activation-checkpointing: the same gradients (plain and LoRA, under FSDP2, through the packed path),
+    with every decoder layer run a second time in backward (its recompute)."""
+    from nanosky.train.lora import LoraConfig, load_lora_model, trainable_parameters
+    from nanosky.train.policy import decoder_layers, load_model
+
+    seqs, mask = _workload(3)
+    p = packing.pack(seqs, max(map(len, seqs)) - 1)
+    grads, calls = [], []
+    for ckpt in (False, True):
+        torch.manual_seed(0)
+        if lora:
+            model = load_lora_model(
+                tiny_path, LoraConfig(rank=4, alpha=8), dist_info, activation_checkpointing=ckpt
+            )
+            for n, q in model.named_parameters():
+                if "lora_B" in n:  # a fresh adapter's B is 0: make it count
+                    torch.nn.init.normal_(q, std=0.05, generator=torch.Generator().manual_seed(1))
+        else:
+            model = load_model(tiny_path, dist_info, activation_checkpointing=ckpt)
+        n, layer = [0], decoder_layers(model)[0]
+        forward = layer.forward
+
+        def counted(*a, _forward=forward, _n=n, **k):  # (a forward hook does not fire in torch's recompute)
+            _n[0] += 1
+            return _forward(*a, **k)
+
+        layer.forward = counted
+        (packing.logprobs(model, p)[0] * mask).sum().backward()
+        grads.append([q.grad.full_tensor().clone() for q in trainable_parameters(model)])
+        calls.append(n[0])
+    assert calls == [1, 2]  # checkpointed: the layer ran again in backward
+    for a, b in zip(*grads):
+        assert a.abs().max() > 0 and (a - b).abs().max() <= 1e-5 * a.abs().max()

@@ -39,3 +39,27 @@ def test_soft_capped_attention_trains_eager(tmp_path):
     assert attn_implementation(build("gemma2", str(tmp_path))) == "eager"
     assert attn_implementation(build("gemma3", str(tmp_path))) == "sdpa"
     assert attn_implementation(build("llama", str(tmp_path))) == "sdpa"
+
+
+def test_the_build_check_compares_target_token_logprobs_not_the_whole_vocabulary(tmp_path):
+    """What training uses is log p(next token). A packed forward that differs only at other vocabulary entries (a
+    bf16 rounding flip at a large logit) passes; one that differs at a target token is refused."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(build("mistral_swa", str(tmp_path)), dtype=torch.float32)
+    forward = packing.lm_forward(model)
+
+    def perturbed(at_targets: bool):
+        def f(ids, mask, pos):
+            out = forward(ids, mask, pos)  # [R, L, V]
+            if mask.ndim != 4:  # the unpacked reference stays exact
+                return out
+            # the probe's tokens are drawn from ids >= 3: entries 0-2 are never a target, the rest hold every target
+            cols = torch.arange(out.shape[-1]) >= 3
+            return out + 0.5 * (cols if at_targets else ~cols)
+
+        return f
+
+    assert packing.verify(model, perturbed(at_targets=False), tol=1e-4) < 1e-4
+    with pytest.raises(packing.PackingUnsupported, match="differ by 0.5"):
+        packing.verify(model, perturbed(at_targets=True), tol=1e-4)
