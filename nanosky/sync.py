@@ -46,7 +46,8 @@ def sync_weights(cfg: TrainConfig, policy, engine, version: int, probe_ids: list
         "weights"
     )  # CUDA: the weights first; the KV cache is mapped after the push (TRL's, verl's order)
     if not cfg.debug.skip_sync:
-        engine.load_weights(iter_merged_params(policy), version)  # LoRA merged in; plain models as they are
+        # LoRA merged in; gathered in the engine's dtype (bf16 on CUDA: half the bytes of an fp32 gather)
+        engine.load_weights(iter_merged_params(policy, getattr(torch, engine.dtype)), version)
     else:
         engine.version = version  # testing only: pretend; the probe below must catch it
     engine.wake("kv_cache")

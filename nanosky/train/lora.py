@@ -134,7 +134,13 @@ def trainable_parameters(model) -> list[torch.nn.Parameter]:
 
 
 # ---- merged weights --------------------------------------------------------------------------------------------
-def _full(t: torch.Tensor) -> torch.Tensor:
+def _full(t: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """The whole tensor, all-gathered in `dtype` when given: each shard is cast first, so a bf16 gather moves half
+    the bytes of an fp32 one."""
+    if (
+        dtype is not None and t.dtype == torch.float32
+    ):  # the master weights (a 4-bit base's packed storage stays)
+        t = t.to(dtype)
     return (t.full_tensor() if isinstance(t, DTensor) else t).detach()
 
 
@@ -150,8 +156,10 @@ def _dense_base_weight(layer, w: torch.Tensor) -> torch.Tensor:
     return bnb.functional.dequantize_4bit(weight.data, weight.quant_state)
 
 
-def iter_merged_params(model) -> Iterator[tuple[str, torch.Tensor]]:
+def iter_merged_params(model, dtype: torch.dtype | None = None) -> Iterator[tuple[str, torch.Tensor]]:
     """(base-model HF name, full tensor) with every adapter merged: W + scaling·B@A, in fp32, cast back to W's dtype.
+    `dtype` (the engine's, e.g. bf16 on CUDA): base tensors are gathered in it and merged weights come out in it; the
+    small adapters are gathered in full precision.
 
     For a plain model this is the model's own state. Names are exactly the base model's state_dict keys (as vLLM's
     `load_weights` expects); adapter keys are consumed, never yielded. The training model is not modified. Collective:
@@ -164,8 +172,8 @@ def iter_merged_params(model) -> Iterator[tuple[str, torch.Tensor]]:
         str, dict[str, torch.Tensor]
     ] = {}  # LoRA module → {"weight", "lora_A", "lora_B"}, until complete
     for key, t in model.state_dict().items():  # same order on every rank
-        t = _full(t)
         name = key.removeprefix(_PEFT_PREFIX) if is_peft else key
+        t = _full(t, None if _LORA_KEY.match(name) else dtype)
         if m := _LORA_KEY.match(name):
             mod, part, adapter = m.groups()
             if adapter != _ADAPTER:

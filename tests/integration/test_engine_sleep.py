@@ -21,7 +21,9 @@ class RecordingLLM:
 
     def collective_rpc(self, name, kwargs=None):
         if name == "reload_weights":
-            self.calls.append(("load", len(list(kwargs["weights_iterator"]))))
+            weights = list(kwargs["weights_iterator"])
+            self.calls.append(("load", len(weights)))
+            self.dtypes = {t.dtype for _, t in weights}
         return [True]
 
     def reset_prefix_cache(self):
@@ -73,7 +75,7 @@ def test_a_sync_wakes_the_weights_pushes_then_maps_the_kv_cache():
     finally:
         sync.probe = orig
     assert calls == [("sleep", 1), ("wake", "weights"), ("load", 2), ("wake", "kv_cache"), ("probe", False)]
-    assert e.version == 1
+    assert e.version == 1 and e.llm.dtypes == {torch.bfloat16}  # gathered in the bf16 engine's dtype
 
 
 def test_cuda_only_choices_come_from_the_device_type():

@@ -104,6 +104,20 @@ def test_merged_equals_manual(trained, tiny_path):
     )
 
 
+def test_merged_weights_gathered_in_the_engines_bf16(trained):
+    """A bf16 engine (CUDA) gets bf16 tensors gathered in bf16: the same merged weights, rounded once to bf16, with
+    the names and order unchanged."""
+    full = dict(iter_merged_params(trained))
+    half = dict(iter_merged_params(trained, torch.bfloat16))
+    assert list(half) == list(full)
+    for name, t in half.items():
+        assert t.dtype == torch.bfloat16, name
+        # the base is rounded to bf16 before the (fp32) merge adds its small update: within one bf16 step of it
+        torch.testing.assert_close(t.float(), full[name], rtol=2**-7, atol=1e-6)
+    w = "model.layers.0.self_attn.q_proj.weight"
+    assert not torch.equal(half[w].float(), full[w])  # it really is rounded
+
+
 def test_merged_model_matches_lora_logprobs(trained, tiny_path):
     """What vLLM gets (the merged stream loaded into a plain HF model) scores tokens like the trained policy."""
     merged = dict(iter_merged_params(trained))
