@@ -21,18 +21,14 @@ DATA_DIR = Path(__file__).parent / "data"
 
 
 def _import_plugins(modules: list[str]) -> None:
-    """`--plugins`, as run.py imports them; a module that is not there is one line, not a traceback (an import
-    error inside the user's module stays theirs)."""
-    from nanosky.config import import_plugins
+    """`--plugins`, imported as run.py imports them; a module that is not there is one line."""
+    from nanosky.cli import import_user_plugins
+    from nanosky.preflight import UsageError
 
     try:
-        import_plugins(modules)
-    except ModuleNotFoundError as e:
-        if e.name not in modules:
-            raise
-        raise SystemExit(
-            f"--plugins {e.name}: no module named {e.name!r} in the working directory or on PYTHONPATH"
-        ) from None
+        import_user_plugins(modules)
+    except UsageError as e:
+        raise SystemExit(str(e)) from None
 
 
 @dataclass(kw_only=True)

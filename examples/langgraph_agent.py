@@ -11,38 +11,23 @@ bounds how many live at once per rank. ChatOpenAI reads OPENAI_BASE_URL and OPEN
 the episode's endpoint and key; NANOSKY_TASK is the episode (messages, tools, id, seed).
 """
 
-import ast
 import json
-import operator
 import os
 
+# the standard-library calculator of examples/http_agent.py, beside this file (the script's folder is on sys.path)
+from http_agent import calculate
 from langchain_core.messages import HumanMessage, SystemMessage
 from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
 from langgraph.prebuilt import create_react_agent
 
-OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv,
-       ast.Mod: operator.mod, ast.Pow: operator.pow, ast.USub: operator.neg}  # fmt: skip
 MAX_TURNS = 4  # the tool_use env's own limit
 
 
 @tool
 def calculator(expression: str) -> str:
     """Evaluate an integer arithmetic expression exactly, e.g. "17*23 + 4"."""
-
-    def ev(node):
-        if isinstance(node, ast.Constant) and isinstance(node.value, int):
-            return node.value
-        if isinstance(node, ast.BinOp) and type(node.op) in OPS:
-            return OPS[type(node.op)](ev(node.left), ev(node.right))
-        if isinstance(node, ast.UnaryOp) and type(node.op) in OPS:
-            return OPS[type(node.op)](ev(node.operand))
-        raise ValueError("only integer arithmetic")
-
-    try:
-        return str(ev(ast.parse(expression, mode="eval").body))
-    except (ValueError, SyntaxError, ZeroDivisionError, RecursionError) as e:
-        return f"Error: {e}"
+    return calculate(expression)
 
 
 def main() -> None:

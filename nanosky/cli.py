@@ -134,8 +134,9 @@ def _one_line_errors():
     return on_parse_error(_tyro_failure)
 
 
-def _import_plugins(modules: list[str]) -> None:
-    """`--plugins`: a module that is not there is one line; one that fails inside keeps its traceback."""
+def import_user_plugins(modules: list[str]) -> None:
+    """`--plugins` (run.py and the evals): a module that is not there is one line (UsageError); one that fails
+    inside keeps its traceback."""
     import_plugins([])  # the working directory on sys.path, as the import will have it
     for module in modules:
         try:
@@ -193,7 +194,7 @@ def _parse(argv: list[str], console: bool) -> TrainConfig:
         add_help=False
     )  # --plugins stays in `rest`: tyro records it in the config
     plugins.add_argument("--plugins", nargs="*", default=[])
-    _import_plugins(
+    import_user_plugins(
         plugins.parse_known_args(rest)[0].plugins
     )  # first: --algo and tyro's checks look names up
     # `--env tool_use` alone starts from that env's preset (its model, context and budgets), as the agent envs need

@@ -24,9 +24,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import inspect
-import os
 import ssl
-import sys
 import threading
 import time
 import traceback
@@ -39,6 +37,7 @@ import httpx
 from nanosky.agent.player import Rollouts
 from nanosky.agent.task import EnvError, Task
 from nanosky.agent.trajectory import Trajectory
+from nanosky.config import import_plugins
 from nanosky.endpoint.agent_task import AgentTask, BlockingTask
 from nanosky.endpoint.command import run_command
 from nanosky.endpoint.rows import mask_failed, to_trajectory
@@ -60,8 +59,7 @@ def load_agent(spec: str) -> Callable:
     module, sep, name = spec.partition(":")
     if not sep or not module or not name:
         raise AgentError(f"{spec!r}: expected MODULE:FUNCTION, e.g. my_agent:solve")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
+    import_plugins([])  # the working directory on sys.path, as `--plugins` has it
     try:
         found = importlib.util.find_spec(module) is not None
     except ModuleNotFoundError:

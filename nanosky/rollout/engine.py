@@ -202,14 +202,12 @@ class Engine:
         self.cfg, self.info = cfg, info
         self.version = 0
         self.asleep: set[str] = set()  # the parts put to sleep (SLEEP_PARTS), while the trainer runs
-        self.can_sleep = info.is_cuda and cfg.sleep
         if not info.is_cuda:
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(cfg.kv_cache_gib))
         os.environ.update(RUNNER_ENV)
         args = engine_args(cfg, info, model_path, tokenizer_path)
-        dtype = args["dtype"]
+        self.can_sleep, self.dtype = args["enable_sleep_mode"], args["dtype"]  # as the engine was built
         self.llm = LLM(**args)
-        self.dtype = dtype
         self._queue: deque[tuple[str, list[int], object]] = deque()  # submitted, not yet in vLLM
         self._running: set[str] = set()  # in vLLM, not finished
         self._next_id = 0
