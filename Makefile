@@ -10,10 +10,10 @@ export TOKENIZERS_PARALLELISM := false
 .PHONY: install demo test test-fast bench bench-trl bench-throughput bench-envs bench-swe compare lint format clean
 
 # Re-install only when the project metadata changed (or the venv is missing).
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[cpu,dev]'
+	$(BIN)/pip install -q -e '.[cpu,dev,qlora]'  # qlora: bitsandbytes' NF4 runs on this CPU too (tests)
 	# PyPI's torchvision/torchaudio/torchcodec are CUDA builds that break `import transformers` beside torch+cpu
 	# (operator torchvision::nms does not exist); vLLM does not need them for text models.
 	$(BIN)/pip uninstall -y -q torchvision torchaudio torchcodec || true

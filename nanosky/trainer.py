@@ -39,7 +39,7 @@ from nanosky.train.batch import Batch, compute_advantages, split_groups, to_batc
 from nanosky.train.checkpointer import Checkpointer
 from nanosky.train.constrain import ChoiceMasker
 from nanosky.train.critic import Critic, CriticUpdate, critic_forward, forward_values, load_critic
-from nanosky.train.lora import check_platform, load_lora_model
+from nanosky.train.lora import adapters_off, check_platform, load_lora_model, load_reference
 from nanosky.train.policy import load_model
 from nanosky.train.step_credit import anchor_metrics, step_info
 from nanosky.train.stepwise import assign_advantages, split_rows
@@ -99,7 +99,9 @@ def build(cfg: TrainConfig, resources: contextlib.ExitStack) -> Run:
               else load_model(path, info, activation_checkpointing=ckpt_acts))  # fmt: skip
     # Every trainer model is built before the engine: vLLM's Transformers backend rewrites transformers classes in
     # place when it starts, and the trainer's models hold private copies of theirs (`private_classes`).
-    ref = load_model(path, info, trainable=False) if cfg.algorithm.needs_ref else None  # the starting policy
+    ref = (
+        load_reference(path, cfg.lora, info, policy) if cfg.algorithm.needs_ref else None
+    )  # LoRA: adapters off
     critic = load_critic(path, info) if cfg.algorithm.needs_critic else None
     engine = Engine(cfg.engine, path, info, log_path=os.path.join(cfg.run_dir, "engine.log"))
     pool = make_pool(cfg.envpool.workers, cfg.envpool.step_timeout_s)
@@ -152,7 +154,8 @@ def check_packing(run: Run) -> None:
     if run.cfg.optim.packing == "none":
         return
     tol = packing.BUILD_TOL[run.info.device.type]
-    models = ((run.policy, packing.lm_forward), (run.ref, packing.lm_forward), (run.critic, critic_forward))
+    ref = run.ref if run.ref is not run.policy else None  # LoRA's reference is the policy: checked once
+    models = ((run.policy, packing.lm_forward), (ref, packing.lm_forward), (run.critic, critic_forward))
     try:
         for model, forward in models:
             if model is not None:
@@ -177,7 +180,8 @@ def prepare(run: Run, rollouts: Rollouts) -> tuple[Batch, dict[str, float]]:
         local = [trajs[i] for i in split_groups(trajs, info.world)[info.rank]]
     batch = to_batch(local, run.tok.pad_token_id, info.device, run.masker)
     if run.ref is not None:
-        batch.ref_logprobs = forward_logprobs(run.ref, batch, optim)
+        with adapters_off(run.ref):  # under LoRA the reference is the policy, adapters off
+            batch.ref_logprobs = forward_logprobs(run.ref, batch, optim)
     if run.critic is not None:
         batch.values = forward_values(run.critic, batch, optim)
     rewards = outcome = token_rewards(batch)  # [B, L-1]

@@ -35,7 +35,8 @@ class LoraConfig:
     architecture calls them (Phi-3's fused qkv_proj / gate_up_proj too); a list of your own is checked at start-up:
     a name that matches no module is refused, and linear layers it leaves out are named in a warning."""
     qlora: bool = False
-    """Quantise the frozen base to 4-bit NF4 (needs CUDA + bitsandbytes)."""
+    """Quantise the frozen base to 4-bit NF4 (bitsandbytes: `pip install -e '.[qlora]'`). CUDA, or slowly the CPU
+    (tests). The engine gets the dequantized base with the adapters merged in."""
 
     def __post_init__(self):
         if self.rank < 0:

@@ -1,16 +1,23 @@
 """LoRA / QLoRA for the policy through peft, FSDP2-sharded, with merged-weight streaming into vLLM.
 
     python run.py --lora.rank 16 --lora.alpha 32          # LoRA on every attention + MLP projection
-    python run.py --lora.rank 16 --lora.qlora             # 4-bit base (CUDA + bitsandbytes only)
+    python run.py --lora.rank 16 --lora.qlora             # 4-bit NF4 base (bitsandbytes; CUDA, or slowly the CPU)
 
 Build order matters: load the HF model → `apply_lora` (peft injects adapters, freezes the base) → `shard_model`
 (FSDP2 per decoder layer + root; frozen and trainable parameters share the per-layer groups). `load_lora_model` does
 all three. The inference engine never sees adapters: `iter_merged_params` streams the base model's HF names with
 W + scaling·B@A computed on the fly from gathered full tensors, so vLLM serves exactly the policy being trained.
+
+QLoRA under FSDP2: a 4-bit base weight is a bitsandbytes `Params4bit` (packed NF4 codes stored as bf16, [out·in/4, 1]),
+whose dequantization state (`quant_state`: absmax, code book, shape) rides on the parameter. FSDP2 replaces every
+parameter with a plain `nn.Parameter(DTensor)` sharded on dim 0, which drops that state; bitsandbytes keeps a copy on
+the module (`Linear4bit.quant_state`, which its forward restores from). The merge reads that copy and dequantizes
+the gathered packed tensor: exactly the weight the forward computes with.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import importlib.util
 import json
@@ -25,7 +32,13 @@ from torch.distributed.tensor import DTensor
 
 from nanosky.config.model import ALL_LINEAR, LoraConfig
 from nanosky.dist import DistInfo
-from nanosky.train.policy import attn_implementation, checkpoint_activations, decoder_layers, shard_model
+from nanosky.train.policy import (
+    attn_implementation,
+    checkpoint_activations,
+    decoder_layers,
+    load_model,
+    shard_model,
+)
 
 _ADAPTER = "default"  # peft's name for the single adapter we train
 _PEFT_PREFIX = "base_model.model."  # PeftModel state_dict keys = this + the base model's keys
@@ -34,15 +47,21 @@ _BASE_KEY = re.compile(r"^(.*)\.base_layer\.(.+)$")
 log = logging.getLogger("nanosky")
 
 
+QLORA_DEVICES = ("cuda", "cpu")
+"""Where bitsandbytes 0.50 runs 4-bit NF4 (the CPU path is slow: for tests and small models)."""
+
+
 def check_platform(cfg: LoraConfig, device_type: str) -> None:
     """Fail at start-up, not at the first forward, when QLoRA cannot run here."""
     if not cfg.qlora:
         return
-    if device_type != "cuda":
-        raise ValueError(f"lora.qlora needs CUDA + bitsandbytes; not available on {device_type}")
+    if device_type not in QLORA_DEVICES:
+        raise ValueError(
+            f"lora.qlora needs CUDA or the CPU (bitsandbytes' NF4); not available on {device_type}"
+        )
     if importlib.util.find_spec("bitsandbytes") is None:
         raise ValueError(
-            "lora.qlora needs the bitsandbytes package, which is not installed (pip install bitsandbytes)"
+            "lora.qlora needs the bitsandbytes package, which is not installed (pip install -e '.[qlora]')"
         )
 
 
@@ -110,14 +129,19 @@ def load_lora_model(path: str, cfg: LoraConfig, info: DistInfo, activation_check
     if cfg.qlora:
         from transformers import BitsAndBytesConfig
 
-        # bf16 quant storage: FSDP2 shards the packed 4-bit weights as bf16 tensors like every other parameter.
+        # bitsandbytes' CPU backend warns at import when the optional `kernels` package (a faster inference gemv) is
+        # missing; training never takes that path (see model.train() below)
+        logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
+
+        # bf16 quant storage: FSDP2 shards the packed 4-bit weights as bf16 tensors like every other parameter. The
+        # 4-bit matmuls compute in bf16 on CUDA, in fp32 on the CPU (as the rest of the model and the engine there).
         kw |= {
             "dtype": torch.bfloat16,
             "device_map": {"": info.device},
             "quantization_config": BitsAndBytesConfig(
                 load_in_4bit=True,
                 bnb_4bit_quant_type="nf4",
-                bnb_4bit_compute_dtype=torch.bfloat16,
+                bnb_4bit_compute_dtype=torch.bfloat16 if info.is_cuda else torch.float32,
                 bnb_4bit_quant_storage=torch.bfloat16,
             ),
         }
@@ -125,7 +149,29 @@ def load_lora_model(path: str, cfg: LoraConfig, info: DistInfo, activation_check
     model.config.use_cache = False
     if activation_checkpointing:
         checkpoint_activations(model)
+    if cfg.qlora:
+        # Training mode for good: in eval mode bitsandbytes' CPU forward repacks a 4-bit weight's storage in place
+        # for its inference kernel (`Linear4bit.forward`), which would overwrite the FSDP shard with another layout.
+        # (Adapter dropout, when set, is then on in the no-grad passes too.)
+        model.train()
     return shard_model(apply_lora(model, cfg), info)
+
+
+def load_reference(path: str, cfg: LoraConfig, info: DistInfo, policy):
+    """The frozen reference of a KL term: the starting policy. Under LoRA that is the policy itself with its adapters
+    off (`adapters_off`): no second copy of the weights, and for QLoRA the very 4-bit base the policy trains on.
+    Otherwise a frozen, sharded copy of the checkpoint."""
+    return policy if cfg.enabled else load_model(path, info, trainable=False)
+
+
+@contextlib.contextmanager
+def adapters_off(model):
+    """Within the block, a LoRA model computes as its base (peft's `disable_adapter`); any other model as itself."""
+    if hasattr(model, "peft_config"):
+        with model.disable_adapter():
+            yield model
+    else:
+        yield model
 
 
 def trainable_parameters(model) -> list[torch.nn.Parameter]:
@@ -144,22 +190,35 @@ def _full(t: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
     return (t.full_tensor() if isinstance(t, DTensor) else t).detach()
 
 
+def quant_state(base) -> object | None:
+    """A 4-bit (QLoRA) base layer's dequantization state, or None for a dense layer. Read from the module: FSDP2's
+    parameter swap dropped the parameter's own copy (see the module docstring)."""
+    return getattr(base.weight, "quant_state", None) or getattr(base, "quant_state", None)
+
+
 def _dense_base_weight(layer, w: torch.Tensor) -> torch.Tensor:
-    """The base weight as a dense tensor: dequantised when the base is 4-bit (QLoRA)."""
-    weight = layer.get_base_layer().weight
-    if getattr(weight, "quant_state", None) is None:
+    """The base weight as a dense tensor [out, in]: `w` itself, or dequantised from its gathered packed storage
+    (QLoRA: [out·in/4, 1] NF4 codes in bf16 storage) into the layer's compute dtype, as its forward dequantizes
+    (codes × absmax rounded once: to bf16 on CUDA, not at all in fp32 on the CPU)."""
+    base = layer.get_base_layer()
+    state = quant_state(base)
+    if state is None:
         return w
-    if isinstance(weight, DTensor):
-        raise NotImplementedError("streaming merged weights from a sharded 4-bit base is not supported")
     import bitsandbytes as bnb
 
-    return bnb.functional.dequantize_4bit(weight.data, weight.quant_state)
+    if w.numel() * w.element_size() * 2 != state.shape.numel():  # two 4-bit codes per byte
+        raise ValueError(
+            f"packed 4-bit weight of {w.numel()} elements does not hold shape {tuple(state.shape)}"
+        )
+    state = copy.copy(state)
+    state.dtype = getattr(base, "compute_dtype", None) or state.dtype
+    return bnb.functional.dequantize_4bit(w.contiguous(), state)
 
 
 def iter_merged_params(model, dtype: torch.dtype | None = None) -> Iterator[tuple[str, torch.Tensor]]:
     """(base-model HF name, full tensor) with every adapter merged: W + scaling·B@A, in fp32, cast back to W's dtype.
     `dtype` (the engine's, e.g. bf16 on CUDA): base tensors are gathered in it and merged weights come out in it; the
-    small adapters are gathered in full precision.
+    small adapters are gathered in full precision. A 4-bit base (QLoRA) is gathered packed and dequantized.
 
     For a plain model this is the model's own state. Names are exactly the base model's state_dict keys (as vLLM's
     `load_weights` expects); adapter keys are consumed, never yielded. The training model is not modified. Collective:
@@ -195,7 +254,7 @@ def iter_merged_params(model, dtype: torch.dtype | None = None) -> Iterator[tupl
             p = pending.pop(mod)
             w, a, b = p["weight"], p["lora_A"], p["lora_B"]  # w [out, in], a [r, in], b [out, r]
             scale = modules[mod].scaling[_ADAPTER]
-            yield f"{mod}.weight", (w.float() + scale * (b.float() @ a.float())).to(w.dtype)
+            yield f"{mod}.weight", (w.float() + scale * (b.float() @ a.float())).to(dtype or w.dtype)
             if "bias" in p:
                 yield f"{mod}.bias", p["bias"]
     if pending:

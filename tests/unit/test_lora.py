@@ -8,10 +8,12 @@ import torch
 from nanosky.train.checkpoint_io import load_checkpoint, save_checkpoint
 from nanosky.train.lora import (
     LoraConfig,
+    adapters_off,
     apply_lora,
     check_platform,
     iter_merged_params,
     load_lora_model,
+    load_reference,
     save_adapter,
     save_merged,
     trainable_parameters,
@@ -65,8 +67,11 @@ def test_config_validation_and_platform():
         LoraConfig(rank=4, dropout=1.0)
     with pytest.raises(ValueError, match="lora.qlora needs lora.rank"):
         LoraConfig(qlora=True)
-    with pytest.raises(ValueError, match="lora.qlora needs CUDA \\+ bitsandbytes; not available on cpu"):
-        check_platform(LoraConfig(rank=8, qlora=True), "cpu")
+    with pytest.raises(ValueError, match="lora.qlora needs CUDA or the CPU .*; not available on mps"):
+        check_platform(LoraConfig(rank=8, qlora=True), "mps")
+    check_platform(
+        LoraConfig(rank=8, qlora=True), "cpu"
+    )  # bitsandbytes' NF4 runs here (tests/integration/test_qlora.py)
     check_platform(LoraConfig(rank=8), "cpu")  # plain LoRA runs anywhere
 
 
@@ -214,3 +219,20 @@ def test_checkpoint_holds_only_the_adapter(tiny_path, dist_info, tmp_path):
     load_checkpoint(path, model=model2, optimizer=opt2)
     a, b = dict(iter_merged_params(model)), dict(iter_merged_params(model2))
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_the_reference_of_a_lora_run_is_the_policy_with_its_adapters_off(trained, tiny_path, dist_info):
+    """KL's reference under LoRA: no second model; inside `adapters_off` the trained policy computes as the base
+    checkpoint, and after the block as itself again."""
+    ids, att = _batch(5)
+    assert load_reference(tiny_path, CFG, dist_info, trained) is trained
+    with torch.no_grad():
+        policy, _ = token_logprobs(trained, ids, att)
+        base, _ = token_logprobs(_plain(tiny_path), ids, att)
+        with adapters_off(load_reference(tiny_path, CFG, dist_info, trained)) as ref:
+            off, _ = token_logprobs(ref, ids, att)
+        again, _ = token_logprobs(trained, ids, att)
+    m = att[:, 1:].bool()
+    assert (policy - base)[m].abs().max() > 1e-2  # the adapters trained away from the base
+    assert (off - base)[m].abs().max() < 1e-5
+    assert torch.equal(again, policy)
