@@ -26,7 +26,7 @@ demo: install
 	$(BIN)/torchrun --standalone --nproc_per_node $(NPROC) run.py --preset demo --log.overwrite
 
 test: install
-	$(BIN)/python -m pytest -x -q tests
+	$(BIN)/python -m pytest -x -q --durations=30 tests
 
 test-fast: install
 	$(BIN)/python -m pytest -x -q tests/unit

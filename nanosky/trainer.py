@@ -33,7 +33,7 @@ from nanosky.rollout.chat import load_tokenizer
 from nanosky.rollout.engine import Engine
 from nanosky.rollout.envpool import EnvPool, InProcessPool, make_pool
 from nanosky.stop import GracefulStop, resume_command
-from nanosky.sync import probe_sequence, sync_weights
+from nanosky.sync import Probe, probe_sequence, sync_weights
 from nanosky.train import packing
 from nanosky.train.batch import Batch, compute_advantages, split_groups, to_batch, token_rewards
 from nanosky.train.checkpointer import Checkpointer
@@ -64,7 +64,7 @@ class Run:
     rollout: Rollout
     log: RunLogger
     evaluator: Evaluator
-    probe_ids: list[int]
+    probe: Probe  # the sync check: a fixed sequence, its tolerance calibrated at the build sync
     ckpt: Checkpointer | None = None
     ref: torch.nn.Module | None = None
     critic: Critic | None = None
@@ -121,7 +121,7 @@ def build(cfg: TrainConfig, resources: contextlib.ExitStack) -> Run:
         rollout=rollout,
         log=log,
         evaluator=Evaluator(cfg, rollout, log, info.rank),
-        probe_ids=probe_sequence(tok, cfg.env, cfg.env_args()),
+        probe=Probe(probe_sequence(tok, cfg.env, cfg.env_args()), cfg.probe.max_mean_diff),
         ref=ref,
         critic=critic,
         critic_update=CriticUpdate(cfg.optim, cfg.algorithm, critic) if critic is not None else None,
@@ -144,7 +144,8 @@ def build(cfg: TrainConfig, resources: contextlib.ExitStack) -> Run:
         run.log.resumed_at(run.step)
         run.log.print(f"resumed from {state['path']} at step {run.step}")
     # The engine loaded the checkpoint from disk; push the trainer's weights anyway so the probe checks a real sync.
-    run.log.scalars(run.step, sync_weights(cfg, policy, run.engine, run.version, run.probe_ids))
+    m = sync_weights(policy, run.engine, run.version, run.probe)  # calibrates the probe's tolerance
+    run.log.scalars(run.step, m | {"rollout/probe_tol": run.probe.tol})
     return run
 
 
@@ -246,7 +247,8 @@ def train(cfg: TrainConfig) -> dict:
                 step, "sync"
             ):  # wake the weights → full tensors → vLLM, version += 1 → wake the cache → probe
                 run.version += 1
-                sync_m = sync_weights(cfg, run.policy, run.engine, run.version, run.probe_ids)
+                push = not cfg.debug.skip_sync  # testing only: a stale engine the probe must catch
+                sync_m = sync_weights(run.policy, run.engine, run.version, run.probe, push)
             run.step = step
             step_times.append(time.perf_counter() - t0)
             times = {"step": step_times[-1]} | {

@@ -47,7 +47,8 @@ class LogConfig:
 class ProbeConfig:
     max_mean_diff: float | None = None
     """Fail the run when the mean |trainer − engine| logprob on the probe exceeds this after a sync (stale
-    weights). None = 1e-3 for a float32 engine, 0.05 for bf16/fp16."""
+    weights). None = calibrated at the build sync, where both sides hold the same weights: 4 × that gap, at least
+    1e-4 (float32 engine) or 0.02 (bf16/fp16); a build gap over 1e-3 / 0.25 is refused (`nanosky/sync.py`)."""
 
 
 @dataclass(kw_only=True)

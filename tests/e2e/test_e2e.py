@@ -98,13 +98,12 @@ def test_probe_catches_a_skipped_sync(tmp_path):
             "--log.run-dir",
             str(tmp_path / "stale"),
             "--debug.skip-sync",
-            "--optim.lr",
-            "3e-3",
         ],
         retry_abort=False,
     )
     assert r.returncode != 0
-    assert "stale weights" in r.stderr
+    # the build sync pushed (and calibrated the tolerance); the first skipped push is caught at once
+    assert "stale weights" in r.stderr and "after sync to version 1" in r.stderr, r.stderr[-2000:]
 
 
 @pytest.mark.parametrize(

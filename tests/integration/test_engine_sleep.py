@@ -51,16 +51,12 @@ def test_cuda_sleeps_at_level_1_and_refuses_generate_while_asleep():
 
 def test_a_sync_wakes_the_weights_pushes_then_maps_the_kv_cache():
     """TRL's and verl's order: the KV cache is not mapped while the trainer gathers and pushes its weights."""
-    from nanosky.sync import sync_weights
+    from nanosky.sync import Probe, sync_weights
 
     e = _engine(can_sleep=True)
     e.sleep()
     e.prompt_logprobs = lambda ids: torch.zeros(len(ids) - 1, dtype=torch.float64)  # the probe's engine side
     e.dtype = "bfloat16"
-
-    class Cfg:  # the two fields sync_weights reads
-        debug = type("D", (), {"skip_sync": False})()
-        probe = type("P", (), {"max_mean_diff": 1e9})()
 
     model = torch.nn.Linear(2, 2)
     import nanosky.sync as sync
@@ -71,7 +67,7 @@ def test_a_sync_wakes_the_weights_pushes_then_maps_the_kv_cache():
         calls.append(("probe", engine.sleeping)) or {"rollout/logprob_diff_mean": 0.0}
     )
     try:
-        sync_weights(Cfg, model, e, 1, [1, 2, 3])
+        sync_weights(model, e, 1, Probe([1, 2, 3], max_mean_diff=1e9))
     finally:
         sync.probe = orig
     assert calls == [("sleep", 1), ("wake", "weights"), ("load", 2), ("wake", "kv_cache"), ("probe", False)]
