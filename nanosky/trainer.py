@@ -40,7 +40,7 @@ from nanosky.train.checkpointer import Checkpointer
 from nanosky.train.constrain import ChoiceMasker
 from nanosky.train.critic import Critic, CriticUpdate, critic_forward, forward_values, load_critic
 from nanosky.train.lora import adapters_off, check_platform, load_lora_model, load_reference
-from nanosky.train.policy import load_model
+from nanosky.train.policy import checkpoint_dtype, load_model
 from nanosky.train.step_credit import anchor_metrics, step_info
 from nanosky.train.stepwise import assign_advantages, split_rows
 from nanosky.train.stepwise import samples as stepwise_samples
@@ -103,7 +103,10 @@ def build(cfg: TrainConfig, resources: contextlib.ExitStack) -> Run:
         load_reference(path, cfg.lora, info, policy) if cfg.algorithm.needs_ref else None
     )  # LoRA: adapters off
     critic = load_critic(path, info) if cfg.algorithm.needs_critic else None
-    engine = Engine(cfg.engine, path, info, log_path=os.path.join(cfg.run_dir, "engine.log"))
+    # the engine starts with placeholder weights: the build sync below pushes the trainer's (one read of the checkpoint)
+    engine = Engine(
+        cfg.engine, path, info, log_path=os.path.join(cfg.run_dir, "engine.log"), weights="pushed"
+    )
     pool = make_pool(cfg.envpool.workers, cfg.envpool.step_timeout_s)
     resources.callback(pool.shutdown)
     rollout = Rollout(cfg.rollout, EngineBackend(engine, tok), pool, tok, log_dir=cfg.run_dir)
@@ -127,7 +130,8 @@ def build(cfg: TrainConfig, resources: contextlib.ExitStack) -> Run:
         critic_update=CriticUpdate(cfg.optim, cfg.algorithm, critic) if critic is not None else None,
         masker=ChoiceMasker(tok, policy.config.vocab_size) if cfg.rollout.constrain_actions else None,
     )
-    run.ckpt = Checkpointer(cfg, info, tok, policy, run.update, run.critic, run.critic_update)
+    export = checkpoint_dtype(path)  # exports in the checkpoint's dtype (a bf16 base: bf16)
+    run.ckpt = Checkpointer(cfg, info, tok, policy, run.update, run.critic, run.critic_update, export)
     check_packing(run)
     run.log.write_json("config.json", dataclasses.asdict(cfg))
     P, n, r = cfg.rollout.prompts_per_step, cfg.rollout.group_size, cfg.rollout
@@ -143,7 +147,7 @@ def build(cfg: TrainConfig, resources: contextlib.ExitStack) -> Run:
         run.step, run.version, run.acc0 = state["step"], state["version"], state["acc0"]
         run.log.resumed_at(run.step)
         run.log.print(f"resumed from {state['path']} at step {run.step}")
-    # The engine loaded the checkpoint from disk; push the trainer's weights anyway so the probe checks a real sync.
+    # The engine holds placeholder weights until this first push; the probe then calibrates on identical weights.
     m = sync_weights(policy, run.engine, run.version, run.probe)  # calibrates the probe's tolerance
     run.log.scalars(run.step, m | {"rollout/probe_tol": run.probe.tol})
     return run

@@ -192,8 +192,12 @@ class Engine:
         info: DistInfo,
         tokenizer_path: str | None = None,
         log_path: str | None = None,
+        weights: str = "checkpoint",
     ):
-        """`log_path`: where vLLM's log lines go (`log_to_file`); None leaves them on the console."""
+        """`log_path`: where vLLM's log lines go (`log_to_file`); None leaves them on the console. `weights`:
+        "checkpoint" reads them from `model_path`; "pushed" starts with placeholder weights (vLLM's dummy load: no
+        second read of the checkpoint) that the first `load_weights` replaces, as the trainer's build sync does.
+        Until then the engine serves noise."""
         quiet_imports()
         if log_path:
             log_to_file(log_path)
@@ -205,7 +209,11 @@ class Engine:
         if not info.is_cuda:
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(cfg.kv_cache_gib))
         os.environ.update(RUNNER_ENV)
-        args = engine_args(cfg, info, model_path, tokenizer_path)
+        if weights not in ("checkpoint", "pushed"):
+            raise ValueError(f"weights must be 'checkpoint' or 'pushed', got {weights!r}")
+        args = engine_args(cfg, info, model_path, tokenizer_path) | {
+            "load_format": "dummy" if weights == "pushed" else "auto"
+        }
         self.can_sleep, self.dtype = args["enable_sleep_mode"], args["dtype"]  # as the engine was built
         self.llm = LLM(**args)
         self._queue: deque[tuple[str, list[int], object]] = deque()  # submitted, not yet in vLLM

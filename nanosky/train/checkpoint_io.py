@@ -173,7 +173,7 @@ def save_checkpoint(
 
     `state`: anything picklable (step, data position, config dict, ...); `load_checkpoint` returns it.
     `keep`: prune to the newest `keep` complete checkpoints (0 = keep all).
-    `export(dir)`: optional collective hook that writes extra files (e.g. `save_hf(..., dir, info)`) into the
+    `export(dir)`: optional collective hook that writes extra files (e.g. `save_merged(model, tok, dir)`) into the
     checkpoint before it is committed, so an HF export is exactly as atomic as the training state.
     `_on_stage(stage)`: testing only; called on every rank at "written" (all files on disk, not committed) and at
     "renamed" (directory in place, `latest` not yet updated), so a test can kill the process at those points.

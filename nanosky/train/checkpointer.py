@@ -25,7 +25,6 @@ from nanosky.train.checkpoint_io import (
     save_checkpoint,
 )
 from nanosky.train.lora import save_adapter, save_merged
-from nanosky.train.policy import save_hf
 
 if TYPE_CHECKING:
     import torch
@@ -69,8 +68,11 @@ class Checkpointer:
     def __init__(
         self, cfg: TrainConfig, info: DistInfo, tok, policy: torch.nn.Module, update: PolicyUpdate,
         critic: Critic | None = None, critic_update: CriticUpdate | None = None,
+        export_dtype: torch.dtype | None = None,
     ):  # fmt: skip
+        """`export_dtype`: the HF export's (the checkpoint's, `policy.checkpoint_dtype`); None keeps fp32."""
         self.cfg, self.info, self.tok, self.policy, self.update = cfg, info, tok, policy, update
+        self.export_dtype = export_dtype
         self.extras = {}
         if critic is not None:
             self.extras = {
@@ -129,9 +131,7 @@ class Checkpointer:
         """The policy as an HF model in `d` (LoRA: merged, plus the adapter in d/adapter)."""
         if self.cfg.lora.enabled:
             save_adapter(self.policy, os.path.join(d, "adapter"))
-            save_merged(self.policy, self.tok, d)
-        else:
-            save_hf(self.policy, self.tok, d, self.info)
+        save_merged(self.policy, self.tok, d, self.export_dtype)  # gathered in turn; rank 0 writes
 
 
 def find_export(path: str) -> str:

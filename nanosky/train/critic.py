@@ -16,7 +16,7 @@ from algos import AlgoConfig
 from nanosky import dist
 from nanosky.train import packing
 from nanosky.train.batch import Batch
-from nanosky.train.policy import attn_implementation, shard_model
+from nanosky.train.policy import hf_loader, load_sharded
 from nanosky.train.update import (
     OptimConfig,
     grad_norm_and_clip,
@@ -28,14 +28,13 @@ from nanosky.train.update import (
 
 
 class Critic(nn.Module):
-    def __init__(self, path: str):
+    def __init__(self, path: str, real: bool = True):
+        """`real=False`: the structure only (`load_sharded`'s skeleton; rank 0 reads the weights)."""
         super().__init__()
         from transformers import AutoModel
 
         # the backbone: `.layers` like the LM, with the policy's attention implementation
-        self.model = AutoModel.from_pretrained(
-            path, dtype=torch.float32, attn_implementation=attn_implementation(path)
-        )
+        self.model = hf_loader(path, AutoModel)(real)
         self.value_head = nn.Linear(self.model.config.hidden_size, 1)
         # Start at V ≈ 0 so the first advantages are the raw returns, not noise from a random head.
         nn.init.zeros_(self.value_head.weight)
@@ -70,7 +69,7 @@ def critic_forward(critic: Critic):
 
 
 def load_critic(path: str, info: dist.DistInfo) -> Critic:
-    return shard_model(Critic(path), info)  # sharded exactly like the policy
+    return load_sharded(lambda real: Critic(path, real), info)  # read once, sharded exactly like the policy
 
 
 @torch.no_grad()

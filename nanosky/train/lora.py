@@ -36,7 +36,9 @@ from nanosky.train.policy import (
     attn_implementation,
     checkpoint_activations,
     decoder_layers,
+    hf_loader,
     load_model,
+    load_sharded,
     shard_model,
 )
 
@@ -121,40 +123,45 @@ def base_model(model):
 
 
 def load_lora_model(path: str, cfg: LoraConfig, info: DistInfo, activation_checkpointing: bool = False):
-    """Load → apply_lora → shard: the LoRA counterpart of `nanosky.train.policy.load_model`."""
-    from transformers import AutoModelForCausalLM
-
+    """Load → apply_lora → shard: the LoRA counterpart of `nanosky.train.policy.load_model`. The weights are read once,
+    by rank 0 (`load_sharded`); a 4-bit base (QLoRA) is read and quantized by every rank: bitsandbytes quantizes
+    while transformers loads, and the packed base is an eighth of the fp32 model."""
     check_platform(cfg, info.device.type)
-    kw: dict = {"dtype": torch.float32, "attn_implementation": attn_implementation(path)}
-    if cfg.qlora:
-        from transformers import BitsAndBytesConfig
 
-        # bitsandbytes' CPU backend warns at import when the optional `kernels` package (a faster inference gemv) is
-        # missing; training never takes that path (see model.train() below)
-        logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
+    def prepare(model):
+        model.config.use_cache = False
+        if activation_checkpointing:
+            checkpoint_activations(model)
+        if cfg.qlora:
+            # Training mode for good: in eval mode bitsandbytes' CPU forward repacks a 4-bit weight's storage in
+            # place for its inference kernel (`Linear4bit.forward`), which would overwrite the FSDP shard with another
+            # layout. (Adapter dropout, when set, is then on in the no-grad passes too.)
+            model.train()
+        return apply_lora(model, cfg)
 
-        # bf16 quant storage: FSDP2 shards the packed 4-bit weights as bf16 tensors like every other parameter. The
-        # 4-bit matmuls compute in bf16 on CUDA, in fp32 on the CPU (as the rest of the model and the engine there).
-        kw |= {
-            "dtype": torch.bfloat16,
-            "device_map": {"": info.device},
-            "quantization_config": BitsAndBytesConfig(
-                load_in_4bit=True,
-                bnb_4bit_quant_type="nf4",
-                bnb_4bit_compute_dtype=torch.bfloat16 if info.is_cuda else torch.float32,
-                bnb_4bit_quant_storage=torch.bfloat16,
-            ),
-        }
-    model = AutoModelForCausalLM.from_pretrained(path, **kw)
-    model.config.use_cache = False
-    if activation_checkpointing:
-        checkpoint_activations(model)
-    if cfg.qlora:
-        # Training mode for good: in eval mode bitsandbytes' CPU forward repacks a 4-bit weight's storage in place
-        # for its inference kernel (`Linear4bit.forward`), which would overwrite the FSDP shard with another layout.
-        # (Adapter dropout, when set, is then on in the no-grad passes too.)
-        model.train()
-    return shard_model(apply_lora(model, cfg), info)
+    if not cfg.qlora:
+        return load_sharded(hf_loader(path), info, prepare)
+    from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+
+    # bitsandbytes' CPU backend warns at import when the optional `kernels` package (a faster inference gemv) is
+    # missing; training never takes that path (see model.train() above)
+    logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
+    # bf16 quant storage: FSDP2 shards the packed 4-bit weights as bf16 tensors like every other parameter. The
+    # 4-bit matmuls compute in bf16 on CUDA, in fp32 on the CPU (as the rest of the model and the engine there).
+    quant = BitsAndBytesConfig(
+        load_in_4bit=True,
+        bnb_4bit_quant_type="nf4",
+        bnb_4bit_compute_dtype=torch.bfloat16 if info.is_cuda else torch.float32,
+        bnb_4bit_quant_storage=torch.bfloat16,
+    )
+    model = AutoModelForCausalLM.from_pretrained(
+        path,
+        dtype=torch.bfloat16,
+        attn_implementation=attn_implementation(path),
+        device_map={"": info.device},
+        quantization_config=quant,
+    )
+    return shard_model(prepare(model), info)
 
 
 def load_reference(path: str, cfg: LoraConfig, info: DistInfo, policy):
@@ -271,7 +278,7 @@ def save_adapter(model, out_dir: str) -> None:
     vLLM's LoRA loader. Collective: the adapter shards are gathered; rank 0 writes."""
     if not hasattr(model, "peft_config"):
         raise ValueError(
-            "save_adapter needs a peft-wrapped model (lora.rank > 0); use save_hf for a plain one"
+            "save_adapter needs a peft-wrapped model (lora.rank > 0); use save_merged for a plain one"
         )
     full = {k: _full(t).cpu() for k, t in model.state_dict().items() if ".lora_" in k}
     if _is_main():
@@ -279,24 +286,30 @@ def save_adapter(model, out_dir: str) -> None:
     dist.barrier()
 
 
-def save_merged(model, tok, out_dir: str) -> None:
-    """A plain HF model directory (safetensors + config + tokenizer) with the adapters merged, for `--ckpt` evals and
-    vLLM. Collective; rank 0 writes."""
+def save_merged(model, tok, out_dir: str, dtype: torch.dtype | None = None) -> None:
+    """A plain HF model directory (safetensors + config + tokenizer), adapters merged in (a plain model: its own
+    weights), for `--ckpt` evals and vLLM. `dtype`: the weights' dtype on disk (the run's exports: the checkpoint's,
+    `policy.checkpoint_dtype`); None keeps the trainer's. Collective: each tensor is gathered in turn (in `dtype`),
+    and only rank 0 keeps them and writes: no rank but rank 0 ever holds the whole model."""
     from safetensors.torch import save_file
 
-    state = {n: t.cpu().contiguous() for n, t in iter_merged_params(model)}
-    if _is_main():
+    main, state = _is_main(), {}
+    for n, t in iter_merged_params(model, dtype):
+        if main:
+            state[n] = t.cpu().contiguous()
+    if main:
         os.makedirs(out_dir, exist_ok=True)
         hf = base_model(model)
         config = copy.deepcopy(hf.config)
         if hasattr(config, "quantization_config"):  # the merged weights are dense
             del config.quantization_config
         config.dtype = next(iter(state.values())).dtype
+        config.use_cache = True  # the trainer turned the KV cache off; generation wants it
         if config.tie_word_embeddings:
             state.pop("lm_head.weight", None)
         save_file(state, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
         config.save_pretrained(out_dir)
-        if hf.generation_config is not None:
+        if getattr(hf, "generation_config", None) is not None:
             hf.generation_config.save_pretrained(out_dir)
         tok.save_pretrained(out_dir)
         if hasattr(model, "peft_config"):  # provenance, for humans

@@ -1,17 +1,17 @@
 """The trainable policy: an HF causal LM sharded with FSDP2 (`fully_shard` per decoder layer + root).
 
-Also the frozen reference model and the logprob / entropy computation the losses need, the full-tensor stream
-used for weight sync, and HF-format export (`save_pretrained` + tokenizer, loadable by vLLM and transformers).
+Also the frozen reference model, the logprob / entropy computation the losses need, and the full-tensor stream. Every
+trainer model is read from disk once, by rank 0, and broadcast into the shards (`load_sharded`). The HF export (plain
+or LoRA-merged) is `nanosky.train.lora.save_merged`.
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-from torch.distributed.tensor import DTensor
+from torch.distributed.tensor import DTensor, distribute_tensor
 
 from nanosky.dist import DistInfo
 
@@ -44,19 +44,94 @@ def attn_implementation(path: str) -> str:
     return "eager" if getattr(cfg, "attn_logit_softcapping", None) else "sdpa"
 
 
-def load_model(path: str, info: DistInfo, trainable: bool = True, activation_checkpointing: bool = False):
-    from transformers import AutoModelForCausalLM
+def hf_loader(path: str, cls=None, **kw) -> Callable[[bool], torch.nn.Module]:
+    """`build(real)` for `load_sharded`: the checkpoint's model in fp32 (the master weights; on GPU the FSDP
+    mixed-precision policy computes in bf16), read from disk, or only its structure from the config."""
+    from transformers import AutoConfig, AutoModelForCausalLM
 
-    # fp32 master weights everywhere; on GPU the FSDP mixed-precision policy computes in bf16.
-    model = AutoModelForCausalLM.from_pretrained(
-        path, dtype=torch.float32, attn_implementation=attn_implementation(path)
+    cls = cls or AutoModelForCausalLM
+    kw = {"dtype": torch.float32, "attn_implementation": attn_implementation(path)} | kw
+
+    def build(real: bool) -> torch.nn.Module:
+        if real:
+            return cls.from_pretrained(path, **kw)
+        return cls.from_config(AutoConfig.from_pretrained(path), **kw)
+
+    return build
+
+
+def checkpoint_dtype(path: str) -> torch.dtype:
+    """The dtype the checkpoint declares for its weights (config.json's `dtype`, as vLLM's "auto" reads it; fp32 when
+    absent): the exports keep it, so a bf16 base exports bf16, not the trainer's fp32 master weights."""
+    from transformers import AutoConfig
+
+    d = getattr(AutoConfig.from_pretrained(path), "dtype", None)
+    d = getattr(torch, d) if isinstance(d, str) else d
+    return d if isinstance(d, torch.dtype) else torch.float32
+
+
+def load_model(path: str, info: DistInfo, trainable: bool = True, activation_checkpointing: bool = False):
+    def prepare(model):
+        model.config.use_cache = False
+        if not trainable:
+            model.requires_grad_(False)
+        elif activation_checkpointing:
+            checkpoint_activations(model)
+        return model
+
+    return load_sharded(hf_loader(path), info, prepare)
+
+
+def load_sharded(
+    build: Callable[[bool], torch.nn.Module],
+    info: DistInfo,
+    prepare: Callable[[torch.nn.Module], torch.nn.Module] = lambda m: m,
+) -> torch.nn.Module:
+    """The model, read from disk once for all ranks: every rank builds `prepare(build(False))` on the meta device
+    and shards it with FSDP2; rank 0 alone reads the checkpoint (`prepare(build(True))`) and broadcasts it tensor by
+    tensor, each rank keeping its shard and rank 0 freeing each full tensor once sent. The host then holds one full
+    copy at the peak, not one per rank (a 7B in fp32 on 8 ranks: 30 GB, not 244 GB). `prepare` must give the same
+    names on both (e.g. adapters injected, layers marked for checkpointing)."""
+    with torch.device("meta"):
+        model = prepare(build(False))
+    model = shard_model(model, info)  # materialized empty on the device, shard by shard
+    if info.is_main:
+        real = prepare(build(True))
+        src, bufs = real.state_dict(), dict(real.named_buffers())
+        if hasattr(real, "generation_config"):  # exports write it (rank 0)
+            model.generation_config = real.generation_config
+        del real  # `src` holds the only references: popping an entry frees it
+    with torch.no_grad():
+        for name, dst in model.state_dict().items():  # the same order on every rank
+            _receive(dst, src.pop(name, None) if info.is_main else None, info)
+        persistent = set(model.state_dict())
+        for (
+            name,
+            buf,
+        ) in model.named_buffers():  # non-persistent buffers (RoPE's inv_freq) are in no state_dict
+            if name not in persistent:
+                _receive(buf, bufs[name] if info.is_main else None, info)
+    return model
+
+
+def _receive(dst: torch.Tensor, full: torch.Tensor | None, info: DistInfo) -> None:
+    """Broadcast rank 0's `full` tensor and copy this rank's part of it into `dst` (an FSDP2 shard, or a whole
+    tensor)."""
+    shape = dst.shape  # a DTensor's global shape
+    t = (
+        full.to(info.device, dst.dtype)
+        if full is not None
+        else torch.empty(shape, dtype=dst.dtype, device=info.device)
     )
-    model.config.use_cache = False
-    if not trainable:
-        model.requires_grad_(False)
-    elif activation_checkpointing:
-        checkpoint_activations(model)
-    return shard_model(model, info)
+    if tuple(t.shape) != tuple(shape):
+        raise ValueError(f"checkpoint tensor {tuple(t.shape)} does not fit the model's {tuple(shape)}")
+    torch.distributed.broadcast(t, src=0)
+    if isinstance(dst, DTensor):  # this rank's chunk along the sharded dim, as FSDP2 placed it
+        dst.to_local().copy_(
+            distribute_tensor(t, dst.device_mesh, dst.placements, src_data_rank=None).to_local()
+        )
+    else:
+        dst.copy_(t)
 
 
 def checkpoint_activations(model) -> None:
@@ -92,6 +167,8 @@ def shard_model(model, info: DistInfo, reshard_after_forward: bool | None = None
     for layer in decoder_layers(model):
         fully_shard(layer, **kw)
     fully_shard(model, **kw)
+    if any(p.is_meta for p in model.parameters()):  # a skeleton (`load_sharded`): storage for the shards only
+        return model.to_empty(device=info.device)
     return model.to(info.device) if info.is_cuda else model
 
 
@@ -133,15 +210,3 @@ def iter_full_params(model) -> Iterator[tuple[str, torch.Tensor]]:
         if isinstance(t, DTensor):
             t = t.full_tensor()
         yield name, t.detach()
-
-
-def save_hf(model, tokenizer, out_dir: str, info: DistInfo) -> None:
-    """HF checkpoint (safetensors + config + tokenizer). Collective; rank 0 writes."""
-    state = {n: t.cpu() for n, t in iter_full_params(model)}
-    if info.is_main:
-        os.makedirs(out_dir, exist_ok=True)
-        if model.config.tie_word_embeddings:
-            state.pop("lm_head.weight", None)
-        model.save_pretrained(out_dir, state_dict=state, safe_serialization=True)
-        tokenizer.save_pretrained(out_dir)
-    torch.distributed.barrier()

@@ -1,6 +1,7 @@
 """QLoRA on this CPU, for real: bitsandbytes' 4-bit NF4 base under FSDP2 (1 rank in-process), its merged weight
 stream, and that stream served by the real vLLM engine. The 2-rank run (train → sync → resume) is
-tests/e2e/test_lora_ranks.py."""
+tests/e2e/test_lora_ranks.py. (Named to run before test_families.py, whose engines' teardown ends the process's vLLM
+parallel state, which the shared `engine` fixture needs.)"""
 
 import copy
 
