@@ -34,7 +34,7 @@ from nanosky.rollout.engine import Engine
 from nanosky.rollout.envpool import EnvPool, InProcessPool, make_pool
 from nanosky.stop import GracefulStop, resume_command
 from nanosky.sync import Probe, probe_sequence, sync_weights
-from nanosky.train import packing
+from nanosky.train import head, packing
 from nanosky.train.batch import Batch, compute_advantages, split_groups, to_batch, token_rewards
 from nanosky.train.checkpointer import Checkpointer
 from nanosky.train.constrain import ChoiceMasker
@@ -154,12 +154,20 @@ def build(cfg: TrainConfig, resources: contextlib.ExitStack) -> Run:
 
 
 def check_packing(run: Run) -> None:
-    """Packing is checked once, at build, on every model that will see packed rows: packed equals unpacked on a
-    probe longer than any sliding window. Otherwise the run trains on unpacked rows (exact), saying why in one line."""
-    if run.cfg.optim.packing == "none":
-        return
+    """Packing and the chunked LM head are checked once, at build, on every model that uses them: packed equals
+    unpacked on a probe longer than any sliding window, and the chunked head equals the model's own logits.
+    Otherwise the run trains on unpacked rows / with the plain head (exact), saying why in one line."""
     tol = packing.BUILD_TOL[run.info.device.type]
     ref = run.ref if run.ref is not run.policy else None  # LoRA's reference is the policy: checked once
+    for model in (run.policy, ref) if run.cfg.optim.head_chunk_tokens else ():
+        try:
+            if model is not None and head.installed(model):
+                head.verify(model, tol)
+        except head.HeadUnsupported as e:
+            run.log.print(f"nanosky: {e}; this run uses the plain LM head")
+            head.uninstall(model)
+    if run.cfg.optim.packing == "none":
+        return
     models = ((run.policy, packing.lm_forward), (ref, packing.lm_forward), (run.critic, critic_forward))
     try:
         for model, forward in models:

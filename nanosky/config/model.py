@@ -77,6 +77,9 @@ class OptimConfig:
     """How a micro-batch reaches the model (`nanosky.train.packing`): "prefix" computes a prefix that sequences share
     (a group's prompt, an episode's opening) once; "flat" packs without sharing (no padding); "none" pads each
     sequence to the longest (the plain HF path, for attention backends without 4-D masks)."""
+    head_chunk_tokens: int = 1024
+    """The LM head scores this many tokens at a time in training, recomputing each chunk in backward: never the
+    [tokens, vocab] fp32 logits at once (1.8 GB per 1k tokens on a 152k vocabulary). 0 = the plain head."""
     activation_checkpointing: bool = False
     """Recompute each decoder layer's activations in backward instead of keeping them: activation memory per layer
     drops to its input, for about a third more compute. For long rows of big models (a 7B keeps ~7 MB per token)."""
@@ -97,6 +100,10 @@ class OptimConfig:
             raise ValueError("optim.micro_batch_tokens must be >= 0 and optim.pack_row_tokens >= 1")
         if self.grad_clip < 0 or self.weight_decay < 0 or self.warmup_steps < 0:
             raise ValueError("optim.grad_clip, optim.weight_decay and optim.warmup_steps must be >= 0")
+        if self.head_chunk_tokens < 0:
+            raise ValueError(
+                f"optim.head_chunk_tokens must be >= 0 (0 = the plain head), got {self.head_chunk_tokens}"
+            )
 
     def describe(self) -> str:
         size = f"{self.micro_batch_tokens} tokens" if self.micro_batch_tokens else str(self.micro_batch_size)

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import torch
 
 from nanosky import dist
-from nanosky.train import constrain
+from nanosky.train import constrain, head
 
 
 @dataclass
@@ -268,8 +268,11 @@ def logprobs(
     temperature: float = 1.0,
     keep: torch.Tensor | None = None,
     allowed: tuple[torch.Tensor, torch.Tensor] | None = None,
+    chunk: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """`policy.token_logprobs` on packed rows: log p(ids[b, t+1] | ids[b, ≤t]) [B, T] and the entropy [B, T].
+    `chunk` > 0: through the chunked LM head (`nanosky.train.head`, never [tokens, vocab] in fp32) where the model
+    has it; constrained turns (`allowed`) take the plain head, which they need whole.
 
     `keep` [B, T] bool: the positions whose values are wanted (the loss mask); the others come back 0. Only the
     packed columns some kept position sits in go through the LM head: a step-wise row scores ~5 action tokens
@@ -277,6 +280,12 @@ def logprobs(
     phase there (bench/train_phase.py). `allowed` (positions [N, 2], bitmasks [N, W]): constrained positions, scored
     under their masks (`nanosky.train.constrain`); they must be kept positions."""
     check_attention(model)  # cheap; the full check (`verify`) ran at build
+    if chunk > 0 and allowed is None and head.installed(model):
+        valid = p.valid & keep if keep is not None else p.valid  # [B, T]: only the kept positions are scored
+        return head.scored_rows(
+            model, p.input_ids, attention_mask(model, p), p.position_ids, valid, p.row, p.pos, p.target,
+            temperature, with_entropy, entropy_grad, chunk,
+        )  # fmt: skip
     kw, col, valid = {}, p.pos, p.valid
     if keep is not None:
         valid = p.valid & keep

@@ -14,6 +14,7 @@ from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor, distribute_tensor
 
 from nanosky.dist import DistInfo
+from nanosky.train import head
 
 
 def private_classes(model: torch.nn.Module) -> torch.nn.Module:
@@ -167,6 +168,7 @@ def shard_model(model, info: DistInfo, reshard_after_forward: bool | None = None
     for layer in decoder_layers(model):
         fully_shard(layer, **kw)
     fully_shard(model, **kw)
+    head.install(model)  # the chunked LM head, as an FSDP forward method (`nanosky.train.head`)
     if any(p.is_meta for p in model.parameters()):  # a skeleton (`load_sharded`): storage for the shards only
         return model.to_empty(device=info.device)
     return model.to(info.device) if info.is_cuda else model

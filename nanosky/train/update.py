@@ -20,7 +20,7 @@ import algos
 from algos import AlgoConfig
 from nanosky import dist
 from nanosky.config.model import OptimConfig
-from nanosky.train import packing
+from nanosky.train import head, packing
 from nanosky.train.batch import Batch, micro_slices
 from nanosky.train.lora import trainable_parameters
 from nanosky.train.policy import token_logprobs
@@ -69,12 +69,32 @@ def logprobs(
     others are 0): every consumer (losses, KL, rollout correction, metrics) reads them through that mask."""
     ids, att, T = m.inputs()
     allowed = m.allowed(T)  # constrained turns (--rollout.constrain-actions): scored under their masks
+    chunk = optim.head_chunk_tokens
     if optim.packing == "none":
-        lp, ent = token_logprobs(model, ids, att, with_entropy, entropy_grad, allowed=allowed)
+        if chunk and allowed is None and head.installed(model):  # padded rows through the chunked head
+            B, L = ids.shape
+            rows = torch.arange(B, device=ids.device)[:, None].expand(B, L - 1)
+            cols = torch.arange(L - 1, device=ids.device)[None].expand(B, L - 1)
+            lp, ent = head.scored_rows(
+                model,
+                ids,
+                att,
+                None,
+                att[:, 1:] > 0,
+                rows,
+                cols,
+                ids[:, 1:],
+                1.0,
+                with_entropy,
+                entropy_grad,
+                chunk,
+            )
+        else:
+            lp, ent = token_logprobs(model, ids, att, with_entropy, entropy_grad, allowed=allowed)
         return lp, ent, T, None
     p = pack_batch(m, T, optim)
     keep = m.loss_mask[:, :T] > 0
-    lp, ent = packing.logprobs(model, p, with_entropy, entropy_grad, keep=keep, allowed=allowed)
+    lp, ent = packing.logprobs(model, p, with_entropy, entropy_grad, keep=keep, allowed=allowed, chunk=chunk)
     return lp, ent, T, p
 
 

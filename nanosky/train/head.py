@@ -1,0 +1,207 @@
+"""The LM head for training: log p(target) and the entropy of chosen positions, over chunks of tokens.
+
+The plain path materializes the logits of every scored position, [N, V] in fp32, then a log-softmax and (for the
+entropy) its exp: three [N, V] fp32 tensors kept for backward. On a 152k vocabulary that is 1.8 GB per 1k tokens,
+the peak of a micro-batch. Here the head runs `chunk` tokens at a time and keeps only h [N, H] and one logsumexp and
+entropy per token; backward recomputes each chunk's logits (prime-rl's fused output linear is the pattern). The
+gradients are the plain path's (tests/unit/test_head.py), at one extra head matmul per chunk in backward.
+
+    install(model)                          # after FSDP2 wraps the root (policy.shard_model does it)
+    lp, ent = scored(model, ids, mask, pos, rows, cols, targets, temperature, with_entropy, entropy_grad, chunk)
+
+`scored` runs as an FSDP2 forward method (`register_fsdp_forward_method`), so the root's parameters (embeddings,
+final norm, head) are gathered around it as around `forward`. The head-side arithmetic of the families nanosky
+covers is applied per chunk (Granite's and Cohere's scale, Gemma's final soft-cap); `verify` checks at build that
+the chunked head equals the model's own logits, and a model where it does not trains with the plain head.
+"""
+
+from __future__ import annotations
+
+import types
+
+import torch
+from torch.distributed.fsdp import register_fsdp_forward_method
+
+METHOD = "nanosky_scored"
+
+
+def _causal_lm(model):
+    """The HF causal LM (inside a peft wrapper too)."""
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
+def install(model) -> bool:
+    """Give `model` the `scored` forward method; False for a model without a decoder + output head."""
+    hf = _causal_lm(model)
+    if not hasattr(hf, "get_decoder") or getattr(hf, "get_output_embeddings", lambda: None)() is None:
+        return False
+
+    def method(
+        self, input_ids, attention_mask, position_ids, rows, cols, targets, temperature, ent, ent_grad, chunk
+    ):
+        h = hf.get_decoder()(
+            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids
+        ).last_hidden_state  # [R, L, H]
+        head = hf.get_output_embeddings()
+        post = (head_scale(hf.config), getattr(hf.config, "final_logit_softcapping", None), temperature)
+        lp, e = TargetLogprobs.apply(h[rows, cols], head.weight, head.bias, targets, post, chunk)
+        return lp, (e if ent_grad else e.detach()) if ent else None
+
+    setattr(model, METHOD, types.MethodType(method, model))
+    register_fsdp_forward_method(model, METHOD)  # a no-op for a model FSDP does not wrap
+    return True
+
+
+def installed(model) -> bool:
+    return hasattr(model, METHOD)
+
+
+class HeadUnsupported(ValueError):
+    """A model whose chunked head would not equal its own logits (the run then trains with the plain head)."""
+
+
+def verify(model, tol: float) -> float:
+    """The chunked head against the model's own forward on a probe (two random rows, every position, chunks of 7 so
+    several run): the largest |Δ log p(target)|, or HeadUnsupported above `tol` (the model keeps the plain head:
+    `uninstall`). Collective under FSDP: every rank runs it on the same probe."""
+    cfg = _causal_lm(model).config
+    device = next(model.parameters()).device
+    ids = torch.randint(3, cfg.vocab_size, (2, 24), generator=torch.Generator().manual_seed(0)).to(device)
+    att = torch.ones_like(ids)
+    with torch.no_grad():
+        logits = model(input_ids=ids, attention_mask=att).logits[:, :-1].float()  # [2, 23, V]
+        want = torch.log_softmax(logits, -1).gather(-1, ids[:, 1:, None]).squeeze(-1)  # [2, 23]
+        rows, cols = (x.reshape(-1) for x in torch.meshgrid(torch.arange(2), torch.arange(23), indexing="ij"))
+        got, _ = scored(
+            model, ids, att, None, rows.to(device), cols.to(device), ids[:, 1:].reshape(-1), chunk=7
+        )
+    worst = float((got.view(2, 23) - want).abs().max())
+    if worst > tol:
+        raise HeadUnsupported(
+            f"the chunked LM head differs from {type(_causal_lm(model)).__name__}'s logits by {worst:.3g} (> {tol})"
+        )
+    return worst
+
+
+def uninstall(model) -> None:
+    """Back to the plain head (the model's own logits)."""
+    if installed(model):
+        delattr(model, METHOD)
+
+
+def scored(
+    model, input_ids, attention_mask, position_ids, rows, cols, targets,
+    temperature: float = 1.0, with_entropy: bool = False, entropy_grad: bool = False, chunk: int = 1024,
+) -> tuple[torch.Tensor, torch.Tensor | None]:  # fmt: skip
+    """log p(targets) [N] (and the entropy [N]) at positions (rows[N], cols[N]) of the model's rows, each distinct
+    (position, target) through the head once."""
+    width = input_ids.shape[1]
+    key = (rows * width + cols) * (int(targets.max()) + 1 if targets.numel() else 1) + targets
+    uniq, inverse = torch.unique(key, return_inverse=True)  # shared-prefix positions are scored once
+    first = torch.zeros_like(uniq).scatter_(0, inverse, torch.arange(len(key), device=key.device))
+    lp, ent = getattr(model, METHOD)(
+        input_ids, attention_mask, position_ids, rows[first], cols[first], targets[first],
+        temperature, with_entropy, entropy_grad and torch.is_grad_enabled(), chunk,
+    )  # fmt: skip
+    return lp[inverse], (ent[inverse] if ent is not None else None)
+
+
+def scored_rows(
+    model, input_ids, attention_mask, position_ids, valid, row, col, target,
+    temperature: float = 1.0, with_entropy: bool = False, entropy_grad: bool = False, chunk: int = 1024,
+) -> tuple[torch.Tensor, torch.Tensor | None]:  # fmt: skip
+    """`scored` in the [B, T] layout the losses use: position t of sequence b sits at (row[b, t], col[b, t]) of the
+    model's rows and predicts target[b, t]; only `valid` [B, T] positions are scored, the others are 0."""
+    rows, cols, targets = row[valid], col[valid], target[valid]  # [N]
+    blank = rows.numel() == 0
+    if blank:  # nothing scored (a blank pass): one position keeps every layer in the graph, with weight 0
+        rows, cols, targets = (torch.zeros(1, dtype=torch.long, device=valid.device) for _ in range(3))
+    lp_n, ent_n = scored(
+        model, input_ids, attention_mask, position_ids, rows, cols, targets,
+        temperature, with_entropy, entropy_grad, chunk,
+    )  # fmt: skip
+    lp = torch.zeros(valid.shape, dtype=torch.float32, device=valid.device)
+    ent = torch.zeros_like(lp) if with_entropy else None
+    if blank:
+        return lp + 0.0 * lp_n.sum(), ent
+    at = valid.nonzero(as_tuple=True)  # row-major, as boolean indexing took them
+    return lp.index_put(at, lp_n), (ent.index_put(at, ent_n) if with_entropy else None)
+
+
+def head_scale(config) -> float:
+    """What the causal LM multiplies its head's output by: Granite divides by `logits_scaling`, Cohere multiplies by
+    `logit_scale`; 1 elsewhere."""
+    return 1.0 / getattr(config, "logits_scaling", 1.0) * getattr(config, "logit_scale", 1.0)
+
+
+def _logits(h: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, post: tuple):
+    """One chunk's logits as the model computes them, in fp32, then the sampling temperature: z [n, V], and the
+    soft-cap's tanh (for backward) or None. `post` = (scale, softcap, temperature)."""
+    scale, softcap, temperature = post
+    y = torch.nn.functional.linear(h, w, b).float()  # [n, V] (the head's matmul in the compute dtype)
+    if scale != 1.0:
+        y = y * scale
+    t = None
+    if softcap:
+        t = torch.tanh(y / softcap)
+        y = t * softcap
+    return (y / temperature if temperature != 1.0 else y), t
+
+
+class TargetLogprobs(torch.autograd.Function):
+    """(h [N, H], W [V, H], b [V] | None, targets [N]) -> log p(target) [N], entropy [N], chunk by chunk."""
+
+    @staticmethod
+    def forward(ctx, h, w, b, targets, post, chunk):
+        n = h.shape[0]
+        chunk = chunk if chunk > 0 else max(n, 1)
+        lp = torch.empty(n, dtype=torch.float32, device=h.device)
+        ent, lse = torch.empty_like(lp), torch.empty_like(lp)
+        with torch.no_grad():
+            for s in range(0, n, chunk):
+                e = slice(s, s + chunk)
+                z, _ = _logits(h[e], w, b, post)  # [c, V]
+                m = torch.logsumexp(z, -1)  # [c]
+                lse[e] = m
+                lp[e] = z.gather(-1, targets[e, None]).squeeze(-1) - m
+                logp = z - m[:, None]
+                ent[e] = -(logp.exp() * logp).sum(
+                    -1
+                )  # [c] (not lse − E_p[z]: no cancellation of large terms)
+        ctx.save_for_backward(h, w, b, targets, lse, ent)
+        ctx.post, ctx.chunk = post, chunk
+        return lp, ent
+
+    @staticmethod
+    def backward(ctx, g_lp, g_ent):
+        h, w, b, targets, lse, ent = ctx.saved_tensors
+        (scale, cap, T), chunk = ctx.post, ctx.chunk
+        g_h = torch.empty_like(h) if ctx.needs_input_grad[0] else None
+        g_w = torch.zeros(w.shape, dtype=torch.float32, device=w.device) if ctx.needs_input_grad[1] else None
+        g_b = (
+            torch.zeros(w.shape[0], dtype=torch.float32, device=w.device) if ctx.needs_input_grad[2] else None
+        )
+        for s in range(0, h.shape[0], chunk):
+            e = slice(s, s + chunk)
+            z, t = _logits(h[e], w, b, ctx.post)  # recomputed: [c, V]
+            logp = z - lse[e, None]
+            p = logp.exp()
+            # d lp / dz = onehot(target) − p;   d H / dz = −p ⊙ (z − E_p[z]) = −p ⊙ (log p + H)
+            g_z = torch.zeros_like(p)
+            if g_lp is not None:
+                g_z -= g_lp[e, None] * p
+                g_z.scatter_add_(-1, targets[e, None], g_lp[e, None])
+            if g_ent is not None:
+                g_z -= g_ent[e, None] * p * (logp + ent[e, None])
+            g_y = g_z / T if T != 1.0 else g_z
+            if cap:  # through y = cap · tanh(y0 / cap)
+                g_y = g_y * (1 - t * t)
+            g_raw = (g_y * scale if scale != 1.0 else g_y).to(h.dtype)  # [c, V]: d loss / d (h Wᵀ + b)
+            if g_h is not None:
+                g_h[e] = g_raw @ w
+            if g_w is not None:
+                g_w += (g_raw.t() @ h[e]).float()
+            if g_b is not None:
+                g_b += g_raw.float().sum(0)
+        g_w = g_w.to(w.dtype) if g_w is not None else None
+        return g_h, g_w, (g_b.to(b.dtype) if g_b is not None else None), None, None, None
