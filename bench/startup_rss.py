@@ -30,7 +30,9 @@ def _rss_mib(pid: int) -> float:
 
 
 def _descendants(pid: int) -> list[int]:
-    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True).stdout.split()
+    out = subprocess.run(
+        ["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True
+    ).stdout.split()
     kids = [int(p) for p in out]
     return kids + [g for k in kids for g in _descendants(k)]
 
@@ -69,7 +71,9 @@ def run(method: str, path: str, nproc: int) -> dict:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc)]
     cmd += [__file__, "--worker", method, path, out]
     env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
     peak_total = 0.0
 
     def sample():
@@ -118,7 +122,9 @@ def main() -> None:
         r = res[m]
         grows = " ".join(f"{x['grow_mib']:.0f}" for x in r["ranks"])
         secs = max(x["load_s"] for x in r["ranks"])
-        print(f"{label:>24}: total peak RSS {r['total_peak_mib']:.0f} MiB | per-rank growth [{grows}] MiB | {secs:.1f} s")
+        print(
+            f"{label:>24}: total peak RSS {r['total_peak_mib']:.0f} MiB | per-rank growth [{grows}] MiB | {secs:.1f} s"
+        )
     print(f"ratio={res['old']['total_peak_mib'] / res['new']['total_peak_mib']:.2f}")
 
 

@@ -149,7 +149,8 @@ def _logits(h: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, post: tupl
 
 
 class TargetLogprobs(torch.autograd.Function):
-    """(h [N, H], W [V, H], b [V] | None, targets [N]) -> log p(target) [N], entropy [N], chunk by chunk."""
+    """(h [N, H], W [V, H], b [V] | None, targets [N]) -> log p(target) [N], entropy [N], chunk by chunk. Each chunk
+    holds two [c, V] fp32 buffers at a time, updated in place."""
 
     @staticmethod
     def forward(ctx, h, w, b, targets, post, chunk):
@@ -160,14 +161,12 @@ class TargetLogprobs(torch.autograd.Function):
         with torch.no_grad():
             for s in range(0, n, chunk):
                 e = slice(s, s + chunk)
-                z, _ = _logits(h[e], w, b, post)  # [c, V]
-                m = torch.logsumexp(z, -1)  # [c]
-                lse[e] = m
-                lp[e] = z.gather(-1, targets[e, None]).squeeze(-1) - m
-                logp = z - m[:, None]
-                ent[e] = -(logp.exp() * logp).sum(
-                    -1
-                )  # [c] (not lse − E_p[z]: no cancellation of large terms)
+                logp, _ = _logits(h[e], w, b, post)  # [c, V] z, made log p in place
+                lse[e] = torch.logsumexp(logp, -1)
+                logp -= lse[e, None]
+                lp[e] = logp.gather(-1, targets[e, None]).squeeze(-1)
+                # H = −Σ p log p (not lse − E_p[z]: no cancellation of two large terms)
+                ent[e] = -logp.exp().mul_(logp).sum(-1)
         ctx.save_for_backward(h, w, b, targets, lse, ent)
         ctx.post, ctx.chunk = post, chunk
         return lp, ent
@@ -183,25 +182,36 @@ class TargetLogprobs(torch.autograd.Function):
         )
         for s in range(0, h.shape[0], chunk):
             e = slice(s, s + chunk)
-            z, t = _logits(h[e], w, b, ctx.post)  # recomputed: [c, V]
-            logp = z - lse[e, None]
-            p = logp.exp()
+            g, t = _logits(h[e], w, b, ctx.post)  # recomputed z: [c, V], turned into d loss / dz in place
+            g -= lse[e, None]  # log p
+            p = g.exp()
             # d lp / dz = onehot(target) − p;   d H / dz = −p ⊙ (z − E_p[z]) = −p ⊙ (log p + H)
-            g_z = torch.zeros_like(p)
-            if g_lp is not None:
-                g_z -= g_lp[e, None] * p
-                g_z.scatter_add_(-1, targets[e, None], g_lp[e, None])
+            # so d loss / dz = onehot · g_lp − p ⊙ (g_lp + g_ent ⊙ (log p + H))
             if g_ent is not None:
-                g_z -= g_ent[e, None] * p * (logp + ent[e, None])
-            g_y = g_z / T if T != 1.0 else g_z
+                g.add_(ent[e, None]).mul_(g_ent[e, None])
+            else:
+                g.zero_()
+            if g_lp is not None:
+                g.add_(g_lp[e, None])
+            g.mul_(p).neg_()
+            del p
+            if g_lp is not None:
+                g.scatter_add_(-1, targets[e, None], g_lp[e, None])
+            if T != 1.0:
+                g /= T
             if cap:  # through y = cap · tanh(y0 / cap)
-                g_y = g_y * (1 - t * t)
-            g_raw = (g_y * scale if scale != 1.0 else g_y).to(h.dtype)  # [c, V]: d loss / d (h Wᵀ + b)
+                g.mul_(1 - t * t)
+            if scale != 1.0:
+                g *= scale
+            g = g.to(h.dtype)  # [c, V]: d loss / d (h Wᵀ + b), in the head's compute dtype
             if g_h is not None:
-                g_h[e] = g_raw @ w
+                g_h[e] = g @ w
             if g_w is not None:
-                g_w += (g_raw.t() @ h[e]).float()
+                if g.dtype == torch.float32:
+                    g_w.addmm_(g.t(), h[e])
+                else:  # bf16 inputs, fp32 sums over chunks (torch has no mixed-dtype addmm on every device)
+                    g_w += (g.t() @ h[e]).float()
             if g_b is not None:
-                g_b += g_raw.float().sum(0)
+                g_b += g.float().sum(0)
         g_w = g_w.to(w.dtype) if g_w is not None else None
         return g_h, g_w, (g_b.to(b.dtype) if g_b is not None else None), None, None, None
