@@ -34,7 +34,7 @@ from nanosky.rollout.engine import Engine
 from nanosky.rollout.envpool import EnvPool, InProcessPool, make_pool
 from nanosky.stop import GracefulStop, resume_command
 from nanosky.sync import Probe, probe_sequence, sync_weights
-from nanosky.train import head, packing
+from nanosky.train import grouped_attention, head, packing
 from nanosky.train.batch import Batch, compute_advantages, split_groups, to_batch, token_rewards
 from nanosky.train.checkpointer import Checkpointer
 from nanosky.train.constrain import ChoiceMasker
@@ -168,12 +168,22 @@ def check_packing(run: Run) -> None:
             head.uninstall(model)
     if run.cfg.optim.packing == "none":
         return
+    grouped = run.cfg.optim.grouped(run.info.device.type)  # prefix-grouped attention, else the dense mask
+    for model in (run.policy, ref) if grouped else ():
+        if model is not None and not grouped_attention.enable(model):
+            grouped = False  # eager attention (soft-capped): the mask for every model
     models = ((run.policy, packing.lm_forward), (ref, packing.lm_forward), (run.critic, critic_forward))
     try:
         for model, forward in models:
             if model is not None:
                 packing.verify(model, forward(model), tol)
     except packing.PackingUnsupported as e:
+        if grouped:  # the dense mask next: the reference the grouped path is tested against
+            for model in (run.policy, ref):
+                grouped_attention.disable(model) if model is not None else None
+            run.log.print(f"nanosky: {e} with grouped attention; this run uses the dense mask")
+            run.cfg.optim.packed_attention = "mask"
+            return check_packing(run)
         run.log.print(f"nanosky: {e}; this run uses --optim.packing none (exact, slower)")
         run.cfg.optim.packing = "none"
 

@@ -77,6 +77,11 @@ class OptimConfig:
     """How a micro-batch reaches the model (`nanosky.train.packing`): "prefix" computes a prefix that sequences share
     (a group's prompt, an episode's opening) once; "flat" packs without sharing (no padding); "none" pads each
     sequence to the longest (the plain HF path, for attention backends without 4-D masks)."""
+    packed_attention: Literal["auto", "grouped", "mask"] = "auto"
+    """How packed rows attend: "grouped" by segment (each shared prompt once, each completion over its prompt and
+    itself: `nanosky/train/grouped_attention.py`; on CUDA through SDPA's flash kernels); "mask" one dense [L, L] score
+    matrix under the trie's mask. "auto": grouped on CUDA, mask on the CPU (docs/experiments/speed.md). Models on
+    eager attention (soft-capped) always use the mask."""
     head_chunk_tokens: int = 1024
     """The LM head scores this many tokens at a time in training, recomputing each chunk in backward: never the
     [tokens, vocab] fp32 logits at once (1.8 GB per 1k tokens on a 152k vocabulary). 0 = the plain head."""
@@ -104,6 +109,12 @@ class OptimConfig:
             raise ValueError(
                 f"optim.head_chunk_tokens must be >= 0 (0 = the plain head), got {self.head_chunk_tokens}"
             )
+
+    def grouped(self, device_type: str) -> bool:
+        """Whether packed rows use prefix-grouped attention on this device."""
+        return self.packing != "none" and (
+            self.packed_attention == "grouped" or (self.packed_attention == "auto" and device_type == "cuda")
+        )
 
     def describe(self) -> str:
         size = f"{self.micro_batch_tokens} tokens" if self.micro_batch_tokens else str(self.micro_batch_size)

@@ -37,10 +37,21 @@ def install(model) -> bool:
         return False
 
     def method(
-        self, input_ids, attention_mask, position_ids, rows, cols, targets, temperature, ent, ent_grad, chunk
+        self,
+        input_ids,
+        attention_mask,
+        position_ids,
+        rows,
+        cols,
+        targets,
+        temperature,
+        ent,
+        ent_grad,
+        chunk,
+        **kw,
     ):
         h = hf.get_decoder()(
-            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids
+            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, **kw
         ).last_hidden_state  # [R, L, H]
         head = hf.get_output_embeddings()
         post = (head_scale(hf.config), getattr(hf.config, "final_logit_softcapping", None), temperature)
@@ -91,24 +102,24 @@ def uninstall(model) -> None:
 
 def scored(
     model, input_ids, attention_mask, position_ids, rows, cols, targets,
-    temperature: float = 1.0, with_entropy: bool = False, entropy_grad: bool = False, chunk: int = 1024,
+    temperature: float = 1.0, with_entropy: bool = False, entropy_grad: bool = False, chunk: int = 1024, **kw,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:  # fmt: skip
     """log p(targets) [N] (and the entropy [N]) at positions (rows[N], cols[N]) of the model's rows, each distinct
-    (position, target) through the head once."""
+    (position, target) through the head once. `kw`: passed on to the decoder (prefix-grouped attention's segments)."""
     width = input_ids.shape[1]
     key = (rows * width + cols) * (int(targets.max()) + 1 if targets.numel() else 1) + targets
     uniq, inverse = torch.unique(key, return_inverse=True)  # shared-prefix positions are scored once
     first = torch.zeros_like(uniq).scatter_(0, inverse, torch.arange(len(key), device=key.device))
     lp, ent = getattr(model, METHOD)(
         input_ids, attention_mask, position_ids, rows[first], cols[first], targets[first],
-        temperature, with_entropy, entropy_grad and torch.is_grad_enabled(), chunk,
+        temperature, with_entropy, entropy_grad and torch.is_grad_enabled(), chunk, **kw,
     )  # fmt: skip
     return lp[inverse], (ent[inverse] if ent is not None else None)
 
 
 def scored_rows(
     model, input_ids, attention_mask, position_ids, valid, row, col, target,
-    temperature: float = 1.0, with_entropy: bool = False, entropy_grad: bool = False, chunk: int = 1024,
+    temperature: float = 1.0, with_entropy: bool = False, entropy_grad: bool = False, chunk: int = 1024, **kw,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:  # fmt: skip
     """`scored` in the [B, T] layout the losses use: position t of sequence b sits at (row[b, t], col[b, t]) of the
     model's rows and predicts target[b, t]; only `valid` [B, T] positions are scored, the others are 0."""
@@ -118,7 +129,7 @@ def scored_rows(
         rows, cols, targets = (torch.zeros(1, dtype=torch.long, device=valid.device) for _ in range(3))
     lp_n, ent_n = scored(
         model, input_ids, attention_mask, position_ids, rows, cols, targets,
-        temperature, with_entropy, entropy_grad, chunk,
+        temperature, with_entropy, entropy_grad, chunk, **kw,
     )  # fmt: skip
     lp = torch.zeros(valid.shape, dtype=torch.float32, device=valid.device)
     ent = torch.zeros_like(lp) if with_entropy else None

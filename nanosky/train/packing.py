@@ -28,6 +28,8 @@ import torch
 
 from nanosky import dist
 from nanosky.train import constrain, head
+from nanosky.train.grouped_attention import KWARG, Segments, enabled
+from nanosky.train.grouped_attention import NAME as GROUPED
 
 
 @dataclass
@@ -43,6 +45,9 @@ class Packed:
     valid: torch.Tensor  # [B, T] bool, t+1 < len(ids[b])
     unique_tokens: int  # real tokens in the packed rows
     tokens: int  # Σ len(ids[b]): what the unpacked batch computes (without its padding)
+    segments: Segments | None = (
+        None  # the rows by segment, for prefix-grouped attention (`grouped_attention`)
+    )
 
     def gather(self, x: torch.Tensor) -> torch.Tensor:
         """Per-packed-token values [R, Lp, ...] -> per-sequence [B, T, ...], zero where not `valid`."""
@@ -91,11 +96,13 @@ def pack(
     pos_of = torch.zeros((B, T), dtype=torch.long)
     target = torch.zeros((B, T), dtype=torch.long)
     valid = torch.zeros((B, T), dtype=torch.bool)
+    segs: list[tuple[int, int, int, list[int]]] = []  # (row, start, length, ancestor columns) per member
     for r, (members, ls) in enumerate(zip(rows, lcps)):
         path: list[int] = []  # packed columns of the previous member's tokens
         owner, depth = [], []  # per packed token: the member (row-local) that emitted it, and its depth
         for j, (i, lcp) in enumerate(zip(members, ls)):
             s, start = seqs[i], len(owner)
+            segs.append((r, start, len(s) - lcp, path[:lcp]))
             path = path[:lcp] + list(range(start, start + len(s) - lcp))
             owner += [j] * (len(s) - lcp)
             depth += range(lcp, len(s))
@@ -120,6 +127,7 @@ def pack(
         valid=to(valid),
         unique_tokens=sum(lengths),
         tokens=sum(len(s) for s in seqs),
+        segments=Segments(segs, R, Lp),
     )
 
 
@@ -179,7 +187,7 @@ def check_attention(model) -> None:
     and other kinds (chunked, linear, ...) would compute the wrong thing silently, so they are refused."""
     cfg = model_config(model)
     impl = getattr(cfg, "_attn_implementation", "sdpa")
-    if impl not in ("sdpa", "eager"):
+    if impl not in ("sdpa", "eager", GROUPED):
         raise PackingUnsupported(
             f"optim.packing needs attn_implementation 'sdpa' or 'eager', the model uses {impl!r}: "
             "use --optim.packing none"
@@ -237,7 +245,9 @@ def verify(model, forward, tol: float) -> float:
     p = pack(seqs, T=n - 1, device=device)
     worst = 0.0
     with torch.no_grad():
-        packed = p.gather(forward(p.input_ids, attention_mask(model, p), p.position_ids))  # [B, T, ...]
+        packed = p.gather(
+            forward(p.input_ids, attention_mask(model, p), p.position_ids, **segment_kwargs(model, p))
+        )
         for i, s in enumerate(seqs):
             ids = torch.tensor([s], device=device)
             out = forward(ids, torch.ones_like(ids), None)[0, : len(s) - 1]  # [len - 1, ...]
@@ -255,9 +265,14 @@ def verify(model, forward, tol: float) -> float:
 
 def lm_forward(model):
     """The causal LM's log-probs [R, L, V], the per-token output `verify` compares."""
-    return lambda ids, mask, pos: torch.log_softmax(
-        model(input_ids=ids, attention_mask=mask, position_ids=pos).logits.float(), -1
+    return lambda ids, mask, pos, **kw: torch.log_softmax(
+        model(input_ids=ids, attention_mask=mask, position_ids=pos, **kw).logits.float(), -1
     )
+
+
+def segment_kwargs(model, p: Packed) -> dict:
+    """What a forward over `p`'s rows passes for prefix-grouped attention (nothing for a dense-mask model)."""
+    return {KWARG: p.segments} if enabled(model) else {}
 
 
 def logprobs(
@@ -284,7 +299,7 @@ def logprobs(
         valid = p.valid & keep if keep is not None else p.valid  # [B, T]: only the kept positions are scored
         return head.scored_rows(
             model, p.input_ids, attention_mask(model, p), p.position_ids, valid, p.row, p.pos, p.target,
-            temperature, with_entropy, entropy_grad, chunk,
+            temperature, with_entropy, entropy_grad, chunk, **segment_kwargs(model, p),
         )  # fmt: skip
     kw, col, valid = {}, p.pos, p.valid
     if keep is not None:
@@ -296,8 +311,9 @@ def logprobs(
         lut[cols] = torch.arange(len(cols), device=p.pos.device)
         kw, col = {"logits_to_keep": cols}, lut[p.pos]  # [B, T] index into the kept columns
     out = model(
-        input_ids=p.input_ids, position_ids=p.position_ids, attention_mask=attention_mask(model, p), **kw
-    )
+        input_ids=p.input_ids, position_ids=p.position_ids, attention_mask=attention_mask(model, p),
+        **kw, **segment_kwargs(model, p),
+    )  # fmt: skip
     logits = out.logits.float()  # [R, Lp or K, V]
     if temperature != 1.0:
         logits = logits / temperature

@@ -143,3 +143,13 @@ def test_old_logprobs_only_for_rows_the_update_trains(tmp_path):
             open(str(tmp_path / f"d_{world}_4_token-mean_ppoequal=1skip=1old=1{''.join(extra)}.pt") + ".json")
         )
         assert m["old_max_diff"] < 1e-5 and m["skipped_rows_frac"] > 0
+
+
+@pytest.mark.slow
+def test_grouped_attention_and_the_chunked_head_keep_the_gradient(tmp_path):
+    """2 ranks with prefix-grouped attention and the chunked LM head (4-token chunks) against 1 rank with the dense
+    mask and the plain head: the same gradient."""
+    ref = _run(tmp_path, 1, 16, "token-mean", "ppo", "chunk=0")
+    assert max(v.abs().max().item() for v in ref.values()) > 0
+    got = _run(tmp_path, 2, 4, "token-mean", "ppo", "attn=grouped", "chunk=4")
+    assert _close(ref, got) < 1e-4

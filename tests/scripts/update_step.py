@@ -2,14 +2,16 @@
 check that the gradient does not depend on micro-batch size or world size.
 
     torchrun --nproc_per_node 2 tests/scripts/update_step.py OUT.pt MICRO_BS MODE POLICY_LOSS [ref_kl] [adv=NAME]
-        [pack=prefix|flat|none] [tokens=N] [equal=K] [idle=1] [skip=0|1] [old=1] [";" OUT.pt MICRO_BS ...]
+        [pack=prefix|flat|none] [tokens=N] [equal=K] [idle=1] [skip=0|1] [old=1] [attn=grouped] [chunk=N]
+        [";" OUT.pt MICRO_BS ...]
 
 Several steps separated by ";" run one after the other in one launch, each from a freshly loaded model (starting
 the processes costs more than a step).
 
 The groups share their prompt, as GRPO groups do. With `adv=NAME`, advantages come from that estimator (default
 grpo); `pack` and `tokens` set `optim.packing` and `optim.micro_batch_tokens`; `equal=K` gives the first K groups equal rewards (zero advantages), `idle=1` every group of rank 0, `skip` sets
-`optim.skip_zero_adv`; `old=1` runs 2 mini-batches from old logprobs computed beforehand, only for the rows the
+`optim.skip_zero_adv`; `attn=grouped` trains with prefix-grouped attention, `chunk` sets the LM head's chunk
+(`optim.head_chunk_tokens`); `old=1` runs 2 mini-batches from old logprobs computed beforehand, only for the rows the
 update passes on when it skips (the metrics then hold `old_max_diff`, their largest gap to every row's). With `ref_kl`, the batch carries reference logprobs and `track_ref_kl` is on (kl_coef stays 0): the update must
 be unchanged and train/kl logged. The metrics go to OUT.json.
 """
@@ -25,6 +27,7 @@ import algos
 from nanosky import dist
 from nanosky.agent.trajectory import Trajectory
 from nanosky.tiny import ensure_tiny_model
+from nanosky.train import grouped_attention
 from nanosky.train.batch import compute_advantages, split_groups, to_batch, token_rewards
 from nanosky.train.policy import load_model
 from nanosky.train.update import OptimConfig, PolicyUpdate, forward_logprobs, signal_rows
@@ -56,10 +59,14 @@ def main(
     skip: bool = True,
     idle: bool = False,
     old: bool = False,
+    attn: str = "mask",
+    chunk: int = 1024,
 ) -> None:
     info = dist.init_distributed()
     path = str(ensure_tiny_model())
     model = load_model(path, info)
+    if attn == "grouped":
+        assert grouped_attention.enable(model)
     rng = random.Random(0)
     trajs = []
     prompts = [[rng.randint(3, 500) for _ in range(rng.randint(5, 12))] for _ in range(4)]
@@ -101,6 +108,7 @@ def main(
         micro_batch_tokens=tokens,
         packing=pack,
         skip_zero_adv=skip,
+        head_chunk_tokens=chunk,
     )
     update = PolicyUpdate(optim, cfg, model)
     # an optimizer that records the gradient (the sum over optimizer steps) instead of stepping: parameter deltas
@@ -141,6 +149,8 @@ def run(argv: list[str]) -> None:
         kw.get("skip", "1") == "1",
         kw.get("idle", "0") == "1",
         kw.get("old", "0") == "1",
+        kw.get("attn", "mask"),
+        int(kw.get("chunk", 1024)),
     )
 
 
