@@ -69,9 +69,16 @@ def test_config_validation_and_platform():
         LoraConfig(qlora=True)
     with pytest.raises(ValueError, match="lora.qlora needs CUDA or the CPU .*; not available on mps"):
         check_platform(LoraConfig(rank=8, qlora=True), "mps")
-    check_platform(
-        LoraConfig(rank=8, qlora=True), "cpu"
-    )  # bitsandbytes' NF4 runs here (tests/integration/test_qlora.py)
+    check_platform(LoraConfig(rank=8, qlora=True), "cpu")  # bitsandbytes' NF4 runs here: test_engine_qlora.py
+    import importlib.util
+
+    find = importlib.util.find_spec
+    importlib.util.find_spec = lambda name, *a: None if name == "bitsandbytes" else find(name, *a)
+    try:  # without the package: the install command, at start-up
+        with pytest.raises(ValueError, match=r"pip install -e '\.\[qlora\]'"):
+            check_platform(LoraConfig(rank=8, qlora=True), "cuda")
+    finally:
+        importlib.util.find_spec = find
     check_platform(LoraConfig(rank=8), "cpu")  # plain LoRA runs anywhere
 
 
