@@ -36,16 +36,16 @@ class Segments:
     def plan(
         self, device, window: int | None
     ) -> list[tuple[int, int, int, torch.Tensor, torch.Tensor | None]]:
-        """(row, start, n, kv columns [Lk], mask [n, Lk] bool or None for plain bottom-right causal) per segment."""
+        """(row, start, n, kv columns [Lk], mask [n, Lk] bool or None) per segment."""
         key = (str(device), window)
         if key not in self._plans:
             out = []
             for r, start, n, anc in self.segs:
                 kv = torch.tensor(anc + list(range(start, start + n)), dtype=torch.long, device=device)
+                # None: a square causal segment (a row's first member: SDPA's is_causal skips the upper blocks), or
+                # on CUDA bottom-right causal (the flash kernel takes it); otherwise an explicit mask
                 mask = None
-                if (
-                    window is not None or device.type != "cuda"
-                ):  # CPU: an explicit mask (no CausalBias kernel)
+                if window is not None or (anc and device.type != "cuda"):
                     qd = torch.arange(len(anc), len(anc) + n, device=device)[:, None]  # query depths
                     kd = torch.arange(len(kv), device=device)[None]  # key depths: ancestors, then own
                     mask = kd <= qd
@@ -74,8 +74,10 @@ def attention(module, query, key, value, attention_mask, scaling=None, dropout=0
     for r, start, n, kv, mask in segments.plan(query.device, window):
         q = query[r : r + 1, :, start : start + n]  # [1, H, n, d]
         k, v = key[r : r + 1, :, kv], value[r : r + 1, :, kv]  # [1, Hkv, Lk, d]
-        bias = mask if mask is not None else causal_lower_right(n, len(kv))
-        rows[r].append(sdpa(q, k, v, attn_mask=bias, dropout_p=p, scale=scaling, enable_gqa=gqa))
+        causal = mask is None and len(kv) == n  # no ancestors
+        bias = mask if mask is not None or causal else causal_lower_right(n, len(kv))
+        out = sdpa(q, k, v, attn_mask=bias, dropout_p=p, is_causal=causal, scale=scaling, enable_gqa=gqa)
+        rows[r].append(out)
     L = query.shape[2]
     out = []
     for parts in rows:  # each row: its segments in column order, zeros for the padding after them
