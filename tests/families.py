@@ -35,6 +35,10 @@ FAMILIES = {
     "olmo2": ("Olmo2Config", "Olmo2ForCausalLM", {}),
     "starcoder2": ("Starcoder2Config", "Starcoder2ForCausalLM", {"sliding_window": None}),
     "smollm3": ("SmolLM3Config", "SmolLM3ForCausalLM", {}),
+    # transformers 5 stacks its experts in memory; the checkpoint and vLLM name them one by one
+    "mixtral": ("MixtralConfig", "MixtralForCausalLM", {"num_local_experts": 4, "num_experts_per_tok": 2}),
+    "mixtral_swa": ("MixtralConfig", "MixtralForCausalLM",
+                    {"num_local_experts": 4, "num_experts_per_tok": 2, "sliding_window": 16}),
     "granite": ("GraniteConfig", "GraniteForCausalLM",
                 {"embedding_multiplier": 12.0, "attention_multiplier": 0.125, "residual_multiplier": 0.5,
                  "logits_scaling": 4.0}),

@@ -35,6 +35,7 @@ from nanosky.dist import DistInfo
 from nanosky.train.policy import (
     attn_implementation,
     checkpoint_activations,
+    checkpoint_names,
     decoder_layers,
     hf_loader,
     load_model,
@@ -223,12 +224,21 @@ def _dense_base_weight(layer, w: torch.Tensor) -> torch.Tensor:
 
 
 def iter_merged_params(model, dtype: torch.dtype | None = None) -> Iterator[tuple[str, torch.Tensor]]:
+    """`merged_params` under the checkpoint's names and layouts: what `save_pretrained` would write, which is what
+    vLLM's loaders read (`policy.checkpoint_names`; e.g. Mixtral's experts one by one, not stacked). What the sync
+    streams and the exports write."""
+    to_checkpoint = checkpoint_names(base_model(model))
+    for name, t in merged_params(model, dtype):
+        yield from to_checkpoint(name, t)
+
+
+def merged_params(model, dtype: torch.dtype | None = None) -> Iterator[tuple[str, torch.Tensor]]:
     """(base-model HF name, full tensor) with every adapter merged: W + scaling·B@A, in fp32, cast back to W's dtype.
     `dtype` (the engine's, e.g. bf16 on CUDA): base tensors are gathered in it and merged weights come out in it; the
     small adapters are gathered in full precision. A 4-bit base (QLoRA) is gathered packed and dequantized.
 
-    For a plain model this is the model's own state. Names are exactly the base model's state_dict keys (as vLLM's
-    `load_weights` expects); adapter keys are consumed, never yielded. The training model is not modified. Collective:
+    For a plain model this is the model's own state. Names are exactly the base model's state_dict keys (in memory:
+    `iter_merged_params` turns them into the checkpoint's); adapter keys are consumed, never yielded. The training model is not modified. Collective:
     each sharded tensor is all-gathered, so every rank must consume the iterator in the same order. The scaling is
     read from the layer peft built (alpha / rank, or rsLoRA's), so the merge matches the forward by construction.
     """

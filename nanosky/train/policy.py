@@ -7,7 +7,7 @@ or LoRA-merged) is `nanosky.train.lora.save_merged`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import torch
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
@@ -59,6 +59,20 @@ def hf_loader(path: str, cls=None, **kw) -> Callable[[bool], torch.nn.Module]:
         return cls.from_config(AutoConfig.from_pretrained(path), **kw)
 
     return build
+
+
+def checkpoint_names(hf) -> Callable[[str, torch.Tensor], Iterable[tuple[str, torch.Tensor]]]:
+    """in-memory (name, tensor) -> what `save_pretrained` writes for it: transformers 5 converts some checkpoints on
+    load (Mixtral's `block_sparse_moe.experts.N.w1/w2/w3` become one stacked `mlp.experts.gate_up_proj` [E, 2I, H])
+    and reverts it on save, with its own conversion tables. vLLM's loaders read the checkpoint's names, so the sync
+    and the exports go through the same reversion. The identity for the many models without a conversion."""
+    from transformers.conversion_mapping import get_model_conversion_mapping
+    from transformers.core_model_loading import PrefixChange, revert_weight_conversion
+
+    convs = getattr(hf, "_weight_conversions", None) or get_model_conversion_mapping(hf, add_legacy=False)
+    if not [c for c in convs if not isinstance(c, PrefixChange)]:
+        return lambda name, t: ((name, t),)
+    return lambda name, t: revert_weight_conversion(hf, {name: t}).items()
 
 
 def checkpoint_dtype(path: str) -> torch.dtype:

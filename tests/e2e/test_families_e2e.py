@@ -1,5 +1,6 @@
-"""Two ranks, two steps of the smoke preset on a tiny Qwen3-MoE (the CPU MoE repack after every sync) and a Mistral
-with a 16-token sliding window (the window in the packed masks): the sync probe holds and packing stays on."""
+"""Two ranks, two steps of the smoke preset on a tiny Qwen3-MoE (the CPU MoE repack after every sync) and a Mixtral
+with a 16-token sliding window (the window in the packed masks; its experts synced under the checkpoint's names,
+not transformers' stacked ones): the sync probe holds and packing stays on."""
 
 import json
 import os
@@ -9,7 +10,7 @@ from families import build
 from spawn import scalars, torchrun
 
 
-@pytest.mark.parametrize("family", ["qwen3_moe", "mistral_swa"])
+@pytest.mark.parametrize("family", ["qwen3_moe", "mixtral_swa"])
 def test_two_ranks_train_a_real_family(family, tmp_path):
     model = build(family, str(tmp_path))
     run_dir = str(tmp_path / "run")

@@ -243,3 +243,23 @@ def test_the_reference_of_a_lora_run_is_the_policy_with_its_adapters_off(trained
     assert (policy - base)[m].abs().max() > 1e-2  # the adapters trained away from the base
     assert (off - base)[m].abs().max() < 1e-5
     assert torch.equal(again, policy)
+
+
+def test_the_stream_and_the_export_use_the_checkpoints_names(tmp_path, dist_info, tok):
+    """transformers 5 stacks Mixtral's experts in memory (`mlp.experts.gate_up_proj`); the stream vLLM loads and the
+    export carry what `save_pretrained` wrote: the same names and tensors as the checkpoint file."""
+    from families import build
+    from safetensors import safe_open
+
+    path = build("mixtral", str(tmp_path))
+    model = load_model(path, dist_info)
+    assert any("experts.gate_up_proj" in n for n in model.state_dict())  # stacked in memory
+    with safe_open(os.path.join(path, "model.safetensors"), "pt") as f:
+        disk = {k: f.get_tensor(k) for k in f.keys()}
+    assert any(".experts.0.w1.weight" in k for k in disk)
+    stream = dict(iter_merged_params(model))
+    assert set(stream) == set(disk)
+    assert all(torch.equal(stream[k], disk[k]) for k in disk)
+    save_merged(model, tok, str(tmp_path / "export"))
+    with safe_open(os.path.join(tmp_path, "export", "model.safetensors"), "pt") as f:
+        assert set(f.keys()) == set(disk)  # untied head: every tensor
