@@ -5,7 +5,10 @@ torchrun --nproc_per_node 2 run.py --preset demo                  # CPU (gloo), 
 python run.py --help                                              # every flag
 """
 
+import sys
+
 from nanosky import dist, startup
+from nanosky.sync import BuildRefused
 from nanosky.trainer import train
 
 if __name__ == "__main__":
@@ -15,5 +18,8 @@ if __name__ == "__main__":
     dist.init_distributed(timeout_s=cfg.dist.timeout_s)
     try:
         train(cfg)
+    except BuildRefused as e:  # the engine does not compute the trainer's model: one line, every rank exits 2
+        print(f"nanosky: {e}", file=sys.stderr, flush=True) if dist.launch_rank() == 0 else None
+        sys.exit(2)
     finally:
         dist.shutdown()

@@ -12,7 +12,7 @@ import torch
 import envs
 from nanosky.rollout.chat import encode_conversation
 from nanosky.rollout.engine import StaleWeightsError, held_back
-from nanosky.train.lora import iter_merged_params
+from nanosky.train.lora import base_model, iter_merged_params
 from nanosky.train.policy import token_logprobs
 
 
@@ -25,12 +25,17 @@ def probe_sequence(tok, env_name: str, env_kwargs: dict) -> list[int]:
 
 
 @torch.no_grad()
-def probe(model, engine, ids: list[int], device) -> dict[str, float]:
-    """|trainer − engine| logprob over a fixed sequence. Collective (every rank runs the trainer forward)."""
+def probe_diffs(model, engine, ids: list[int], device) -> torch.Tensor:
+    """|trainer − engine| log p of each token of a fixed sequence [len − 1]. Collective (the trainer's forward)."""
     x = torch.tensor([ids], device=device)
     lp_train, _ = token_logprobs(model, x, torch.ones_like(x))
     lp_engine = engine.prompt_logprobs(ids).to(lp_train.device)
-    d = (lp_train[0].double() - lp_engine).abs()
+    return (lp_train[0].double() - lp_engine).abs().cpu()
+
+
+def probe(model, engine, ids: list[int], device) -> dict[str, float]:
+    """The probe's mean and max |trainer − engine| logprob (`probe_diffs`), as logged."""
+    d = probe_diffs(model, engine, ids, device)
     return {"rollout/logprob_diff_mean": float(d.mean()), "rollout/logprob_diff_max": float(d.max())}
 
 
@@ -41,8 +46,18 @@ PROBE_CEILING = {"float32": 1e-3, "bfloat16": 0.25, "float16": 0.25}
 """The most the build probe may show. Both sides then hold the same weights, so the gap is numerics only: on a 7B in
 bf16, 0.02-0.04 mean nats are published (ServiceNow/Fast-LLM #525); an engine that missed the push (dummy or old
 weights) is off by nats."""
+PROBE_CEILING_MAX = {"float32": 2e-4}
+"""The most any one token of the build probe may show, where the engine computes in fp32: a correct engine agrees to
+~1e-5 (every family in tests/integration/test_families.py), so a real disagreement (a window one position off, an
+attention the engine implements differently) is refused, not averaged away. bf16 has no per-token ceiling: single
+tokens there differ by rounding alone."""
 CALIBRATION = 4.0
 """A later sync may show this many times the build probe's gap before it counts as stale."""
+
+
+class BuildRefused(StaleWeightsError):
+    """The build sync's probe shows that the engine does not compute the trainer's model: the run stops before step 1,
+    in one line (run.py)."""
 
 
 class Probe:
@@ -55,14 +70,29 @@ class Probe:
         self.tol: float | None = max_mean_diff  # None until the build sync
         self.build_gap: float | None = None
 
-    def check(self, m: dict[str, float], dtype: str, version: int, warned: list[str]) -> None:
-        """Raise StaleWeightsError when the engine does not serve the trainer's weights."""
+    def check(
+        self, m: dict[str, float], dtype: str, version: int, warned: list[str],
+        diffs: torch.Tensor | None = None, arch: str = "the model",
+    ) -> None:  # fmt: skip
+        """Raise StaleWeightsError when the engine does not serve the trainer's weights. At the build sync (nothing
+        calibrated yet) also when any token of the probe is over the per-token ceiling, naming the architecture and
+        the first position where they part."""
         gap = m["rollout/logprob_diff_mean"]
         limit = self.tol
         if limit is None:  # the build sync: calibrate, unless the gap already shows a broken push
             limit = PROBE_CEILING.get(dtype, PROBE_CEILING["bfloat16"])
+            worst = PROBE_CEILING_MAX.get(dtype)
+            if self.fixed is None and worst is not None and diffs is not None and float(diffs.max()) > worst:
+                first = int((diffs > worst).nonzero()[0])
+                raise BuildRefused(
+                    f"{arch}: the trainer and the engine disagree from position {first + 1} of the build probe "
+                    f"(|Δlogp| {float(diffs[first]):.3g} there, max {float(diffs.max()):.3g} > {worst:g}, mean "
+                    f"{gap:.3g}): the engine computes another model than transformers (its attention or a layer "
+                    "differs), so training would be off-policy. Refused; --probe.max-mean-diff overrides"
+                    + "".join(f"\n  vLLM: {w}" for w in warned)
+                )
         if gap > limit:
-            raise StaleWeightsError(
+            raise (StaleWeightsError if self.tol is not None else BuildRefused)(
                 f"engine is serving stale weights: mean |Δlogp| {gap:.4g} > {limit:.4g} after sync to version "
                 f"{version}"
                 + ("" if self.tol is not None else " (the build sync: the engine did not load them)")
@@ -86,6 +116,10 @@ def sync_weights(policy, engine, version: int, probe_: Probe, push: bool = True)
     else:
         engine.version = version  # testing only: pretend; the probe below must catch it
     engine.wake("kv_cache")
-    m = probe(policy, engine, probe_.ids, engine.info.device)
-    probe_.check(m, engine.dtype, version, held_back())  # vLLM's "Failed to load weights" lines of this sync
+    d = probe_diffs(policy, engine, probe_.ids, engine.info.device)
+    m = {"rollout/logprob_diff_mean": float(d.mean()), "rollout/logprob_diff_max": float(d.max())}
+    arch = type(base_model(policy)).__name__.removeprefix("FSDP")  # FSDP2 subclasses the model's class
+    probe_.check(
+        m, engine.dtype, version, held_back(), d, arch
+    )  # held_back: vLLM's load warnings of this sync
     return m

@@ -33,7 +33,7 @@ from nanosky.rollout.chat import load_tokenizer
 from nanosky.rollout.engine import Engine
 from nanosky.rollout.envpool import EnvPool, InProcessPool, make_pool
 from nanosky.stop import GracefulStop, resume_command
-from nanosky.sync import Probe, probe_sequence, sync_weights
+from nanosky.sync import BuildRefused, Probe, probe_sequence, sync_weights
 from nanosky.train import grouped_attention, head, packing
 from nanosky.train.batch import Batch, compute_advantages, split_groups, to_batch, token_rewards
 from nanosky.train.checkpointer import Checkpointer
@@ -148,7 +148,12 @@ def build(cfg: TrainConfig, resources: contextlib.ExitStack) -> Run:
         run.log.resumed_at(run.step)
         run.log.print(f"resumed from {state['path']} at step {run.step}")
     # The engine holds placeholder weights until this first push; the probe then calibrates on identical weights.
-    m = sync_weights(policy, run.engine, run.version, run.probe)  # calibrates the probe's tolerance
+    try:  # calibrates the probe's tolerance, or refuses an engine that computes another model
+        m, refused = sync_weights(policy, run.engine, run.version, run.probe), None
+    except BuildRefused as e:
+        refused = str(e)
+    if refused := next((v for v in dist.all_gather_objects(refused) if v), None):  # every rank stops alike
+        raise BuildRefused(refused)
     run.log.scalars(run.step, m | {"rollout/probe_tol": run.probe.tol})
     return run
 

@@ -39,6 +39,9 @@ FAMILIES = {
     "mixtral": ("MixtralConfig", "MixtralForCausalLM", {"num_local_experts": 4, "num_experts_per_tok": 2}),
     "mixtral_swa": ("MixtralConfig", "MixtralForCausalLM",
                     {"num_local_experts": 4, "num_experts_per_tok": 2, "sliding_window": 16}),
+    # vLLM's Command-R attention sees sliding_window + 1 positions (policy.ENGINE_WINDOW_OFFSET)
+    "cohere2": ("Cohere2Config", "Cohere2ForCausalLM",
+                {"sliding_window": 16, "layer_types": ["sliding_attention", "full_attention"]}),
     "granite": ("GraniteConfig", "GraniteForCausalLM",
                 {"embedding_multiplier": 12.0, "attention_multiplier": 0.125, "residual_multiplier": 0.5,
                  "logits_scaling": 4.0}),

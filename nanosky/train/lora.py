@@ -35,8 +35,10 @@ from nanosky.dist import DistInfo
 from nanosky.train.policy import (
     attn_implementation,
     checkpoint_activations,
+    checkpoint_config,
     checkpoint_names,
     decoder_layers,
+    engine_config,
     hf_loader,
     load_model,
     load_sharded,
@@ -157,6 +159,7 @@ def load_lora_model(path: str, cfg: LoraConfig, info: DistInfo, activation_check
     )
     model = AutoModelForCausalLM.from_pretrained(
         path,
+        config=engine_config(path),
         dtype=torch.bfloat16,
         attn_implementation=attn_implementation(path),
         device_map={"": info.device},
@@ -310,7 +313,7 @@ def save_merged(model, tok, out_dir: str, dtype: torch.dtype | None = None) -> N
     if main:
         os.makedirs(out_dir, exist_ok=True)
         hf = base_model(model)
-        config = copy.deepcopy(hf.config)
+        config = checkpoint_config(hf.config)  # a copy, with the checkpoint's own window
         if hasattr(config, "quantization_config"):  # the merged weights are dense
             del config.quantization_config
         config.dtype = next(iter(state.values())).dtype

@@ -45,18 +45,48 @@ def attn_implementation(path: str) -> str:
     return "eager" if getattr(cfg, "attn_logit_softcapping", None) else "sdpa"
 
 
+ENGINE_WINDOW_OFFSET = {"cohere2": 1}
+"""Sliding windows vLLM 0.32 counts differently from transformers, by `model_type`: its Command-R attention sees
+sliding_window + 1 positions ("cohere swa layer sees [pos - sliding_window, pos]", `models/commandr.py`). The trainer
+follows the engine, which samples the rollouts (with window 16, transformers at 17 matches vLLM to 4.8e-7, at 16 it
+is 5.3e-3 off): its config's window, and so its attention and packing's masks, grow by the offset. Exports write
+the checkpoint's value back (`checkpoint_config`)."""
+
+
+def engine_config(path: str):
+    """The checkpoint's config as the trainer builds its models: aligned with the engine (`ENGINE_WINDOW_OFFSET`)."""
+    from transformers import AutoConfig
+
+    cfg = AutoConfig.from_pretrained(path)
+    off = ENGINE_WINDOW_OFFSET.get(getattr(cfg, "model_type", ""), 0)
+    if off and getattr(cfg, "sliding_window", None):
+        cfg.sliding_window += off
+    return cfg
+
+
+def checkpoint_config(cfg):
+    """The inverse of `engine_config`, on a copy: what an export writes."""
+    import copy
+
+    cfg = copy.deepcopy(cfg)
+    off = ENGINE_WINDOW_OFFSET.get(getattr(cfg, "model_type", ""), 0)
+    if off and getattr(cfg, "sliding_window", None):
+        cfg.sliding_window -= off
+    return cfg
+
+
 def hf_loader(path: str, cls=None, **kw) -> Callable[[bool], torch.nn.Module]:
     """`build(real)` for `load_sharded`: the checkpoint's model in fp32 (the master weights; on GPU the FSDP
-    mixed-precision policy computes in bf16), read from disk, or only its structure from the config."""
-    from transformers import AutoConfig, AutoModelForCausalLM
+    mixed-precision policy computes in bf16), read from disk, or only its structure from the config; either way
+    with the engine-aligned config (`engine_config`)."""
+    from transformers import AutoModelForCausalLM
 
     cls = cls or AutoModelForCausalLM
     kw = {"dtype": torch.float32, "attn_implementation": attn_implementation(path)} | kw
 
     def build(real: bool) -> torch.nn.Module:
-        if real:
-            return cls.from_pretrained(path, **kw)
-        return cls.from_config(AutoConfig.from_pretrained(path), **kw)
+        cfg = engine_config(path)
+        return cls.from_pretrained(path, config=cfg, **kw) if real else cls.from_config(cfg, **kw)
 
     return build
 

@@ -263,3 +263,20 @@ def test_the_stream_and_the_export_use_the_checkpoints_names(tmp_path, dist_info
     save_merged(model, tok, str(tmp_path / "export"))
     with safe_open(os.path.join(tmp_path, "export", "model.safetensors"), "pt") as f:
         assert set(f.keys()) == set(disk)  # untied head: every tensor
+
+
+def test_cohere2_trains_with_the_engines_window_and_exports_its_own(tmp_path, dist_info, tok):
+    """vLLM's Command-R attention sees window + 1 positions: the trainer's config follows it, the export does not."""
+    import json
+
+    from families import build
+
+    from nanosky.train.policy import engine_config
+
+    path = build("cohere2", str(tmp_path))
+    assert engine_config(path).sliding_window == 17  # the checkpoint says 16
+    model = load_model(path, dist_info)
+    assert model.config.sliding_window == 17
+    assert model.model.layers[0].self_attn.sliding_window == 17  # built from it, not patched after
+    save_merged(model, tok, str(tmp_path / "export"))
+    assert json.load(open(tmp_path / "export" / "config.json"))["sliding_window"] == 16

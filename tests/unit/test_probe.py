@@ -49,3 +49,25 @@ def test_a_fixed_tolerance_is_never_calibrated():
     assert p.tol == 0.5
     with pytest.raises(StaleWeightsError):
         p.check(_m(0.6), "bfloat16", 1, [])
+
+
+def test_one_token_off_at_build_is_refused_by_name_and_position():
+    """A disagreement the mean hides (Cohere2's window one position off: mean 6.6e-4 under the old 1e-3): on an fp32
+    engine any token over 2e-4 at build refuses the run, naming the architecture and where they part."""
+    import torch
+
+    d = torch.full((40,), 1e-6, dtype=torch.float64)
+    d[37:] = 5e-3  # the last tokens, past a window
+    m = {"rollout/logprob_diff_mean": float(d.mean()), "rollout/logprob_diff_max": float(d.max())}
+    assert m["rollout/logprob_diff_mean"] < 1e-3  # the mean ceiling alone would let it train
+    with pytest.raises(
+        StaleWeightsError, match=r"Cohere2ForCausalLM: .* from position 38 of the build probe"
+    ):
+        Probe([1]).check(m, "float32", 0, [], d, "Cohere2ForCausalLM")
+    bf16 = Probe([1])
+    bf16.check(m, "bfloat16", 0, [], d, "Cohere2ForCausalLM")  # rounding alone moves single bf16 tokens
+    fixed = Probe([1], max_mean_diff=0.01)
+    fixed.check(m, "float32", 0, [], d, "Cohere2ForCausalLM")  # the user's tolerance overrides
+    fine = Probe([1])
+    fine.check(_m(1e-6), "float32", 0, [], torch.full((40,), 1e-5, dtype=torch.float64), "Qwen2ForCausalLM")
+    assert fine.tol == 1e-4
