@@ -42,6 +42,9 @@ FAMILIES = {
     # vLLM's Command-R attention sees sliding_window + 1 positions (policy.ENGINE_WINDOW_OFFSET)
     "cohere2": ("Cohere2Config", "Cohere2ForCausalLM",
                 {"sliding_window": 16, "layer_types": ["sliding_attention", "full_attention"]}),
+    "qwen2_moe": ("Qwen2MoeConfig", "Qwen2MoeForCausalLM",
+                  {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 64,
+                   "shared_expert_intermediate_size": 128, "decoder_sparse_step": 1}),
     "granite": ("GraniteConfig", "GraniteForCausalLM",
                 {"embedding_multiplier": 12.0, "attention_multiplier": 0.125, "residual_multiplier": 0.5,
                  "logits_scaling": 4.0}),

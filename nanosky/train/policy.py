@@ -38,11 +38,19 @@ def private_classes(model: torch.nn.Module) -> torch.nn.Module:
 def attn_implementation(path: str) -> str:
     """SDPA, except where transformers' SDPA computes something other than the model: its SDPA path drops attention
     logit soft-capping (Gemma 2; measured on a tiny Gemma 2: 0.014 max |Δlogp| against eager), which vLLM applies.
-    Those models train with eager attention (`packing` then passes an additive mask)."""
+    Those models train with eager attention (`packing` then passes an additive mask), as do models transformers
+    implements without SDPA."""
     from transformers import AutoConfig
 
     cfg = AutoConfig.from_pretrained(path)
-    return "eager" if getattr(cfg, "attn_logit_softcapping", None) else "sdpa"
+    if getattr(cfg, "attn_logit_softcapping", None):
+        return "eager"
+    from transformers import AutoModelForCausalLM
+
+    cls = AutoModelForCausalLM._model_mapping.get(type(cfg), None)
+    return (
+        "sdpa" if getattr(cls, "_supports_sdpa", True) else "eager"
+    )  # e.g. GPT-OSS (attention sinks): eager
 
 
 ENGINE_WINDOW_OFFSET = {"cohere2": 1}
