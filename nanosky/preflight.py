@@ -39,6 +39,7 @@ class UsageError(Exception, SystemExit):
 
 def check(cfg: TrainConfig, world: int | None = None) -> None:
     check_model("--model.path", cfg.model.path)
+    check_architecture(cfg)
     check_chat_template(cfg)
     check_agent(cfg)
     check_env_data(cfg.env, cfg.env_data)
@@ -77,6 +78,35 @@ def check_model(flag: str, path: str) -> None:
         raise UsageError(
             f"{flag} {path}: not a local directory, not in the Hugging Face cache, and the hub cannot be reached "
             "(no network); download it elsewhere and pass its directory"
+        )
+
+
+BF16_ONLY_ON_CPU = {"qwen3_next": "its Gated DeltaNet linear-attention layers"}
+"""Architectures vLLM 0.32's CPU build runs only in bf16, by `model_type` (its CPU GDN kernel asserts "requires BF16");
+the CPU engine computes in fp32, where a correct engine matches the trainer to ~1e-6."""
+
+
+def check_architecture(cfg: TrainConfig) -> None:
+    """Refuse, by name, a local model the engine cannot run here (before a traceback from inside vLLM)."""
+    p = Path(cfg.model.path).expanduser() / "config.json"
+    if not p.is_file():
+        return
+    import json
+
+    import torch
+
+    conf = json.loads(p.read_text())
+    what = BF16_ONLY_ON_CPU.get(conf.get("model_type", ""))
+    dtype = (
+        cfg.engine.dtype
+        if cfg.engine.dtype != "auto"
+        else ("bfloat16" if torch.cuda.is_available() else "float32")
+    )
+    if what and not torch.cuda.is_available() and dtype != "bfloat16":
+        arch = (conf.get("architectures") or [conf["model_type"]])[0]
+        raise UsageError(
+            f"--model.path {cfg.model.path}: {arch} is not supported on the CPU: vLLM's CPU build runs {what} only "
+            f"in bf16, and the engine here computes in {dtype} (to match the trainer); train it on a GPU"
         )
 
 

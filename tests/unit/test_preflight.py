@@ -223,3 +223,21 @@ def test_preset_run_dirs_name_the_algorithm():
         "runs/webshop_lite-gigpo"
     )
     assert parse_args(["--preset", "demo"], console=False).run_dir == "runs/demo-grpo"
+
+
+def test_an_architecture_the_cpu_engine_cannot_run_is_refused_by_name(tmp_path):
+    """Qwen3-Next's linear attention runs in vLLM's CPU build only in bf16: one line at start-up, not a traceback
+    from inside the engine. A bf16 engine passes this check; any other architecture too."""
+    model = tmp_path / "qwen3next"
+    model.mkdir()
+    (model / "model.safetensors").write_bytes(b"")
+    (model / "config.json").write_text(
+        json.dumps({"model_type": "qwen3_next", "architectures": ["Qwen3NextForCausalLM"]})
+    )
+    _fails(
+        _cfg(tmp_path, "--model.path", str(model)),
+        r"Qwen3NextForCausalLM is not supported on the CPU: vLLM's CPU build runs its Gated DeltaNet .* in float32",
+    )
+    preflight.check_architecture(_cfg(tmp_path, "--model.path", str(model), "--engine.dtype", "bfloat16"))
+    (model / "config.json").write_text(json.dumps({"model_type": "qwen2"}))
+    preflight.check_architecture(_cfg(tmp_path, "--model.path", str(model)))
