@@ -6,6 +6,7 @@ import copy
 import pytest
 import torch
 from families import build
+from gradcheck import assert_same, logprobs_and_grads
 
 from nanosky.train import grouped_attention, head, packing
 
@@ -49,19 +50,8 @@ def test_log_p_entropy_and_gradients_equal_the_dense_mask(models, row_tokens, ch
     assert sum(n for _, _, n, _ in p.segments.segs) == p.unique_tokens  # the segments tile the real tokens
     adv = torch.randn(keep.shape, generator=torch.Generator().manual_seed(1))
 
-    def run(model):
-        model.zero_grad(set_to_none=True)
-        lp, ent = packing.logprobs(model, p, True, True, keep=keep, chunk=chunk)
-        ((lp * adv + 0.1 * ent) * keep).sum().backward()
-        return lp.detach(), ent.detach(), {n: q.grad.clone() for n, q in model.named_parameters()}
-
-    lp0, e0, g0 = run(dense)
-    lp1, e1, g1 = run(grouped)
-    assert (lp0 - lp1)[keep].abs().max() < 1e-5 and (e0 - e1)[keep].abs().max() < 1e-5
-    for n in g0:
-        scale = g0[n].abs().max()
-        assert scale > 0, n
-        assert (g0[n] - g1[n]).abs().max() <= 1e-5 * scale, n
+    ref = logprobs_and_grads(dense, p, keep, adv, chunk=chunk)
+    assert_same(ref, logprobs_and_grads(grouped, p, keep, adv, chunk=chunk), keep)
 
 
 def test_the_build_check_and_unsegmented_forwards_run_on_grouped_attention(models):

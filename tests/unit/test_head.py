@@ -3,6 +3,7 @@ head's (the full logits, a log-softmax and autograd), on random tensors in float
 
 import pytest
 import torch
+from gradcheck import assert_same, logprobs_and_grads
 
 from nanosky.train import head, packing
 from nanosky.train.policy import token_logprobs
@@ -85,20 +86,12 @@ def test_packed_rows_through_the_chunked_head_equal_the_plain_head(model):
     p = packing.pack(seqs, T)
     adv = torch.randn(keep.shape, generator=torch.Generator().manual_seed(3))
 
-    def run(chunk):
-        model.zero_grad(set_to_none=True)
-        lp, ent = packing.logprobs(model, p, True, True, keep=keep, chunk=chunk)
-        ((lp * adv + 0.1 * ent) * keep).sum().backward()
-        return lp.detach(), ent.detach(), {n: q.grad.clone() for n, q in model.named_parameters()}
-
-    lp0, e0, g0 = run(0)
-    lp1, e1, g1 = run(4)
-    assert (lp1[~keep] == 0).all() and (e1[~keep] == 0).all()
-    assert (lp0 - lp1)[keep].abs().max() < 1e-5 and (e0 - e1)[keep].abs().max() < 1e-5
-    for n in g0:
-        scale = g0[n].abs().max()
-        assert scale > 0, n
-        assert (g0[n] - g1[n]).abs().max() <= 1e-5 * scale, n
+    ref, got = (
+        logprobs_and_grads(model, p, keep, adv, chunk=0),
+        logprobs_and_grads(model, p, keep, adv, chunk=4),
+    )
+    assert (got[0][~keep] == 0).all() and (got[1][~keep] == 0).all()
+    assert_same(ref, got, keep)
 
 
 def test_an_empty_selection_still_runs_every_layer_with_zero_weight(model):
