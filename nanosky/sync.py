@@ -33,10 +33,14 @@ def probe_diffs(model, engine, ids: list[int], device) -> torch.Tensor:
     return (lp_train[0].double() - lp_engine).abs().cpu()
 
 
+def probe_metrics(d: torch.Tensor) -> dict[str, float]:
+    """The probe's per-token differences as logged: their mean and max."""
+    return {"rollout/logprob_diff_mean": float(d.mean()), "rollout/logprob_diff_max": float(d.max())}
+
+
 def probe(model, engine, ids: list[int], device) -> dict[str, float]:
     """The probe's mean and max |trainer − engine| logprob (`probe_diffs`), as logged."""
-    d = probe_diffs(model, engine, ids, device)
-    return {"rollout/logprob_diff_mean": float(d.mean()), "rollout/logprob_diff_max": float(d.max())}
+    return probe_metrics(probe_diffs(model, engine, ids, device))
 
 
 PROBE_FLOOR = {"float32": 1e-4, "bfloat16": 0.02, "float16": 0.02}
@@ -107,9 +111,8 @@ def sync_weights(policy, engine, version: int, probe_: Probe, push: bool = True)
     """Push the policy's weights to the engine as `version`, then check with the probe that it serves them. An engine
     asleep (CUDA, after a rollout phase) wakes in two parts around the push; it ends fully awake. `push=False`
     (testing only, `--debug.skip-sync`) leaves the engine stale: the probe must catch it."""
-    engine.wake(
-        "weights"
-    )  # CUDA: the weights first; the KV cache is mapped after the push (TRL's, verl's order)
+    # CUDA: the weights first; the KV cache is mapped after the push (TRL's, verl's order)
+    engine.wake("weights")
     if push:
         # LoRA merged in; gathered in the engine's dtype (bf16 on CUDA: half the bytes of an fp32 gather)
         engine.load_weights(iter_merged_params(policy, getattr(torch, engine.dtype)), version)
@@ -117,9 +120,8 @@ def sync_weights(policy, engine, version: int, probe_: Probe, push: bool = True)
         engine.version = version  # testing only: pretend; the probe below must catch it
     engine.wake("kv_cache")
     d = probe_diffs(policy, engine, probe_.ids, engine.info.device)
-    m = {"rollout/logprob_diff_mean": float(d.mean()), "rollout/logprob_diff_max": float(d.max())}
+    m = probe_metrics(d)
     arch = type(base_model(policy)).__name__.removeprefix("FSDP")  # FSDP2 subclasses the model's class
-    probe_.check(
-        m, engine.dtype, version, held_back(), d, arch
-    )  # held_back: vLLM's load warnings of this sync
+    # held_back: vLLM's "Failed to load weights" lines of this sync, named in the error
+    probe_.check(m, engine.dtype, version, held_back(), d, arch)
     return m

@@ -48,9 +48,7 @@ def attn_implementation(path: str) -> str:
     from transformers import AutoModelForCausalLM
 
     cls = AutoModelForCausalLM._model_mapping.get(type(cfg), None)
-    return (
-        "sdpa" if getattr(cls, "_supports_sdpa", True) else "eager"
-    )  # e.g. GPT-OSS (attention sinks): eager
+    return "sdpa" if getattr(cls, "_supports_sdpa", True) else "eager"  # e.g. GPT-OSS (attention sinks)
 
 
 ENGINE_WINDOW_OFFSET = {"cohere2": 1}
@@ -155,13 +153,12 @@ def load_sharded(
             model.generation_config = real.generation_config
         del real  # `src` holds the only references: popping an entry frees it
     with torch.no_grad():
-        for name, dst in model.state_dict().items():  # the same order on every rank
+        sd = model.state_dict()
+        for name, dst in sd.items():  # the same order on every rank
             _receive(dst, src.pop(name, None) if info.is_main else None, info)
-        persistent = set(model.state_dict())
-        for (
-            name,
-            buf,
-        ) in model.named_buffers():  # non-persistent buffers (RoPE's inv_freq) are in no state_dict
+        persistent = set(sd)
+        # non-persistent buffers (RoPE's inv_freq) are in no state_dict: rank 0's values too
+        for name, buf in model.named_buffers():
             if name not in persistent:
                 _receive(buf, bufs[name] if info.is_main else None, info)
     return model
@@ -171,11 +168,8 @@ def _receive(dst: torch.Tensor, full: torch.Tensor | None, info: DistInfo) -> No
     """Broadcast rank 0's `full` tensor and copy this rank's part of it into `dst` (an FSDP2 shard, or a whole
     tensor)."""
     shape = dst.shape  # a DTensor's global shape
-    t = (
-        full.to(info.device, dst.dtype)
-        if full is not None
-        else torch.empty(shape, dtype=dst.dtype, device=info.device)
-    )
+    empty = full is None
+    t = torch.empty(shape, dtype=dst.dtype, device=info.device) if empty else full.to(info.device, dst.dtype)
     if tuple(t.shape) != tuple(shape):
         raise ValueError(f"checkpoint tensor {tuple(t.shape)} does not fit the model's {tuple(shape)}")
     torch.distributed.broadcast(t, src=0)
