@@ -13,10 +13,14 @@ AttentionInterface, no patching): `enable(model)` switches a model to it, and a 
 `nanosky_segments=` (the `Packed.segments` of its rows) computes by segment; any other forward (unpacked rows,
 generation, the probe) runs transformers' own SDPA. Sliding windows are applied per segment from the depths.
 Soft-capped attention (Gemma 2) trains with eager attention and never reaches this. On CUDA a segment without a
-window goes through SDPA's bottom-right causal bias, which keeps the flash kernel (a boolean mask would not).
+window goes through SDPA's bottom-right causal bias, which keeps the flash kernel (a boolean mask would not). On
+the CPU a group's completions go through one padded call per layer: call by call they were 1.2-1.3x slower than
+the dense mask, batched they are level with it (docs/experiments/speed.md).
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import torch
 from torch.nn.functional import scaled_dot_product_attention as sdpa
@@ -27,33 +31,91 @@ KWARG = "nanosky_segments"
 
 class Segments:
     """The segments of packed rows: (row, start column, length, ancestor columns) each, in row order and, within a
-    row, in column order (they tile the row's real tokens). Index tensors are built once per device and window."""
+    row, in column order (they tile the row's real tokens). Plans are built once per device and window."""
 
     def __init__(self, segs: list[tuple[int, int, int, list[int]]], rows: int, width: int):
         self.segs, self.rows, self.width = [s for s in segs if s[2] > 0], rows, width
         self._plans: dict = {}
 
-    def plan(
-        self, device, window: int | None
-    ) -> list[tuple[int, int, int, torch.Tensor, torch.Tensor | None]]:
-        """(row, start, n, kv columns [Lk], mask [n, Lk] bool or None) per segment."""
+    def plan(self, device, window: int | None) -> tuple[list[_Single], list[_Batch]]:
+        """The SDPA calls for this device and window: segments run one by one, and batches of segments."""
         key = (str(device), window)
         if key not in self._plans:
-            out = []
-            for r, start, n, anc in self.segs:
-                kv = torch.tensor(anc + list(range(start, start + n)), dtype=torch.long, device=device)
-                # None: a square causal segment (a row's first member: SDPA's is_causal skips the upper blocks), or
-                # on CUDA bottom-right causal (the flash kernel takes it); otherwise an explicit mask
-                mask = None
-                if window is not None or (anc and device.type != "cuda"):
-                    qd = torch.arange(len(anc), len(anc) + n, device=device)[:, None]  # query depths
-                    kd = torch.arange(len(kv), device=device)[None]  # key depths: ancestors, then own
-                    mask = kd <= qd
-                    if window is not None:
-                        mask &= qd - kd < window  # as transformers' sliding mask: q − k < window
-                out.append((r, start, n, kv, mask))
-            self._plans[key] = out
+            self._plans[key] = _plan(self.segs, device, window)
         return self._plans[key]
+
+
+class _Single(NamedTuple):
+    """One segment, one call: query columns start..start+n of `row` over key columns `kv` [Lk]."""
+
+    row: int
+    start: int
+    n: int
+    kv: torch.Tensor  # [Lk] long
+    mask: torch.Tensor | None  # [n, Lk] bool, or None: causal (square: is_causal; else bottom-right)
+
+
+class _Batch(NamedTuple):
+    """Segments of similar length in one call, padded: S queries of n tokens over Lk keys each."""
+
+    rows: torch.Tensor  # [S, 1] long: each segment's packed row
+    q: torch.Tensor  # [S, n] long: its query columns (padding repeats the last)
+    kv: torch.Tensor  # [S, Lk] long: its key columns, ancestors then its own (padding repeats the last)
+    mask: torch.Tensor  # [S, 1, n, Lk] bool: causal bottom-right (and the window); padded keys masked
+    real: torch.Tensor  # [S, n] bool: the query slots holding a real token
+
+
+def _mask(depth0: int, n: int, lk: int, window: int | None, device) -> torch.Tensor:
+    """[n, lk] bool: queries at depths depth0.. over keys at depths 0..lk-1, causal (and within the window)."""
+    qd = torch.arange(depth0, depth0 + n, device=device)[:, None]
+    kd = torch.arange(lk, device=device)[None]
+    mask = kd <= qd
+    if window is not None:
+        mask &= qd - kd < window  # as transformers' sliding mask: q − k < window
+    return mask
+
+
+def _plan(segs, device, window: int | None) -> tuple[list[_Single], list[_Batch]]:
+    """A row's first member (no ancestors) runs alone, square-causal (SDPA's is_causal skips the upper blocks). On
+    CUDA each other segment runs alone too, bottom-right causal, which keeps the flash kernel; elsewhere they run
+    in batches by length (a power-of-two bucket each), so a GRPO group's completions are one call per layer, not
+    one each: on the CPU each call's overhead and its index's backward cost more than the scores saved."""
+    singles, buckets = [], {}
+    for r, start, n, anc in segs:
+        if not anc or device.type == "cuda":
+            kv = torch.tensor(anc + list(range(start, start + n)), dtype=torch.long, device=device)
+            square = not anc
+            mask = (
+                None
+                if window is None and (square or device.type == "cuda")
+                else _mask(len(anc), n, len(kv), window, device)
+            )
+            singles.append(_Single(r, start, n, kv, mask))
+        else:
+            buckets.setdefault((n - 1).bit_length(), []).append((r, start, n, anc))
+    batches = []
+    for members in buckets.values():
+        n = max(m[2] for m in members)
+        lk = max(len(m[3]) + m[2] for m in members)
+        rows, q, kv, mask, real = [], [], [], [], []
+        for r, start, k, anc in members:
+            own = list(range(start, start + k))
+            rows.append([r])
+            q.append(own + [own[-1]] * (n - k))
+            cols = anc + own
+            kv.append(cols + [cols[-1]] * (lk - len(cols)))
+            m = torch.zeros(n, lk, dtype=torch.bool, device=device)
+            m[:k, : len(cols)] = _mask(len(anc), k, len(cols), window, device)
+            m[k:, 0] = (
+                True  # a padded query attends to one key (an empty row would be NaN); its output is dropped
+            )
+            mask.append(m)
+            real.append([True] * k + [False] * (n - k))
+        t = lambda x: torch.tensor(x, dtype=torch.long, device=device)  # noqa: E731
+        batches.append(
+            _Batch(t(rows), t(q), t(kv), torch.stack(mask)[:, None], torch.tensor(real, device=device))
+        )
+    return singles, batches
 
 
 def attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
@@ -70,21 +132,30 @@ def attention(module, query, key, value, attention_mask, scaling=None, dropout=0
     window = kwargs.get("sliding_window") or getattr(module, "sliding_window", None)
     gqa = query.shape[1] != key.shape[1]
     p = dropout if module.training else 0.0
-    rows: list[list[torch.Tensor]] = [[] for _ in range(segments.rows)]
-    for r, start, n, kv, mask in segments.plan(query.device, window):
+    call = lambda q, k, v, bias, causal: sdpa(  # noqa: E731
+        q, k, v, attn_mask=bias, dropout_p=p, is_causal=causal, scale=scaling, enable_gqa=gqa
+    )
+    singles, batches = segments.plan(query.device, window)
+    rows, cols, vals = [], [], []  # where each computed token's output goes: [N] row, [N] column, [N, H, d]
+    for r, start, n, kv, mask in singles:
         q = query[r : r + 1, :, start : start + n]  # [1, H, n, d]
         k, v = key[r : r + 1, :, kv], value[r : r + 1, :, kv]  # [1, Hkv, Lk, d]
         causal = mask is None and len(kv) == n  # no ancestors
         bias = mask if mask is not None or causal else causal_lower_right(n, len(kv))
-        out = sdpa(q, k, v, attn_mask=bias, dropout_p=p, is_causal=causal, scale=scaling, enable_gqa=gqa)
-        rows[r].append(out)
-    L = query.shape[2]
-    out = []
-    for parts in rows:  # each row: its segments in column order, zeros for the padding after them
-        filled = sum(x.shape[2] for x in parts)
-        pad = query.new_zeros(1, query.shape[1], L - filled, query.shape[3])
-        out.append(torch.cat([*parts, pad], dim=2))
-    return torch.cat(out).transpose(1, 2).contiguous(), None  # [R, Lp, H, d]
+        vals.append(call(q, k, v, bias, causal)[0].transpose(0, 1))  # [n, H, d]
+        rows.append(torch.full((n,), r, dtype=torch.long, device=query.device))
+        cols.append(torch.arange(start, start + n, device=query.device))
+    qt, kt, vt = query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2)  # [R, Lp, H(kv), d]
+    for b in batches:
+        q = qt[b.rows, b.q].transpose(1, 2)  # [S, H, n, d]
+        k, v = kt[b.rows, b.kv].transpose(1, 2), vt[b.rows, b.kv].transpose(1, 2)  # [S, Hkv, Lk, d]
+        out = call(q, k, v, b.mask, False).transpose(1, 2)  # [S, n, H, d]
+        vals.append(out[b.real])  # [N_b, H, d]
+        rows.append(b.rows.expand_as(b.q)[b.real])
+        cols.append(b.q[b.real])
+    R, H, L, d = query.shape
+    out = query.new_zeros(R, L, H, d).index_put((torch.cat(rows), torch.cat(cols)), torch.cat(vals))
+    return out, None  # [R, Lp, H, d]; padding columns stay 0
 
 
 def register() -> None:
