@@ -84,10 +84,34 @@ def check_model(flag: str, path: str) -> None:
 BF16_ONLY_ON_CPU = {"qwen3_next": "its Gated DeltaNet linear-attention layers"}
 """Architectures vLLM 0.32's CPU build runs only in bf16, by `model_type` (its CPU GDN kernel asserts "requires BF16");
 the CPU engine computes in fp32, where a correct engine matches the trainer to ~1e-6."""
+NOT_ON_CPU = {
+    "mla": "its multi-head latent attention does not match transformers' on vLLM's CPU build (the AMX backend takes "
+    "bf16 weights only; the reference backend parts from transformers after the first position, by up to 2.7 nats "
+    "on a 2-layer model)",
+    "gpt_oss": "vLLM's CPU engine takes no weight sync for it (its attention sinks and routed experts log 'Failed to "
+    "load weights', and the engine keeps serving the old ones)",
+}
+"""Architectures the CPU engine cannot serve as the trainer computes them, whatever the dtype: MLA (DeepSeek-V2/V3,
+Kimi: any config with `kv_lora_rank`) and GPT-OSS. Measured with vLLM 0.32 (tests/integration/test_families.py's
+REFUSED); on CUDA the calibrated build probe decides."""
+
+
+def cpu_refusal(conf: dict, dtype: str) -> str | None:
+    """Why the CPU engine cannot run this model config (config.json as a dict) in `dtype`, or None."""
+    kind = conf.get("model_type", "")
+    if kind in BF16_ONLY_ON_CPU and dtype != "bfloat16":
+        return (
+            f"vLLM's CPU build runs {BF16_ONLY_ON_CPU[kind]} only in bf16, and the engine here computes in {dtype} "
+            "(to match the trainer)"
+        )
+    if conf.get("kv_lora_rank"):
+        return NOT_ON_CPU["mla"]
+    return NOT_ON_CPU.get(kind)
 
 
 def check_architecture(cfg: TrainConfig) -> None:
-    """Refuse, by name, a local model the engine cannot run here (before a traceback from inside vLLM)."""
+    """Refuse, by name, a local model the engine cannot run here (before a traceback from inside vLLM, or a run on
+    an engine that disagrees with the trainer)."""
     p = Path(cfg.model.path).expanduser() / "config.json"
     if not p.is_file():
         return
@@ -95,18 +119,15 @@ def check_architecture(cfg: TrainConfig) -> None:
 
     import torch
 
+    if torch.cuda.is_available():
+        return
     conf = json.loads(p.read_text())
-    what = BF16_ONLY_ON_CPU.get(conf.get("model_type", ""))
-    dtype = (
-        cfg.engine.dtype
-        if cfg.engine.dtype != "auto"
-        else ("bfloat16" if torch.cuda.is_available() else "float32")
-    )
-    if what and not torch.cuda.is_available() and dtype != "bfloat16":
-        arch = (conf.get("architectures") or [conf["model_type"]])[0]
+    dtype = cfg.engine.dtype if cfg.engine.dtype != "auto" else "float32"
+    why = cpu_refusal(conf, dtype)
+    if why:
+        arch = (conf.get("architectures") or [conf.get("model_type", "this model")])[0]
         raise UsageError(
-            f"--model.path {cfg.model.path}: {arch} is not supported on the CPU: vLLM's CPU build runs {what} only "
-            f"in bf16, and the engine here computes in {dtype} (to match the trainer); train it on a GPU"
+            f"--model.path {cfg.model.path}: {arch} is not supported on the CPU: {why}; train it on a GPU"
         )
 
 

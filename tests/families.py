@@ -49,6 +49,26 @@ FAMILIES = {
                 {"embedding_multiplier": 12.0, "attention_multiplier": 0.125, "residual_multiplier": 0.5,
                  "logits_scaling": 4.0}),
 }  # fmt: skip
+# Families nanosky refuses on the CPU at start-up, by name (`nanosky.preflight.check_architecture`): family ->
+# (config class, model class, overrides, what the refusal says, the README table's reason). Exact on the CPU is impossible for these with
+# vLLM 0.32; on CUDA the build probe decides.
+REFUSED = {
+    "deepseek_v3": ("DeepseekV3Config", "DeepseekV3ForCausalLM",
+                    {"kv_lora_rank": 256, "q_lora_rank": 64, "qk_rope_head_dim": 64, "qk_nope_head_dim": 32,
+                     "v_head_dim": 32, "num_key_value_heads": 4, "n_routed_experts": 4, "num_experts_per_tok": 2,
+                     "n_group": 1, "topk_group": 1, "first_k_dense_replace": 1, "moe_intermediate_size": 64,
+                     "n_shared_experts": 1, "topk_method": "noaux_tc", "scoring_func": "sigmoid"},
+                    "its multi-head latent attention", "MLA parts from transformers' after position 0"),
+    "gpt_oss": ("GptOssConfig", "GptOssForCausalLM",
+                {"head_dim": 32, "num_local_experts": 4, "num_experts_per_tok": 2, "sliding_window": 16,
+                 "layer_types": ["sliding_attention", "full_attention"]},
+                "takes no weight sync", "its engine takes no weight sync"),
+    "qwen3_next": ("Qwen3NextConfig", "Qwen3NextForCausalLM",
+                   {"head_dim": 32, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 64,
+                    "shared_expert_intermediate_size": 128, "linear_num_key_heads": 2, "linear_num_value_heads": 4,
+                    "linear_key_head_dim": 32, "linear_value_head_dim": 32, "full_attention_interval": 2},
+                   "Gated DeltaNet .* only in bf16", "in fp32: vLLM runs Gated DeltaNet in bf16 only"),
+}  # fmt: skip
 TRANSFORMERS_BACKEND = {"olmo2", "starcoder2", "smollm3"}
 """Families vLLM 0.32 serves through its Transformers backend (which rewrites transformers' classes in place)."""
 
@@ -57,7 +77,7 @@ def build(family: str, out_dir: str, seed: int = 0, **overrides) -> str:
     """Save a random-weight `family` model with the bundled tokenizer into out_dir/family; returns the folder."""
     import transformers
 
-    cfg_name, model_name, extra = FAMILIES[family]
+    cfg_name, model_name, extra = (FAMILIES | REFUSED)[family][:3]
     tok_dir = resolve_model_path("tiny")
     tok = transformers.AutoTokenizer.from_pretrained(tok_dir)
     cfg = getattr(transformers, cfg_name)(
@@ -91,8 +111,8 @@ def table(out_dir: str) -> str:
     from nanosky.train.policy import attn_implementation
 
     rows = [
-        "| family (tested as) | trainer attention | layers | prefix packing | vLLM |",
-        "|---|---|---|---|---|",
+        "| family (tested as) | trainer attention | layers | prefix packing | vLLM | on the CPU |",
+        "|---|---|---|---|---|---|",
     ]
     for family in FAMILIES:
         path = build(family, out_dir)
@@ -104,8 +124,10 @@ def table(out_dir: str) -> str:
         mask += ", additive (eager)" if attn_implementation(path) == "eager" else ""
         backend = "Transformers backend" if family in TRANSFORMERS_BACKEND else "native"
         rows.append(
-            f"| {FAMILIES[family][1]} | {attn_implementation(path)} | {layers} | {mask} | {backend} |"
+            f"| {FAMILIES[family][1]} | {attn_implementation(path)} | {layers} | {mask} | {backend} | exact |"
         )
+    for _, model, _, _, reason in REFUSED.values():
+        rows.append(f"| {model} | | | | native | refused at start-up ({reason}) |")
     return "\n".join(rows)
 
 

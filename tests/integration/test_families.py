@@ -1,14 +1,17 @@
 """Real model families, tiny and random (tests/families.py), through the trainer and the engine in one process:
 packed vs unpacked forwards, trainer vs engine logprobs before and after a weight sync, every architecture in
-FAMILIES. What it proves is the README's supported-architectures table."""
+FAMILIES; and each family in REFUSED is refused at start-up by name. What it proves is the README's
+supported-architectures table."""
 
 import gc
 
 import pytest
 import torch
-from families import FAMILIES, TRANSFORMERS_BACKEND, build
+from families import FAMILIES, REFUSED, TRANSFORMERS_BACKEND, build
 
+from nanosky import preflight
 from nanosky.bundled import resolve_model_path
+from nanosky.cli import parse_args
 from nanosky.rollout.engine import Engine, EngineConfig
 from nanosky.sync import probe
 from nanosky.train import packing
@@ -67,3 +70,17 @@ def test_family_trains_packs_and_syncs_exactly(family, dist_info, tmp_path):
     assert before["rollout/logprob_diff_max"] < 1e-4
     assert moved["rollout/logprob_diff_max"] > 1e-2  # the change was real: the stale engine disagrees
     assert after["rollout/logprob_diff_max"] < 1e-4
+
+
+@pytest.mark.parametrize("family", sorted(REFUSED))
+def test_a_family_the_cpu_engine_cannot_match_is_refused_at_start_up(family, tmp_path):
+    """One line naming the architecture and why, before any model loads (run.py: exit 2, no traceback)."""
+    path = build(family, str(tmp_path))
+    cfg = parse_args(
+        ["--preset", "smoke", "--model.path", path, "--log.run-dir", str(tmp_path / "run")], console=False
+    )
+    arch = REFUSED[family][1]
+    with pytest.raises(
+        preflight.UsageError, match=rf"{arch} is not supported on the CPU: .*{REFUSED[family][3]}"
+    ):
+        preflight.check(cfg, world=1)
