@@ -1,7 +1,6 @@
 """Shared by the tests that prove a packed path equal to its reference: one loss's log p, entropy and every
 parameter's gradient through `packing.logprobs`, and their comparison."""
 
-
 from nanosky.train import packing
 
 
