@@ -81,18 +81,23 @@ def check_model(flag: str, path: str) -> None:
         )
 
 
-BF16_ONLY_ON_CPU = {"qwen3_next": "its Gated DeltaNet linear-attention layers"}
+GDN = "its Gated DeltaNet linear-attention layers"
+BF16_ONLY_ON_CPU = {
+    kind: GDN for kind in ("qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text")
+}
 """Architectures vLLM 0.32's CPU build runs only in bf16, by `model_type` (its CPU GDN kernel asserts "requires BF16");
 the CPU engine computes in fp32, where a correct engine matches the trainer to ~1e-6."""
 NOT_ON_CPU = {
     "mla": "its multi-head latent attention does not match transformers' on vLLM's CPU build (the AMX backend takes "
     "bf16 weights only; the reference backend parts from transformers after the first position, by up to 2.7 nats "
     "on a 2-layer model)",
+    "apertus": "vLLM keeps its xIELU activation's learned alphas in bf16 while the CPU engine computes in fp32 (1.3e-3 "
+    "off on a 2-layer model, and more as training moves them)",
     "gpt_oss": "vLLM's CPU engine takes no weight sync for it (its attention sinks and routed experts log 'Failed to "
     "load weights', and the engine keeps serving the old ones)",
 }
 """Architectures the CPU engine cannot serve as the trainer computes them, whatever the dtype: MLA (DeepSeek-V2/V3,
-Kimi: any config with `kv_lora_rank`) and GPT-OSS. Measured with vLLM 0.32 (tests/integration/test_families.py's
+Kimi: any config with `kv_lora_rank`), Apertus and GPT-OSS. Measured with vLLM 0.32 (tests/integration/test_families.py's
 REFUSED); on CUDA the calibrated build probe decides."""
 
 

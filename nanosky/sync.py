@@ -1,7 +1,7 @@
 """The weight sync and its probe: the policy's full tensors (LoRA merged in) pushed to the colocated engine as a new
 version, then a fixed sequence scored by both, so a stale or wrongly loaded engine stops the run at once.
 
-    probe = Probe(probe_sequence(tok, cfg.env, cfg.env_args()), cfg.probe.max_mean_diff)
+    probe = build_probe(cfg, tok, model.config)   # a longer sequence at the build sync where the model slides
     metrics = sync_weights(policy, engine, version, probe)   # rollout/logprob_diff_mean, _max; raises if stale
 """
 
@@ -13,15 +13,38 @@ import envs
 from nanosky.rollout.chat import encode_conversation
 from nanosky.rollout.engine import StaleWeightsError, held_back
 from nanosky.train.lora import base_model, iter_merged_params
+from nanosky.train.packing import attention_kinds
 from nanosky.train.policy import token_logprobs
 
 
-def probe_sequence(tok, env_name: str, env_kwargs: dict) -> list[int]:
-    """A fixed token sequence to score with both the trainer and the engine after every sync."""
+def probe_sequence(
+    tok, env_name: str, env_kwargs: dict, cross: int = 0, max_len: int | None = None
+) -> list[int]:
+    """A fixed token sequence to score with both the trainer and the engine after every sync. `cross` > 0 (the build
+    probe of a model with a sliding window): its assistant turn alone is longer than `cross` tokens, so tokens late
+    in the turn attend across the window's edge and an engine whose window is one position off shows there; at
+    most `max_len` tokens (the engine's context: a window past it never binds)."""
     env = envs.make(env_name, split="test", seed=0, **env_kwargs)
-    msgs = env.reset() + [{"role": "assistant", "content": "Let me think. 12 + 30 = 42\n<answer>42</answer>"}]
-    ids, _ = encode_conversation(tok, msgs, [t.schema for t in env.tools] or None)
-    return ids
+    text = "Let me think. 12 + 30 = 42\n"
+    reps = 1
+    while True:
+        msgs = env.reset() + [{"role": "assistant", "content": text * reps + "<answer>42</answer>"}]
+        ids, mask = encode_conversation(tok, msgs, [t.schema for t in env.tools] or None)
+        turn = int(sum(mask))  # the assistant's tokens
+        if turn > cross or (max_len is not None and len(ids) >= max_len):
+            return ids[:max_len] if max_len is not None else ids
+        reps *= 2
+
+
+def build_probe(cfg, tok, model_config) -> Probe:
+    """The run's probe: the short sequence after every sync; at the build sync, where the model slides, one whose
+    assistant turn crosses the window (up to the engine's context)."""
+    short = probe_sequence(tok, cfg.env, cfg.env_args())
+    _, window = attention_kinds(model_config)
+    long = None
+    if window and window < cfg.engine.max_model_len:
+        long = probe_sequence(tok, cfg.env, cfg.env_args(), cross=window, max_len=cfg.engine.max_model_len)
+    return Probe(short, cfg.probe.max_mean_diff, build_ids=long)
 
 
 @torch.no_grad()
@@ -69,10 +92,19 @@ class Probe:
     (`max(floor, 4 × the build gap)` by engine dtype) unless `--probe.max-mean-diff` fixes it. The build gap itself
     must stay under a ceiling: the calibration never absorbs an engine that did not load the weights."""
 
-    def __init__(self, ids: list[int], max_mean_diff: float | None = None):
-        self.ids, self.fixed = ids, max_mean_diff
+    def __init__(
+        self, ids: list[int], max_mean_diff: float | None = None, build_ids: list[int] | None = None
+    ):
+        """`build_ids`: the build sync's sequence, when it must be longer (`probe_sequence(cross=window)`)."""
+        self.ids, self.fixed, self.build_ids = ids, max_mean_diff, build_ids or ids
         self.tol: float | None = max_mean_diff  # None until the build sync
         self.build_gap: float | None = None
+        self.built = False  # the build sync passed: later syncs score `ids`
+
+    @property
+    def current(self) -> list[int]:
+        """The sequence the next sync scores."""
+        return self.ids if self.built else self.build_ids
 
     def check(
         self, m: dict[str, float], dtype: str, version: int, warned: list[str],
@@ -105,6 +137,7 @@ class Probe:
         if self.tol is None:
             self.build_gap = gap
             self.tol = max(PROBE_FLOOR.get(dtype, PROBE_FLOOR["bfloat16"]), CALIBRATION * gap)
+        self.built = True
 
 
 def sync_weights(policy, engine, version: int, probe_: Probe, push: bool = True) -> dict[str, float]:
@@ -119,7 +152,7 @@ def sync_weights(policy, engine, version: int, probe_: Probe, push: bool = True)
     else:
         engine.version = version  # testing only: pretend; the probe below must catch it
     engine.wake("kv_cache")
-    d = probe_diffs(policy, engine, probe_.ids, engine.info.device)
+    d = probe_diffs(policy, engine, probe_.current, engine.info.device)
     m = probe_metrics(d)
     arch = type(base_model(policy)).__name__.removeprefix("FSDP")  # FSDP2 subclasses the model's class
     # held_back: vLLM's "Failed to load weights" lines of this sync, named in the error

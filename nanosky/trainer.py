@@ -33,7 +33,7 @@ from nanosky.rollout.chat import load_tokenizer
 from nanosky.rollout.engine import Engine
 from nanosky.rollout.envpool import EnvPool, InProcessPool, make_pool
 from nanosky.stop import GracefulStop, resume_command
-from nanosky.sync import BuildRefused, Probe, probe_sequence, sync_weights
+from nanosky.sync import BuildRefused, Probe, build_probe, sync_weights
 from nanosky.train import grouped_attention, head, packing
 from nanosky.train.batch import Batch, compute_advantages, split_groups, to_batch, token_rewards
 from nanosky.train.checkpointer import Checkpointer
@@ -124,7 +124,7 @@ def build(cfg: TrainConfig, resources: contextlib.ExitStack) -> Run:
         rollout=rollout,
         log=log,
         evaluator=Evaluator(cfg, rollout, log, info.rank),
-        probe=Probe(probe_sequence(tok, cfg.env, cfg.env_args()), cfg.probe.max_mean_diff),
+        probe=build_probe(cfg, tok, policy.config),
         ref=ref,
         critic=critic,
         critic_update=CriticUpdate(cfg.optim, cfg.algorithm, critic) if critic is not None else None,

@@ -45,6 +45,19 @@ FAMILIES = {
     "qwen2_moe": ("Qwen2MoeConfig", "Qwen2MoeForCausalLM",
                   {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 64,
                    "shared_expert_intermediate_size": 128, "decoder_sparse_step": 1}),
+    "glm4": ("Glm4Config", "Glm4ForCausalLM", {"head_dim": 32}),
+    "ernie4_5": ("Ernie4_5Config", "Ernie4_5ForCausalLM", {"head_dim": 32}),
+    "exaone4": ("Exaone4Config", "Exaone4ForCausalLM",
+                {"sliding_window": 16, "layer_types": ["sliding_attention", "full_attention"]}),
+    "olmoe": ("OlmoeConfig", "OlmoeForCausalLM", {"num_experts": 4, "num_experts_per_tok": 2}),
+    "granitemoe": ("GraniteMoeConfig", "GraniteMoeForCausalLM", {"num_local_experts": 4, "num_experts_per_tok": 2}),
+    "glm4_moe": ("Glm4MoeConfig", "Glm4MoeForCausalLM",
+                 {"head_dim": 32, "n_routed_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 64,
+                  "first_k_dense_replace": 1, "n_group": 1, "topk_group": 1}),
+    "stablelm": ("StableLmConfig", "StableLmForCausalLM", {}),
+    "nemotron": ("NemotronConfig", "NemotronForCausalLM", {}),
+    "gemma4": ("Gemma4TextConfig", "Gemma4ForCausalLM",
+               {"head_dim": 32, "sliding_window": 16, "layer_types": ["sliding_attention", "full_attention"]}),
     "granite": ("GraniteConfig", "GraniteForCausalLM",
                 {"embedding_multiplier": 12.0, "attention_multiplier": 0.125, "residual_multiplier": 0.5,
                  "logits_scaling": 4.0}),
@@ -53,6 +66,7 @@ FAMILIES = {
 # (config class, model class, overrides, what the refusal says, the README table's reason). Exact on the CPU is impossible for these with
 # vLLM 0.32; on CUDA the build probe decides.
 REFUSED = {
+    "apertus": ("ApertusConfig", "ApertusForCausalLM", {}, "xIELU", "xIELU's alphas in bf16 in vLLM"),
     "deepseek_v3": ("DeepseekV3Config", "DeepseekV3ForCausalLM",
                     {"kv_lora_rank": 256, "q_lora_rank": 64, "qk_rope_head_dim": 64, "qk_nope_head_dim": 32,
                      "v_head_dim": 32, "num_key_value_heads": 4, "n_routed_experts": 4, "num_experts_per_tok": 2,
@@ -68,6 +82,10 @@ REFUSED = {
                     "shared_expert_intermediate_size": 128, "linear_num_key_heads": 2, "linear_num_value_heads": 4,
                     "linear_key_head_dim": 32, "linear_value_head_dim": 32, "full_attention_interval": 2},
                    "Gated DeltaNet .* only in bf16", "in fp32: vLLM runs Gated DeltaNet in bf16 only"),
+    "qwen3_5": ("Qwen3_5TextConfig", "Qwen3_5ForCausalLM",
+                {"head_dim": 32, "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 32,
+                 "linear_value_head_dim": 32, "full_attention_interval": 2},
+                "Gated DeltaNet .* only in bf16", "in fp32: vLLM runs Gated DeltaNet in bf16 only"),
 }  # fmt: skip
 TRANSFORMERS_BACKEND = {"olmo2", "starcoder2", "smollm3"}
 """Families vLLM 0.32 serves through its Transformers backend (which rewrites transformers' classes in place)."""
@@ -110,10 +128,9 @@ def table(out_dir: str) -> str:
     from nanosky.train import packing
     from nanosky.train.policy import attn_implementation
 
-    rows = [
-        "| family (tested as) | trainer attention | layers | prefix packing | vLLM | on the CPU |",
-        "|---|---|---|---|---|---|",
-    ]
+    groups: dict[
+        tuple, list[str]
+    ] = {}  # the other columns -> the families that share them, in FAMILIES order
     for family in FAMILIES:
         path = build(family, out_dir)
         cfg = transformers.AutoConfig.from_pretrained(path)
@@ -123,11 +140,19 @@ def table(out_dir: str) -> str:
         mask = "trie mask" + (", window per sliding layer" if window else "")
         mask += ", additive (eager)" if attn_implementation(path) == "eager" else ""
         backend = "Transformers backend" if family in TRANSFORMERS_BACKEND else "native"
-        rows.append(
-            f"| {FAMILIES[family][1]} | {attn_implementation(path)} | {layers} | {mask} | {backend} | exact |"
+        name = FAMILIES[family][1].removesuffix("ForCausalLM") + (
+            " (window)" if family == "mixtral_swa" else ""
         )
+        groups.setdefault((attn_implementation(path), layers, mask, backend, "exact"), []).append(name)
     for _, model, _, _, reason in REFUSED.values():
-        rows.append(f"| {model} | | | | native | refused at start-up ({reason}) |")
+        groups.setdefault(("", "", "", "native", f"refused at start-up ({reason})"), []).append(
+            model.removesuffix("ForCausalLM")
+        )
+    rows = [
+        "| families (…ForCausalLM, tested as) | trainer attention | layers | prefix packing | vLLM | on the CPU |",
+        "|---|---|---|---|---|---|",
+    ]
+    rows += [f"| {', '.join(names)} | {' | '.join(cols)} |" for cols, names in groups.items()]
     return "\n".join(rows)
 
 
