@@ -1,7 +1,8 @@
 """The build sync's probe crosses the model's sliding window: an engine whose window is one position off the
 trainer's is refused by name before step 1, even where the window is longer than the probe every later sync scores.
 Cohere2 with a 120-token window; without nanosky's fix for vLLM's Command-R window (`ENGINE_WINDOW_OFFSET`), the
-trainer's window is 120 and the engine's 121."""
+trainer's window is 120 and the engine's 121. (Named to run after every test of the shared `engine` fixture: this
+module's engine teardown ends the process's vLLM parallel state.)"""
 
 import gc
 
