@@ -44,11 +44,17 @@ class RunLogger:
             self.tb.add_scalar(k, v, step)
         self.tb.flush()
 
-    def rollouts(self, step: int, trajs: list, tok, n: int, tag: str = "train") -> None:
+    def rollouts(
+        self, step: int, trajs: list, tok, n: int, tag: str = "train", tokens: list | None = None
+    ) -> None:
+        """The first n of `trajs` to rollouts.jsonl, each with its per-token values where `tokens` has them
+        (`nanosky.trace`), and two of them to TensorBoard's text tab."""
         if not self.enabled or n <= 0:
             return
-        for t in trajs[:n]:
+        for i, t in enumerate(trajs[:n]):
             rec = {"step": step, "split": tag} | t.to_json(with_ids=False)
+            if tokens is not None and tokens[i] is not None:
+                rec["tokens"] = tokens[i]
             self.samples.write(json.dumps(rec, default=repr) + "\n")  # state keys may hold sets
         self.samples.flush()
         text = "\n\n---\n\n".join(

@@ -20,7 +20,7 @@ from transformers.utils import logging as hf_logging
 
 import algos
 from algos.registry import ADV_ESTIMATORS
-from nanosky import dist
+from nanosky import dist, trace
 from nanosky.agent import EngineBackend
 from nanosky.agent.player import Rollouts
 from nanosky.bundled import resolve_model_path
@@ -193,10 +193,11 @@ def check_packing(run: Run) -> None:
         run.cfg.optim.packing = "none"
 
 
-def prepare(run: Run, rollouts: Rollouts) -> tuple[Batch, dict[str, float]]:
+def prepare(run: Run, rollouts: Rollouts) -> tuple[Batch, dict[str, float], list | None]:
     """This rank's whole groups (step-wise: its share of the turns) as a padded batch, with the logprobs and values
-    the update needs, and advantages. Returns it and a step-level estimator's metrics (GiGPO's anchors). The rows'
-    layout is what the player said it produced (`Rollouts.layout`), never guessed from the data."""
+    the update needs, and advantages. Returns it, a step-level estimator's metrics (GiGPO's anchors) and its rows'
+    trajectories (None when step-wise: its rows are turns). The rows' layout is what the player said
+    it produced (`Rollouts.layout`), never guessed from the data."""
     info, a, optim = run.info, run.cfg.algorithm, run.cfg.optim
     meta = ADV_ESTIMATORS.meta(a.adv_estimator)
     trajs, stepwise = rollouts.trajs, rollouts.layout == "stepwise"
@@ -231,7 +232,7 @@ def prepare(run: Run, rollouts: Rollouts) -> tuple[Batch, dict[str, float]]:
     batch.advantages = algos.scale_negative(batch.advantages, a.neg_adv_scale)
     if a.ppo_epochs > 1 or a.mini_batches > 1:  # otherwise the update's first forward is the behaviour policy
         batch.old_logprobs = forward_logprobs(run.policy, batch, optim, signal_only=run.update.skip)
-    return batch, metrics
+    return batch, metrics, None if stepwise else local
 
 
 def update(run: Run, batch: Batch, step: int) -> dict[str, float]:
@@ -267,7 +268,13 @@ def train(cfg: TrainConfig) -> dict:
                 run.engine.sleep()
             trajs = rollouts.trajs
             with ph(step, "logprob"):  # this rank's rows, old/ref logprobs, values, KL-in-reward, advantages
-                batch, adv_m = prepare(run, rollouts)
+                batch, adv_m, local = prepare(run, rollouts)
+            traced = (
+                trace.pick(batch, cfg.log.samples_per_step) if run.info.is_main and local is not None else []
+            )
+            run.update.trace_rows = set(
+                traced
+            )  # rank 0's whole groups: their per-token values, for the viewer
             with ph(step, "train"):  # critic + policy optimizer steps
                 upd = update(run, batch, step)
             with ph(
@@ -287,7 +294,9 @@ def train(cfg: TrainConfig) -> dict:
                 trajs, batch, times, upd, envs_failed=failed, version=run.version, n_params=run.n_params
             )
             run.log.scalars(step, m | ph.metrics() | gen_m | sync_m | upd_m | adv_m)
-            run.log.rollouts(step, trajs, run.tok, cfg.log.samples_per_step)
+            logged, fields = trace.sample(trajs, local, batch, traced, run.update.traced, cfg.log.samples_per_step,
+                                          cfg.log.sample_tokens)  # fmt: skip
+            run.log.rollouts(step, logged, run.tok, len(logged), tokens=fields)
             if run.evaluator.due(step):
                 with ph(step, "eval"):
                     acc = run.evaluator(step, run.version)
@@ -339,5 +348,6 @@ def close(run: Run, acc: float, step_times: list[float]) -> dict:
         + f"\n  summary      {os.path.join(cfg.run_dir, 'summary.json')}"
         + (f"\n  model        {final}  (HF format: --model.path, evals' --ckpt)" if final else "")
         + f"\n  TensorBoard  {command('tensorboard')} --logdir {cfg.run_dir}"
+        + f"\n  episodes     {command('python')} -m nanosky.view {cfg.run_dir}   (one HTML page: groups, turns, tokens)"
     )
     return summary

@@ -32,7 +32,11 @@ class LogConfig:
     keep_ckpts: int = 3
     """Keep the last K checkpoints."""
     samples_per_step: int = 4
-    """Rollouts written to rollouts.jsonl and TensorBoard text each step."""
+    """Rollouts written to rollouts.jsonl each step (and two to TensorBoard's text tab): whole groups, at least this
+    many trajectories, with their per-token values (`nanosky/trace.py`) for the viewer (`python -m nanosky.view`)."""
+    sample_tokens: int = 8192
+    """At most this many tokens per step carry per-token values in rollouts.jsonl (~20 bytes each: ≤ 160 KB a step,
+    ≤ 160 MB over 1,000 steps); the groups past it are written without them."""
     eval_samples: int = 2
     """Eval rollouts written to rollouts.jsonl (split "eval") at each eval, from rank 0's share of the held-out
     episodes; a large number keeps all of that share, to read where the held-out episodes fail."""
@@ -41,6 +45,10 @@ class LogConfig:
     """Start afresh in a run dir that holds an earlier run (checkpoints or TensorBoard events): the earlier run is
     moved to a timestamped sibling folder (`runs/x.20261126-101500`), nothing is deleted. Without it such a start is
     refused; `--resume latest` continues the earlier run instead."""
+
+    def __post_init__(self):
+        if self.samples_per_step < 0 or self.sample_tokens < 0 or self.eval_samples < 0:
+            raise ValueError("log.samples-per-step, log.sample-tokens and log.eval-samples must be >= 0")
 
 
 @dataclass(kw_only=True)

@@ -56,6 +56,9 @@ class Batch:
         None  # [N, 2] (row, t) of constrained positions (nanosky/train/constrain.py)
     )
     choice_bits: torch.Tensor | None = None  # [N, ceil(V/32)] int32: the tokens allowed at each of them
+    row_id: torch.Tensor | None = (
+        None  # [B] each row's index in the rank's batch, kept through slices (the trace)
+    )
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
@@ -120,6 +123,7 @@ def to_batch(trajs: list[Trajectory | None], pad_id: int, device, masker=None) -
         rewards=torch.tensor([t.reward for t in trajs], dtype=torch.float32, device=device),
         group_index=torch.tensor([t.group for t in trajs], dtype=torch.long, device=device),
         row_mask=row_mask,
+        row_id=torch.arange(B, device=device),
     )
     if masker is not None:
         masker.attach(batch, trajs)  # padding rows have no constrained turns

@@ -63,6 +63,37 @@ def test_two_rank_run_logs_and_syncs(smoke_run):
 
 
 @pytest.mark.slow
+def test_the_step_sample_is_whole_groups_with_their_token_values(smoke_run):
+    """What the viewer colours tokens by: per sampled token, the engine's and the trainer's log p (on-policy, fp32:
+    equal within the probe's tolerance), one advantage per sequence (GRPO), and the entropy; whole groups."""
+    cfg = json.load(open(os.path.join(smoke_run, "config.json")))
+    recs = [json.loads(x) for x in open(os.path.join(smoke_run, "rollouts.jsonl")) if '"split": "train"' in x]
+    assert sorted({r["step"] for r in recs}) == [1, 2, 3]
+    for step in (1, 2, 3):
+        groups = {}
+        for r in recs:
+            if r["step"] == step:
+                groups.setdefault(r["group"], []).append(r)
+        assert groups and all(len(g) == cfg["rollout"]["group_size"] for g in groups.values())  # whole groups
+        assert sum(len(g) for g in groups.values()) >= cfg["log"]["samples_per_step"]
+    for r in recs:
+        tok = r["tokens"]
+        n = len(tok["ids"])
+        assert all(len(tok[k]) == n for k in ("mask", "lp", "lp_train", "adv", "ent"))
+        on = [t for t in range(n) if tok["mask"][t]]
+        assert on and all(tok["mask"][t] == 0 for t in range(r["prompt_len"]))
+        assert all(tok["lp"][t] is None and tok["adv"][t] is None for t in range(n) if t not in on)
+        assert max(abs(tok["lp"][t] - tok["lp_train"][t]) for t in on) < 2e-3
+        assert len({tok["adv"][t] for t in on}) == 1  # GRPO: the sequence's advantage on every token
+        assert all(tok["ent"][t] >= 0 for t in on)
+    for g in {(r["step"], r["group"]) for r in recs}:  # group-normalised: the advantages sum to ~0
+        advs = [
+            next(a for a in r["tokens"]["adv"] if a is not None) for r in recs if (r["step"], r["group"]) == g
+        ]
+        assert abs(sum(advs)) < 1e-2
+
+
+@pytest.mark.slow
 def test_checkpoint_loads_in_transformers_and_vllm(smoke_run, tmp_path):
     ckpt = os.path.join(smoke_run, "checkpoints", "step_000003", "export")
     assert os.path.exists(

@@ -6,6 +6,7 @@ import math
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 from spawn import ROOT, child_env, scalars
@@ -207,20 +208,26 @@ def test_stepwise_rollout_trains(algo, nproc, tmp_path):
     assert rollouts and all("steps" not in x for x in rollouts)  # episodes, readable, without the token ids
 
 
-@pytest.mark.slow
-def test_swe_trains_at_two_ranks(tmp_path):
-    """`--preset swe` end to end at 2 ranks: generated bug-fix tasks in the env pools (sandboxed bash, the editor,
-    grading at submit), multi-turn rows, the env-step latency and its share logged. Constrained: every turn is one
-    well-formed call, and the trainer scores the multi-turn rows under the grammar's masks as the engine did."""
+@pytest.fixture(scope="module")
+def swe_run(tmp_path_factory):
     from spawn import torchrun
 
-    from envs.tools import parse_tool_calls
-
-    run_dir = str(tmp_path / "swe")
+    run_dir = str(tmp_path_factory.mktemp("swe") / "swe")
     small = "--steps 2 --rollout.prompts-per-step 2 --rollout.group-size 2 --eval.every 0 --eval.limit 2"
     r = torchrun(["--preset", "swe", "--log.run-dir", run_dir, *small.split(), "--envpool.workers", "1",
                   "--env-kwargs.max-turns", "3", "--log.samples-per-step", "2", "--rollout.constrain-actions"])  # fmt: skip
     assert r.returncode == 0, r.stderr[-4000:]
+    return run_dir, r.stdout + r.stderr
+
+
+@pytest.mark.slow
+def test_swe_trains_at_two_ranks(swe_run):
+    """`--preset swe` end to end at 2 ranks: generated bug-fix tasks in the env pools (sandboxed bash, the editor,
+    grading at submit), multi-turn rows, the env-step latency and its share logged. Constrained: every turn is one
+    well-formed call, and the trainer scores the multi-turn rows under the grammar's masks as the engine did."""
+    from envs.tools import parse_tool_calls
+
+    run_dir, _ = swe_run
     s = scalars(run_dir)
     assert [step for step, _ in s["train/pg_loss"]] == [1, 2]
     assert all(math.isfinite(v) for _, v in s["train/pg_loss"])
@@ -236,3 +243,48 @@ def test_swe_trains_at_two_ranks(tmp_path):
     assert finished and all(len(c := parse_tool_calls(t)) == 1 and c[0].error is None for t in finished)
     errors = [c["error"] or "" for x in rollouts for c in x["info"].get("calls", [])]
     assert not any(e.startswith(("bad arguments", "unknown tool")) for e in errors)
+
+
+@pytest.mark.slow
+def test_the_viewer_shows_the_swe_run_in_a_browser(swe_run):
+    """The page a real run made, as a user checks it (headless Chromium): its steps and groups, a tool call and its
+    output, a filter that narrows the list, and a sampled token's hover value equal to the record's."""
+    from browser import artifact, driver, open_page
+
+    from nanosky.view import write
+
+    run_dir, out = swe_run
+    assert "-m nanosky.view " + run_dir in out  # the final lines name the viewer beside TensorBoard
+    recs = [json.loads(x) for x in open(os.path.join(run_dir, "rollouts.jsonl"))]
+    train = [r for r in recs if r["split"] == "train"]
+    t0 = time.perf_counter()
+    page = write(run_dir)
+    written = time.perf_counter() - t0
+    d = driver()
+    try:
+        seconds = open_page(d, str(page))
+        css = lambda q: d.find_elements("css selector", q)  # noqa: E731
+        assert len(css("#steps tr[data-step]")) == 2
+        last = max(r["step"] for r in train)  # the page opens on the newest step
+        assert len(css(".group")) == len({r["group"] for r in train if r["step"] == last})
+        for card in css(".card"):  # an episode with a call and the tool's output
+            card.click()
+            if css(".msg.tool") and css(".msg.assistant .call"):
+                break
+        call, output = css(".msg.assistant .call")[0], css(".msg.tool")[0]
+        assert call.is_displayed() and "<tool_call>" in call.text and output.text.strip()
+        rec = recs[int(css("#tokens")[0].get_attribute("data-rec"))]
+        spans = css("#tokens .tok")
+        i = next(k for k, sp in enumerate(spans) if sp.get_attribute("data-v"))  # the first sampled token
+        assert float(spans[i].get_attribute("data-v")) == pytest.approx(rec["tokens"]["adv"][i], abs=1e-9)
+        assert str(rec["tokens"]["adv"][i]) in spans[i].get_attribute("title")
+        assert css(".tok.obs")  # observation tokens, shown as not trained
+        before = len(css("#steps tr[data-step]"))
+        d.find_element("id", "f-step-min").send_keys("2")
+        assert len(css("#steps tr[data-step]")) == 1 < before
+        d.save_screenshot(artifact("viewer-swe.png"))
+    finally:
+        d.quit()
+    print(
+        f"viewer: page {os.path.getsize(page) / 1e3:.0f} kB written in {written:.2f} s, rendered in {seconds:.2f} s"
+    )

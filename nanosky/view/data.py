@@ -1,0 +1,160 @@
+"""What the viewer page shows, read from a run directory (rollouts.jsonl, TensorBoard events, config.json,
+summary.json) or an eval's output folder (examples.jsonl, report.json), tolerant of what a killed or running run
+leaves: a truncated last line, a line that is not JSON, no records at all. Everything skipped is said in `notes`.
+
+    data = load("runs/demo-grpo")        # a JSON-able dict: records, scalars, vocab, notes
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+SCALARS = ("train/reward_mean", "train/success_rate", "eval/accuracy", "train/entropy")
+"""The TensorBoard tags the steps chart draws, where the run logged them."""
+MAX_BYTES = 25_000_000
+"""The most record bytes one page embeds: past it, the oldest steps lose their token values first, then whole
+steps are thinned evenly (both said in `notes`). A browser opens a page of this size in a few seconds."""
+
+
+def read_jsonl(path: Path) -> tuple[list[dict], list[str]]:
+    """The records of a JSONL file and notes on the lines skipped (a truncated last line: a run killed mid-write)."""
+    if not path.exists():
+        return [], []
+    lines = path.read_bytes().split(b"\n")
+    recs, bad = [], []
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            bad.append(i + 1)
+            continue
+        if isinstance(rec, dict):
+            rec["_bytes"] = len(line)
+            recs.append(rec)
+        else:
+            bad.append(i + 1)
+    notes = []
+    if bad:
+        last = max(i for i, x in enumerate(lines) if x.strip()) + 1  # the last non-empty line
+        where = (
+            "the last line (truncated: a run stopped mid-write?)"
+            if bad == [last]
+            else "lines " + ", ".join(map(str, bad[:5])) + (", ..." if len(bad) > 5 else "")
+        )
+        notes.append(f"{path.name}: skipped {len(bad)} line(s) that are not JSON records: {where}")
+    return recs, notes
+
+
+def fit(recs: list[dict], max_bytes: int) -> tuple[list[dict], list[str]]:
+    """Keep the page under `max_bytes`: drop the oldest token values, then thin whole steps evenly."""
+    total = sum(r["_bytes"] for r in recs)
+    notes = []
+    if total <= max_bytes:
+        return recs, notes
+    stripped = 0
+    for r in sorted((r for r in recs if "tokens" in r), key=lambda r: r.get("step", 0)):
+        if total <= max_bytes:
+            break
+        size = len(json.dumps(r["tokens"]))
+        del r["tokens"]
+        r["_bytes"] -= size
+        total -= size
+        stripped += 1
+    if stripped:
+        notes.append(
+            f"{stripped} older episodes are shown without token values (the page keeps {max_bytes >> 20} MB)"
+        )
+    if total > max_bytes:
+        steps = sorted({r.get("step", 0) for r in recs})
+        k = -(-total // max_bytes)  # keep every k-th step
+        keep = set(steps[::k]) | {steps[-1]}
+        n = len(recs)
+        recs = [r for r in recs if r.get("step", 0) in keep]
+        notes.append(
+            f"{n - len(recs)} episodes of {len(steps) - len(keep)} steps not shown: every {k}th step is kept "
+            f"(the page keeps {max_bytes >> 20} MB)"
+        )
+    return recs, notes
+
+
+def scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
+    """The chart's TensorBoard scalars, {tag: [(step, value)]}; {} without events (an eval folder)."""
+    if not any(p.name.startswith("events.out.tfevents") for p in run_dir.glob("events.out.tfevents*")):
+        return {}
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
+    try:
+        acc.Reload()
+    except Exception:  # noqa: BLE001 - a half-written events file: the chart falls back to the records
+        return {}
+    have = set(acc.Tags().get("scalars", []))
+    return {t: [(e.step, e.value) for e in acc.Scalars(t)] for t in SCALARS if t in have}
+
+
+def vocab(records: list[dict], model_path: str | None) -> dict[int, str]:
+    """Each token id in the records' token values as text, by the run's tokenizer; {} when it cannot load (the page
+    then shows ids)."""
+    ids = {i for r in records for i in r.get("tokens", {}).get("ids", [])}
+    if not ids or not model_path:
+        return {}
+    try:
+        from nanosky.bundled import BUNDLED, resolve_model_path
+        from nanosky.rollout.chat import load_tokenizer
+
+        path = resolve_model_path(model_path) if model_path in BUNDLED else model_path
+        tok = load_tokenizer(path)
+    except Exception:  # noqa: BLE001 - a model folder moved or not built here: ids stay ids
+        return {}
+    return {i: tok.decode([i]) for i in sorted(ids)}
+
+
+def load(path: str, max_bytes: int = MAX_BYTES) -> dict:
+    """The page's data for a run directory or an eval's output folder."""
+    root = Path(path)
+    if not root.is_dir():
+        raise FileNotFoundError(f"{path}: no such directory (a run dir, or an eval's --out folder)")
+    kind = "run" if (root / "rollouts.jsonl").exists() or not (root / "examples.jsonl").exists() else "eval"
+    recs, notes = read_jsonl(root / ("rollouts.jsonl" if kind == "run" else "examples.jsonl"))
+    if kind == "eval":
+        for r in recs:  # an eval's examples: one "step", the split they were drawn from
+            r.setdefault("step", 0)
+            r.setdefault("split", "eval")
+    recs, more = fit(recs, max_bytes)
+    notes += more
+    if not recs:
+        notes.append(
+            "no episodes recorded yet" + (" (rollouts.jsonl is empty or missing)" if kind == "run" else "")
+        )
+    config = _json(root / "config.json")
+    model = (config.get("model") or {}).get("path") if isinstance(config.get("model"), dict) else None
+    for r in recs:
+        r.pop("_bytes", None)
+    return {
+        "name": root.resolve().name,
+        "kind": kind,
+        "records": recs,
+        "scalars": scalars(root) if kind == "run" else {},
+        "vocab": vocab(recs, model),
+        "config": {k: config.get(k) for k in ("env", "algo", "seed", "steps") if k in config},
+        "summary": _json(root / ("summary.json" if kind == "run" else "report.json")),
+        "notes": notes,
+    }
+
+
+def _json(p: Path) -> dict:
+    try:
+        d = json.loads(p.read_text())
+        return d if isinstance(d, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def mtime(path: str) -> float:
+    """The newest change among the files the page reads (the server re-renders when it moves)."""
+    root = Path(path)
+    return max((os.path.getmtime(p) for p in root.iterdir() if p.is_file()), default=0.0)

@@ -1,0 +1,83 @@
+"""The rollout viewer's data loading on bad input, in a real browser: a run killed mid-write (a truncated last line),
+an empty run, and a 50 MB rollouts.jsonl. The page opens and says what it skipped. (The page a real run made is
+tested in tests/e2e/test_presets_e2e.py, on the swe run.)"""
+
+import json
+import os
+import random
+
+import pytest
+from browser import driver, open_page
+
+from nanosky.view import write
+from nanosky.view.data import load
+
+
+def _record(step: int, group: int, n_tokens: int, rng: random.Random) -> dict:
+    ids = [rng.randrange(3, 1000) for _ in range(n_tokens)]
+    mask = [0] * 8 + [1] * (n_tokens - 8)
+    on = lambda f: [None if not m else round(f(), 4) for m in mask]  # noqa: E731
+    return {
+        "step": step, "split": "train", "group": group, "reward": round(rng.random(), 3), "success": False,
+        "stop_reason": "done", "turns": 1, "task_id": f"math/train/{group}", "env_seed": group, "prompt_len": 8,
+        "messages": [{"role": "user", "content": f"question {group}"}, {"role": "assistant", "content": "answer"}],
+        "tokens": {"ids": ids, "mask": mask, "lp": on(lambda: -rng.random()), "lp_train": on(lambda: -rng.random()),
+                   "adv": on(lambda: 0.5), "ent": on(rng.random)},
+    }  # fmt: skip
+
+
+def _run(tmp_path, name: str, lines: list[str]) -> str:
+    d = tmp_path / name
+    d.mkdir()
+    (d / "rollouts.jsonl").write_text("".join(lines))
+    return str(d)
+
+
+@pytest.fixture(scope="module")
+def chrome():
+    d = driver()
+    yield d
+    d.quit()
+
+
+def test_a_truncated_last_line_is_skipped_and_said(tmp_path, chrome):
+    rng = random.Random(0)
+    recs = [_record(s, g, 30, rng) for s in (1, 2) for g in range(2)]
+    evil = "</script><script>document.body.dataset.ready = 'hijacked'</script> <b>not bold</b>"
+    recs[2]["messages"][1]["content"] = evil  # what a model may write: shown as text, never run
+    lines = [json.dumps(r) + "\n" for r in recs]
+    path = _run(tmp_path, "killed", lines + [lines[0][:57]])  # the run died mid-write
+    data = load(path)
+    assert len(data["records"]) == 4 and "the last line (truncated" in data["notes"][0]
+    page = write(path)
+    open_page(chrome, str(page))
+    notes = [e.text for e in chrome.find_elements("css selector", "#notes li")]
+    assert any("skipped 1 line" in n for n in notes)
+    assert len(chrome.find_elements("css selector", "#steps tr[data-step]")) == 2
+    # the newest step's first episode opens: the text is shown as text
+    assert evil in chrome.find_element("css selector", "#turns").text
+    assert chrome.find_elements("css selector", "#turns b") == []
+
+
+def test_an_empty_run_opens_and_says_so(tmp_path, chrome):
+    path = _run(tmp_path, "empty", [])
+    open_page(chrome, str(write(path)))
+    assert "no episodes recorded yet" in chrome.find_element("css selector", "#notes").text
+    assert chrome.find_elements("css selector", "#steps tr[data-step]") == []
+
+
+def test_a_50_mb_run_opens_within_the_page_budget(tmp_path, chrome):
+    rng = random.Random(1)
+    rec = [json.dumps(_record(s, g, 2100, rng)) + "\n" for s in range(1, 41) for g in range(16)]
+    path = _run(tmp_path, "big", rec)
+    size = os.path.getsize(os.path.join(path, "rollouts.jsonl"))
+    assert size > 50e6
+    page = write(path)
+    assert os.path.getsize(page) < 30e6  # the embedded data is capped (MAX_BYTES), the rest said in the notes
+    seconds = open_page(chrome, str(page))
+    notes = chrome.find_element("css selector", "#notes").text
+    assert "shown without token values" in notes
+    steps = len(chrome.find_elements("css selector", "#steps tr[data-step]"))
+    assert steps == 40  # every step is still listed; the older ones lost their token values
+    print(f"50 MB run: rollouts.jsonl {size / 1e6:.1f} MB, page {os.path.getsize(page) / 1e6:.1f} MB, "
+          f"rendered in {seconds:.1f} s")  # fmt: skip

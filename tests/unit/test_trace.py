@@ -1,0 +1,54 @@
+"""The step's token trace (`nanosky.trace`): whole groups, per-token values aligned with the ids, a token budget."""
+
+import torch
+
+from nanosky import trace
+from nanosky.agent.trajectory import Trajectory
+from nanosky.train.batch import to_batch
+
+
+def _batch():
+    # groups 7 (3 rows), 5 (2 rows), then a padding row; prompts of 3 tokens, 2-3 sampled ones
+    trajs = [
+        Trajectory(ids=[1, 2, 3, 10 + i, 20 + i], loss_mask=[0, 0, 0, 1, 1], logprobs=[0, 0, 0, -0.5, -0.25],
+                   group=7) for i in range(3)
+    ] + [
+        Trajectory(ids=[4, 5, 6, 30 + i, 40 + i, 50], loss_mask=[0, 0, 0, 1, 0, 1],
+                   logprobs=[0, 0, 0, -1.0, 0, -2.0], group=5) for i in range(2)
+    ] + [None]  # fmt: skip
+    b = to_batch(trajs, 0, "cpu")
+    b.advantages = torch.arange(len(trajs), dtype=torch.float32)[:, None].expand_as(b.loss_mask).clone()
+    return trajs, b
+
+
+def test_pick_keeps_whole_groups_and_skips_padding_rows():
+    _, b = _batch()
+    assert trace.pick(b, 1) == [0, 1, 2] and trace.pick(b, 3) == [0, 1, 2]
+    assert trace.pick(b, 4) == [0, 1, 2, 3, 4] and trace.pick(b, 100) == [0, 1, 2, 3, 4]
+    assert trace.pick(b, 0) == []
+
+
+def test_token_fields_align_with_the_ids():
+    trajs, b = _batch()
+    lp = torch.tensor([0.0, 0.0, -0.9, -1.1, 0.0])  # [T]: position t predicts token t + 1
+    ent = torch.tensor([0.0, 0.0, 0.3, 0.0, 0.7])
+    f = trace.token_fields(b, [3, 4], {3: (lp, ent)}, max_tokens=100)
+    x = f[3]
+    assert x["ids"] == trajs[3].ids and x["mask"] == trajs[3].loss_mask
+    assert x["lp"] == [None, None, None, -1.0, None, -2.0]  # the engine's, on sampled tokens only
+    assert x["lp_train"] == [None, None, None, -0.9, None, 0.0]
+    assert x["ent"] == [None, None, None, 0.3, None, 0.7]
+    assert x["adv"] == [None, None, None, 3.0, None, 3.0]
+    assert (
+        f[4]["lp_train"] == [None] * 6 and f[4]["adv"][3] == 4.0
+    )  # not traced by the update: no trainer values
+    assert list(trace.token_fields(b, [3, 4], {}, max_tokens=11)) == [3]  # the budget: 6 + 6 tokens > 11
+
+
+def test_sample_without_traced_rows_takes_the_first_whole_groups():
+    trajs, b = _batch()
+    real = [t for t in trajs if t is not None]
+    got, fields = trace.sample(real[3:] + real[:3], None, b, [], {}, 1, 100)
+    assert [t.group for t in got] == [5, 5] and fields == [None, None]
+    got, fields = trace.sample(real, real, b, [0, 1, 2], {}, 1, 100)
+    assert got == real[:3] and all(f is not None for f in fields)
