@@ -78,7 +78,8 @@ def token_fields(
 
 def sample(trajs: list, local: list, batch: Batch, rows: list[int], traced: dict, n: int, max_tokens: int):
     """The step's logged sample: (trajectories, their token fields or None). Traced rows (rank 0's whole groups)
-    with their fields; without them (step-wise rows, n = 0) the first whole groups of the step, without fields."""
+    with all their fields; without them (step-wise rows) the first whole groups of the step, with the engine's side
+    of their fields (`rollout_fields`)."""
     if rows:
         fields = token_fields(batch, rows, traced, max_tokens)
         for i, f in fields.items():  # where each constrained turn starts: sampled under a mask
@@ -92,4 +93,30 @@ def sample(trajs: list, local: list, batch: Batch, rows: list[int], traced: dict
             groups.append(t.group)
         if t.group in groups:
             chosen.append(t)
-    return chosen, [None] * len(chosen)
+    fields, used = [], 0
+    for t in chosen:  # the engine's side only: the trainer's rows are turns, spread over the ranks
+        used += len(t.ids)
+        fields.append(rollout_fields(t) if t.ids and used <= max_tokens else None)
+    return chosen, fields
+
+
+def rollout_fields(t) -> dict[str, list]:
+    """A trajectory's own per-token values (ids, mask, the engine's log p, each turn's advantage where its
+    `turn_log` has one: step-wise rows), the trainer's left null."""
+    n = len(t.ids)
+    lp = [_r(x) if m else None for x, m in zip(t.logprobs, t.loss_mask)]
+    adv: list = [None] * n
+    runs = [
+        i for i in range(n) if t.loss_mask[i] and (i == 0 or not t.loss_mask[i - 1])
+    ]  # each turn's first token
+    turn_adv = [x.get("advantage") for x in t.turn_log]
+    if (
+        len(runs) == len(turn_adv) and None not in turn_adv
+    ):  # the turns' advantages (step-wise: GiGPO's per step)
+        for start, a in zip(runs, turn_adv):
+            i = start
+            while i < n and t.loss_mask[i]:
+                adv[i] = a
+                i += 1
+    return {"ids": list(t.ids), "mask": list(t.loss_mask), "lp": lp, "lp_train": [None] * n, "adv": adv,
+            "ent": [None] * n, "constrained": [start for start, _ in t.constraints]}  # fmt: skip

@@ -152,6 +152,19 @@ def assign_advantages(
     adv = _estimate(view, rows, cfg) * episode_weights(trajs, rows, weight)  # [N]
     a = torch.tensor([0.0 if j is None else float(adv[j]) for j in mine], device=batch.loss_mask.device)
     batch.advantages = batch.returns = a[:, None] * batch.loss_mask  # [B, L-1]
+    log_turn_advantages(trajs, rows, adv.tolist())
     if not ADV_ESTIMATORS.meta(cfg.adv_estimator)["needs_steps"]:
         return {}
     return anchor_metrics(view[3], [t.group for t in trajs], cfg.gamma, cfg.step_adv_mode)
+
+
+def log_turn_advantages(trajs: list[Trajectory], rows: list[Trajectory], adv: list[float]) -> None:
+    """Each turn's advantage into its episode's `turn_log` (for rollouts.jsonl and the viewer), where the episode's
+    rows are its turns one to one (an external agent's segments may hold several calls: left out)."""
+    n = [0] * len(trajs)
+    for r in rows:
+        n[r.info["episode"]] += 1
+    for r, x in zip(rows, adv):
+        log = trajs[r.info["episode"]].turn_log
+        if len(log) == n[r.info["episode"]]:
+            log[r.info["step"]]["advantage"] = round(x, 4)

@@ -197,6 +197,11 @@ def test_stepwise_rollout_trains(algo, nproc, tmp_path):
     assert s["rollout/turns_mean"][-1][1] >= 1
     if algo == "gigpo":
         assert all(v >= 1.0 for _, v in s["gigpo/anchor_size_mean"])
+        eps = [json.loads(line) for line in open(os.path.join(run_dir, "rollouts.jsonl"))]
+        # each turn's advantage, for the logs and the viewer
+        for e in (e for e in eps if e["split"] == "train"):
+            assert all("advantage" in x for x in e["turn_log"])
+            assert all(a is not None for a, m in zip(e["tokens"]["adv"], e["tokens"]["mask"]) if m)
     if algo == "ppo":
         assert "train/value_loss" in s
     cfg = json.load(open(os.path.join(run_dir, "config.json")))

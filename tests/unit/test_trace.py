@@ -49,6 +49,25 @@ def test_sample_without_traced_rows_takes_the_first_whole_groups():
     trajs, b = _batch()
     real = [t for t in trajs if t is not None]
     got, fields = trace.sample(real[3:] + real[:3], None, b, [], {}, 1, 100)
-    assert [t.group for t in got] == [5, 5] and fields == [None, None]
+    assert [t.group for t in got] == [5, 5]  # step-wise rows: the episodes carry the engine's side only
+    assert fields[0]["lp"] == [None, None, None, -1.0, None, -2.0] and fields[0]["adv"] == [None] * 6
+    assert fields[1]["ids"] == real[4].ids and fields[1]["lp_train"] == [None] * 6
+    assert trace.sample(real[3:], None, b, [], {}, 1, 7)[1][1] is None  # past the token budget
     got, fields = trace.sample(real, real, b, [0, 1, 2], {}, 1, 100)
     assert got == real[:3] and all(f is not None for f in fields)
+
+
+def test_a_stepwise_episode_carries_each_turns_advantage():
+    """Step-wise rows are turns: each turn's advantage (GiGPO's differ by step) lands in its episode's turn_log and
+    colours that turn's sampled tokens."""
+    from nanosky.train.stepwise import log_turn_advantages
+
+    ep = Trajectory(ids=[1, 2, 10, 11, 3, 12], loss_mask=[0, 0, 1, 1, 0, 1], logprobs=[0, 0, -1, -1, 0, -1],
+                    turn_log=[{"reward": 0.0}, {"reward": 1.0}])  # fmt: skip
+    rows = [Trajectory(info={"episode": 0, "step": k}) for k in (0, 1)]
+    log_turn_advantages([ep], rows, [0.25, -0.5])
+    assert [x["advantage"] for x in ep.turn_log] == [0.25, -0.5]
+    assert trace.rollout_fields(ep)["adv"] == [None, None, 0.25, 0.25, None, -0.5]
+    odd = Trajectory(ids=[1, 10], loss_mask=[0, 1], logprobs=[0, -1], turn_log=[{}, {}])  # 2 calls, 1 segment
+    log_turn_advantages([odd], rows[:1], [0.5])
+    assert "advantage" not in odd.turn_log[0] and trace.rollout_fields(odd)["adv"] == [None, None]
