@@ -81,3 +81,59 @@ def test_a_50_mb_run_opens_within_the_page_budget(tmp_path, chrome):
     assert steps == 40  # every step is still listed; the older ones lost their token values
     print(f"50 MB run: rollouts.jsonl {size / 1e6:.1f} MB, page {os.path.getsize(page) / 1e6:.1f} MB, "
           f"rendered in {seconds:.1f} s")  # fmt: skip
+
+
+def test_an_eval_folder_and_an_external_agents_episode(tmp_path, chrome):
+    """An eval's output folder (examples.jsonl, no steps) opens; an external agent's episode shows its segments
+    and calls."""
+    rng = random.Random(2)
+    d = tmp_path / "eval-out"
+    d.mkdir()
+    recs = [_record(0, g, 20, rng) for g in range(3)]
+    for r in recs:
+        del r["step"], r["split"], r["tokens"]  # what evals write
+    recs[0]["info"] = {"agent": {"segments": 2, "calls": 5, "rejected": 1, "versions": [3, 3]}}
+    (d / "examples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    (d / "report.json").write_text(json.dumps({"eval": "math", "accuracy": 0.5}))
+    data = load(str(d))
+    assert data["kind"] == "eval" and {r["split"] for r in data["records"]} == {"eval"}
+    open_page(chrome, str(write(str(d))))
+    chrome.find_element("css selector", "#f-split").send_keys("eval")
+    assert len(chrome.find_elements("css selector", ".card")) == 3
+    chrome.find_elements("css selector", ".card")[0].click()
+    assert "2 segment(s)" in chrome.find_element("css selector", "#turns .agent").text
+    assert "5 calls" in chrome.find_element("css selector", ".card .agent").text
+
+
+def test_serve_rereads_a_running_run_and_answers_bad_paths_plainly(tmp_path):
+    """--serve: the page on GET /, re-read when the run writes more; other paths and methods are 404 / 405 with a
+    line of text; a run dir that disappears is a 404, never a 500."""
+    import asyncio
+
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from nanosky.view.server import app
+
+    rng = random.Random(3)
+    path = _run(tmp_path, "running", [json.dumps(_record(1, 0, 10, rng)) + "\n"])
+
+    async def go():
+        async with TestClient(TestServer(app(path, 25 << 20))) as c:
+            r = await c.get("/")
+            first = await r.text()
+            assert r.status == 200 and "text/html" in r.headers["Content-Type"] and '"step": 1' in first
+            with open(os.path.join(path, "rollouts.jsonl"), "a") as f:  # the run goes on
+                f.write(json.dumps(_record(2, 0, 10, rng)) + "\n")
+            os.utime(
+                os.path.join(path, "rollouts.jsonl"), (1e10, 1e10)
+            )  # a change the clock's resolution sees
+            assert '"step": 2' in await (await c.get("/")).text()
+            assert (await c.get("/etc/passwd")).status == 404
+            assert (await c.post("/", data=b"x")).status == 405
+            for name in os.listdir(path):
+                os.remove(os.path.join(path, name))
+            os.rmdir(path)
+            gone = await c.get("/")
+            assert gone.status == 404 and "no such directory" in await gone.text()
+
+    asyncio.run(go())
