@@ -1,0 +1,133 @@
+"""What a judge is asked and how its answer is read: the messages (the task once, then each attempt), the JSON
+schema its answer is constrained to, and a tolerant parse that clips scores to [0, 1] and ties them to the ids.
+
+    msgs = group_messages(task, ["attempt 0's reply", "attempt 1's reply"], rubric)
+    scores = parse_group(text, ids=[0, 1])        # {0: (0.8, "why"), 1: (0.1, "why")}; raises JudgeError
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+DEFAULT_RUBRIC = Path(__file__).with_name("rubric.txt")
+
+
+class JudgeError(ValueError):
+    """The judge's answer cannot be used: not JSON, a missing or unknown id, a score that is not a number."""
+
+
+GROUP_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "scores": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "trajectory_id": {"type": "integer"},
+                    "explanation": {"type": "string"},
+                    "score": {"type": "number"},
+                },
+                "required": ["trajectory_id", "explanation", "score"],
+            },
+        }
+    },
+    "required": ["scores"],
+}
+POINT_SCHEMA = {
+    "type": "object",
+    "properties": {"explanation": {"type": "string"}, "score": {"type": "number"}},
+    "required": ["explanation", "score"],
+}
+
+
+def rubric(path: str | None) -> str:
+    """The rubric's text: the file given, else the default."""
+    p = Path(path) if path else DEFAULT_RUBRIC
+    if not p.is_file():
+        raise FileNotFoundError(f"--reward.rubric {path}: no such file")
+    return p.read_text(encoding="utf-8").strip()
+
+
+def _task(messages: list[dict]) -> str:
+    return "\n\n".join(f"[{m.get('role', '?')}]\n{m.get('content') or ''}" for m in messages)
+
+
+def group_messages(task: list[dict], attempts: list[str], rubric_text: str) -> list[dict]:
+    """One call for a whole group: the shared task once, then each attempt under its id (0..G-1)."""
+    body = "\n\n".join(f"<attempt id={i}>\n{a}\n</attempt>" for i, a in enumerate(attempts))
+    return [
+        {"role": "system", "content": rubric_text},
+        {
+            "role": "user",
+            "content": f"The task:\n<task>\n{_task(task)}\n</task>\n\n{len(attempts)} attempts:\n\n{body}\n\n"
+            'Answer with JSON only: {"scores": [{"trajectory_id": <id>, "explanation": "<one sentence>", '
+            '"score": <0 to 1>}, ...]}, one entry for every attempt id.',
+        },
+    ]
+
+
+def point_messages(task: list[dict], attempt: str, rubric_text: str) -> list[dict]:
+    """One call for one attempt."""
+    return [
+        {"role": "system", "content": rubric_text},
+        {
+            "role": "user",
+            "content": f"The task:\n<task>\n{_task(task)}\n</task>\n\nThe attempt:\n<attempt>\n{attempt}\n</attempt>"
+            '\n\nAnswer with JSON only: {"explanation": "<one sentence>", "score": <0 to 1>}.',
+        },
+    ]
+
+
+def loads(text: str) -> dict:
+    """The JSON object in a judge's answer: the whole text, else the span from its first "{" to its last "}" (a
+    server without structured outputs may wrap it in prose or a code fence)."""
+    try:
+        obj = json.loads(text)
+    except (TypeError, ValueError):
+        a, b = (text or "").find("{"), (text or "").rfind("}")
+        if a < 0 or b <= a:
+            raise JudgeError(f"no JSON object in the judge's answer: {text[:120]!r}") from None
+        try:
+            obj = json.loads(text[a : b + 1])
+        except ValueError as e:
+            raise JudgeError(f"the judge's answer is not valid JSON ({e}): {text[:120]!r}") from None
+    if not isinstance(obj, dict):
+        raise JudgeError(f"the judge's answer is not a JSON object: {text[:120]!r}")
+    return obj
+
+
+def _score(x) -> float:
+    if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
+        raise JudgeError(f"a score that is not a finite number: {x!r}")
+    return min(1.0, max(0.0, float(x)))
+
+
+def parse_group(text: str, ids: list[int]) -> dict[int, tuple[float, str]]:
+    """{id: (score in [0, 1], explanation)} for exactly `ids`; JudgeError on a missing, unknown or repeated id."""
+    entries = loads(text).get("scores")
+    if not isinstance(entries, list):
+        raise JudgeError('the judge\'s answer has no "scores" list')
+    out: dict[int, tuple[float, str]] = {}
+    for e in entries:
+        if not isinstance(e, dict) or "trajectory_id" not in e or "score" not in e:
+            raise JudgeError(f"a score entry without trajectory_id and score: {e!r}")
+        i = e["trajectory_id"]
+        if isinstance(i, str) and i.strip().isdigit():
+            i = int(i)
+        if i not in ids or i in out:
+            raise JudgeError(f"trajectory_id {i!r} is unknown or repeated (ids {ids})")
+        out[i] = (_score(e["score"]), str(e.get("explanation", "")))
+    if missing := [i for i in ids if i not in out]:
+        raise JudgeError(f"the judge left out trajectory ids {missing}")
+    return out
+
+
+def parse_point(text: str) -> tuple[float, str]:
+    """(score in [0, 1], explanation) of a pointwise answer."""
+    obj = loads(text)
+    if "score" not in obj:
+        raise JudgeError('the judge\'s answer has no "score"')
+    return _score(obj["score"]), str(obj.get("explanation", ""))

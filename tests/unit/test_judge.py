@@ -1,0 +1,171 @@
+"""The judge (`nanosky.judge`) against the scripted OpenAI-compatible server: scores tied to the right attempts,
+clipped to [0, 1]; a malformed answer, a missing id, a timeout or a server error retried once, then only that group
+masked; the key sent only in the header; calls concurrent under the limit."""
+
+import asyncio
+import json
+import re
+import threading
+import time
+
+import pytest
+
+from evals.scripted import ScriptedServer
+from nanosky.judge import HTTPJudge, judge_groups, rubric
+from nanosky.judge.prompt import JudgeError, parse_group, parse_point
+
+RUBRIC = rubric(None)
+TASK = [{"role": "user", "content": "Say a number."}]
+
+
+def _ids(messages) -> list[int]:
+    return [int(i) for i in re.findall(r"<attempt id=(\d+)>", messages[-1]["content"])]
+
+
+def _replies(messages) -> list[str]:
+    return re.findall(r"<attempt id=\d+>\n(.*?)\n</attempt>", messages[-1]["content"], re.S)
+
+
+def oracle(messages) -> str:
+    """Scores each attempt by the number it says, / 10: a judge whose answers the test knows."""
+    return json.dumps({"scores": [{"trajectory_id": i, "explanation": f"said {r}", "score": int(r) / 10}
+                                  for i, r in zip(_ids(messages), _replies(messages))]})  # fmt: skip
+
+
+def _run(server_reply, groups, mode="group", **kw):
+    with ScriptedServer(server_reply) as url:
+        judge = HTTPJudge(url, "judge", key_env="TEST_JUDGE_KEY", timeout_s=kw.pop("timeout_s", 30))
+        return asyncio.run(judge_groups(judge, groups, mode, RUBRIC, **kw)), judge
+
+
+def test_group_scores_are_tied_to_their_attempts_and_clipped():
+    verdicts, _ = _run(oracle, [(TASK, ["3", "7", "12"]), (TASK, ["0", "5"])])
+    assert verdicts[0].scores == {0: 0.3, 1: 0.7, 2: 1.0}  # 1.2 clipped to 1
+    assert verdicts[1].scores == {0: 0.0, 1: 0.5} and verdicts[1].explanations[1] == "said 5"
+    assert all(v.error is None and v.calls == 1 for v in verdicts)
+
+
+def test_pointwise_is_one_call_per_attempt():
+    def point(messages):
+        n = re.search(r"<attempt>\n(.*?)\n</attempt>", messages[-1]["content"], re.S).group(1)
+        return (
+            f'Sure! ```json\n{{"explanation": "ok", "score": {int(n) / 10}}}\n```'  # prose around: tolerant
+        )
+
+    verdicts, _ = _run(point, [(TASK, ["2", "9"])], mode="pointwise")
+    assert verdicts[0].scores == {0: 0.2, 1: 0.9} and verdicts[0].calls == 2
+
+
+@pytest.mark.parametrize(
+    "bad",
+    ["not json at all", '{"scores": [{"trajectory_id": 0, "explanation": "x", "score": 0.5}]}',  # id 1 missing
+     '{"scores": [{"trajectory_id": 0, "explanation": "", "score": "high"}, {"trajectory_id": 1, "score": 1}]}'],
+)  # fmt: skip
+def test_a_bad_answer_is_retried_once_then_masks_only_its_group(bad):
+    calls = {"bad": 0}
+
+    def reply(messages):
+        if "BAD" in messages[-1]["content"]:
+            calls["bad"] += 1
+            return bad
+        return oracle(messages)
+
+    verdicts, _ = _run(reply, [(TASK, ["1", "2"]), ([{"role": "user", "content": "BAD"}], ["3", "4"])])
+    assert verdicts[0].scores == {0: 0.1, 1: 0.2}
+    assert verdicts[1].scores is None and verdicts[1].error and calls["bad"] == 2  # one retry
+
+
+def test_a_timeout_masks_only_its_group():
+    def reply(messages):
+        if "SLOW" in messages[-1]["content"]:
+            time.sleep(3)
+        return oracle(messages)
+
+    t0 = time.perf_counter()
+    verdicts, _ = _run(reply, [(TASK, ["1"]), ([{"role": "user", "content": "SLOW"}], ["2"])], timeout_s=0.5)
+    assert verdicts[0].scores == {0: 0.1} and verdicts[1].scores is None
+    assert "TimeoutError" in verdicts[1].error and time.perf_counter() - t0 < 2.9  # two tries of 0.5 s
+
+
+def test_the_key_goes_only_in_the_header_and_structured_outputs_are_asked(monkeypatch):
+    from aiohttp import web
+    from aiohttp.test_utils import TestServer
+
+    monkeypatch.setenv("TEST_JUDGE_KEY", "sk-secret-123")
+    seen = []
+
+    async def chat(request):
+        body = await request.json()
+        seen.append((dict(request.headers), body))
+        return web.json_response(
+            {"choices": [{"message": {"role": "assistant", "content": oracle(body["messages"])}}]}
+        )
+
+    async def go():
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", chat)
+        async with TestServer(app) as server:
+            judge = HTTPJudge(str(server.make_url("/v1")), "judge", key_env="TEST_JUDGE_KEY")
+            return judge, await judge_groups(judge, [(TASK, ["4"])], "group", RUBRIC)
+
+    judge, verdicts = asyncio.run(go())
+    headers, body = seen[0]
+    assert verdicts[0].scores == {0: 0.4}
+    assert headers["Authorization"] == "Bearer sk-secret-123"
+    assert "sk-secret" not in json.dumps(body) and "sk-secret" not in repr(vars(judge))
+    assert body["temperature"] == 0.0 and body["response_format"]["type"] == "json_schema"
+
+
+def test_calls_run_concurrently_under_the_limit():
+    live, peak, lock = [0], [0], threading.Lock()
+
+    def reply(messages):
+        with lock:
+            live[0] += 1
+            peak[0] = max(peak[0], live[0])
+        time.sleep(0.2)
+        with lock:
+            live[0] -= 1
+        return oracle(messages)
+
+    verdicts, _ = _run(reply, [(TASK, [str(i)]) for i in range(8)], concurrency=3)
+    assert all(v.scores is not None for v in verdicts) and peak[0] == 3
+
+
+def test_parsers_refuse_what_cannot_be_tied_to_an_attempt():
+    with pytest.raises(JudgeError, match="unknown or repeated"):
+        parse_group(
+            '{"scores": [{"trajectory_id": 0, "score": 1}, {"trajectory_id": 0, "score": 1}]}', [0, 1]
+        )
+    with pytest.raises(JudgeError, match="unknown or repeated"):
+        parse_group('{"scores": [{"trajectory_id": 5, "score": 1}]}', [0])
+    with pytest.raises(JudgeError, match="finite"):
+        parse_point('{"score": NaN}')
+    assert parse_point('{"score": -3, "explanation": "bad"}') == (0.0, "bad")
+    assert parse_group('{"scores": [{"trajectory_id": "1", "score": 0.5}]}', [1]) == {1: (0.5, "")}
+
+
+def test_a_server_without_structured_outputs_is_asked_again_plainly():
+    from aiohttp import web
+    from aiohttp.test_utils import TestServer
+
+    bodies = []
+
+    async def chat(request):
+        body = await request.json()
+        bodies.append(body)
+        if "response_format" in body:
+            return web.json_response({"error": {"message": "response_format is not supported"}}, status=400)
+        text = "Here you go:\n" + oracle(body["messages"])  # prose around the JSON: parsed tolerantly
+        return web.json_response({"choices": [{"message": {"role": "assistant", "content": text}}]})
+
+    async def go():
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", chat)
+        async with TestServer(app) as server:
+            judge = HTTPJudge(str(server.make_url("/v1")), "judge")
+            return judge, await judge_groups(judge, [(TASK, ["6", "2"])] * 2, "group", RUBRIC, concurrency=1)
+
+    judge, verdicts = asyncio.run(go())
+    assert [v.scores for v in verdicts] == [{0: 0.6, 1: 0.2}] * 2 and not judge.structured
+    assert len(bodies) == 3  # asked once with the schema, then plainly from then on
