@@ -23,6 +23,7 @@ from nanosky import dist
 from nanosky.agent import AgentRunner, EngineBackend, PooledEnvTask, Trajectory
 from nanosky.agent.player import Player, Rollouts
 from nanosky.config import RolloutConfig
+from nanosky.judge.rewards import judge_step
 from nanosky.rollout.loop import RankLoop
 from nanosky.seeds import derive_seed
 from nanosky.train.step_credit import action_spans
@@ -103,6 +104,7 @@ def collect(cfg: TrainConfig, rollout: Rollout, step: int, version: int) -> tupl
     kept: list[Trajectory] = []
     dropped: list[Trajectory] = []
     parts: list[Rollouts] = []  # each round's, for the layout the players reported
+    judged: list[dict[str, float]] = []  # each round's judge/* metrics (--reward.judge)
     rounds = a.max_gen_rounds if a.dynamic_sampling else 1
     for rnd in range(rounds):
         js = list(range(info.rank, P, info.world))
@@ -112,6 +114,8 @@ def collect(cfg: TrainConfig, rollout: Rollout, step: int, version: int) -> tupl
         out = gather(rollout.run(cfg.env, cfg.env_args(), "train", seeds, version, groups, sample_seed))
         new = out.trajs
         parts.append(out)
+        if cfg.reward.judge != "off":  # the judge's scores into the rewards, before any filter reads them
+            judged.append(judge_step(cfg.reward, new, rollout.loop.run))
         if a.overlong_cache_len:
             overlong_penalty(new, cfg.rollout.max_new_tokens, a.overlong_cache_len)
         if not a.dynamic_sampling:
@@ -126,6 +130,8 @@ def collect(cfg: TrainConfig, rollout: Rollout, step: int, version: int) -> tupl
     batch = (kept + dropped)[: P * n]
     metrics = {"train/dropped_groups": len(dropped) / n, "train/gen_rounds": rounds} | rollout.metrics
     metrics |= rollout.player.metrics(batch)
+    if judged:  # errors and judging time add up over DAPO's rounds; the rest is the last round's
+        metrics |= judged[-1] | {k: sum(m[k] for m in judged) for k in ("judge/errors", "timing/judge_s")}
     return Rollouts(batch, Rollouts.merge(parts).layout), metrics
 
 

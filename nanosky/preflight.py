@@ -43,6 +43,7 @@ def check(cfg: TrainConfig, world: int | None = None) -> None:
     check_chat_template(cfg)
     check_agent(cfg)
     check_env_data(cfg.env, cfg.env_data)
+    check_judge(cfg)
     check_fresh_run_dir(cfg)
     check_run_dir(cfg.run_dir)
     if cfg.resume:
@@ -317,6 +318,28 @@ def _hub_cached(repo_id: str) -> bool:
         return isinstance(try_to_load_from_cache(repo_id, "config.json"), str)
     except Exception:  # noqa: BLE001 - a malformed id is "not cached"
         return False
+
+
+def check_judge(cfg: TrainConfig) -> None:
+    """--reward.judge-url: a server answers there (any HTTP status: it may want a key), before a run whose every group
+    would be masked."""
+    if cfg.reward.judge == "off":
+        return
+    from urllib.parse import urlparse
+
+    u = urlparse(cfg.reward.judge_url)
+    if u.scheme not in ("http", "https") or not u.hostname:
+        raise UsageError(
+            f"--reward.judge-url {cfg.reward.judge_url}: not an http(s) URL (e.g. http://127.0.0.1:8001/v1)"
+        )
+    try:
+        socket.create_connection(
+            (u.hostname, u.port or (443 if u.scheme == "https" else 80)), timeout=5
+        ).close()
+    except OSError as e:
+        raise UsageError(
+            f"--reward.judge-url {cfg.reward.judge_url}: no server answers there ({e})"
+        ) from None
 
 
 def _reachable(host: str, timeout_s: float = 3.0) -> bool:

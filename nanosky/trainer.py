@@ -293,6 +293,8 @@ def train(cfg: TrainConfig) -> dict:
             m = step_metrics(
                 trajs, batch, times, upd, envs_failed=failed, version=run.version, n_params=run.n_params
             )
+            if "timing/judge_s" in gen_m:  # --reward.judge: the judge's share of the step
+                gen_m["judge/step_share"] = gen_m["timing/judge_s"] / times["step"]
             run.log.scalars(step, m | ph.metrics() | gen_m | sync_m | upd_m | adv_m)
             logged, fields = trace.sample(trajs, local, batch, traced, run.update.traced, cfg.log.samples_per_step,
                                           cfg.log.sample_tokens)  # fmt: skip

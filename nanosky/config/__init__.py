@@ -23,6 +23,7 @@ from algos import AlgoConfig
 from algos.registry import ADV_ESTIMATORS
 from nanosky.config.engine import EngineConfig
 from nanosky.config.model import ALL_LINEAR, LoraConfig, ModelConfig, OptimConfig
+from nanosky.config.reward import RewardConfig
 from nanosky.config.rollout import EnvPoolConfig, RolloutConfig
 from nanosky.config.run import DebugConfig, DistConfig, EvalConfig, LogConfig, ProbeConfig
 
@@ -82,6 +83,7 @@ class TrainConfig:
     dist: DistConfig = field(default_factory=DistConfig)
     lora: LoraConfig = field(default_factory=LoraConfig)
     debug: DebugConfig = field(default_factory=DebugConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
     dry_run: bool = False
     """One step with the longest possible sequences (no eos), no eval, then exit: exposes OOM at step 0."""
     resume: str | None = None

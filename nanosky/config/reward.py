@@ -1,0 +1,43 @@
+"""`--reward.*`: rewards from a model (a judge), alone or added to the env's checker (`nanosky/judge/`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+
+@dataclass(kw_only=True)
+class RewardConfig:
+    judge: Literal["off", "group", "pointwise"] = "off"
+    """A judge model scores the trajectories. group (RULER-style): one call scores a whole group, relative to each
+    other, the shared task sent once; pointwise: one call per trajectory."""
+    rubric: str | None = None
+    """A plain-text rubric file; None: the default rubric (`nanosky/judge/rubric.txt`)."""
+    judge_url: str | None = None
+    """Any OpenAI-compatible server (…/v1), e.g. a `vllm serve` of a larger model."""
+    judge_model: str = "judge"
+    """The model name sent to the judge server."""
+    judge_key_env: str = "NANOSKY_JUDGE_KEY"
+    """The environment variable that holds the judge server's API key (never a flag: it would land in config.json
+    and the shell's history). Unset: no key is sent."""
+    judge_weight: float = 1.0
+    """reward = env reward + judge_weight × judge score (in [0, 1]); see `judge_only`."""
+    judge_only: bool = False
+    """reward = the judge's score alone (envs without a checker)."""
+    judge_concurrency: int = 8
+    """Judge calls in flight at once, per rank."""
+    judge_timeout_s: float = 120.0
+    """One judge call's limit; a call that times out is retried once, then its group is masked."""
+
+    def __post_init__(self):
+        if self.judge != "off" and not self.judge_url:
+            raise ValueError("--reward.judge needs --reward.judge-url (an OpenAI-compatible server's …/v1)")
+        if self.judge_url == "self":
+            raise ValueError(
+                "--reward.judge-url self: judging with the run's own engine is not built yet; give a server"
+            )
+        if self.rubric and not Path(self.rubric).is_file():
+            raise ValueError(f"--reward.rubric {self.rubric}: no such file")
+        if self.judge_concurrency < 1 or self.judge_timeout_s <= 0:
+            raise ValueError("reward.judge-concurrency must be >= 1 and reward.judge-timeout-s > 0")

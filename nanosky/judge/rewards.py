@@ -1,0 +1,103 @@
+"""The judge in training: a step's groups judged (each rank its share, the verdicts gathered so every rank applies
+the same), the scores combined with the env's rewards, masked groups given no gradient, and the judge/* metrics.
+
+    m = judge_step(cfg.reward, trajs, loop.run)     # trajs: the step's gathered trajectories, changed in place
+
+reward = env reward + w · score (`--reward.judge-weight`), or the score alone (`--reward.judge-only`). Each
+trajectory keeps `info["judge"]` = {score, explanation} (or {error}) for rollouts.jsonl and the viewer.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+
+from nanosky import dist
+from nanosky.config.reward import RewardConfig
+from nanosky.judge import HTTPJudge, Verdict, judge_groups, rubric
+
+
+def attempt_text(t) -> tuple[list[dict], str]:
+    """(the task: the messages before the first assistant turn, the attempt: the rest as text) of a trajectory."""
+    msgs = t.messages
+    k = next((i for i, m in enumerate(msgs) if m.get("role") == "assistant"), len(msgs))
+    body = "\n\n".join(
+        f"[{m.get('role')}{' ' + m['name'] if m.get('name') else ''}]\n{m.get('content') or ''}"
+        for m in msgs[k:]
+    )
+    return msgs[:k], body
+
+
+def _spearman(a: list[float], b: list[float]) -> float | None:
+    """Rank correlation of two lists (ties averaged); None where either is constant."""
+
+    def ranks(x):
+        order = sorted(range(len(x)), key=lambda i: x[i])
+        r = [0.0] * len(x)
+        i = 0
+        while i < len(order):
+            j = i
+            while j + 1 < len(order) and x[order[j + 1]] == x[order[i]]:
+                j += 1
+            for k in range(i, j + 1):
+                r[order[k]] = (i + j) / 2
+            i = j + 1
+        return r
+
+    ra, rb = ranks(a), ranks(b)
+    ma, mb = sum(ra) / len(ra), sum(rb) / len(rb)
+    va, vb = sum((x - ma) ** 2 for x in ra), sum((y - mb) ** 2 for y in rb)
+    if va == 0 or vb == 0:
+        return None
+    return sum((x - ma) * (y - mb) for x, y in zip(ra, rb)) / math.sqrt(va * vb)
+
+
+def judge_step(cfg: RewardConfig, trajs: list, run: Callable) -> dict[str, float]:
+    """Judge the step's groups and fold the scores into `trajs` (in place, the same on every rank). `run(coro)`
+    runs a coroutine on the rank's event loop. Returns the judge/* metrics (NaN where nothing was scored)."""
+    t0 = time.perf_counter()
+    info = dist.get_info()
+    groups: dict[int, list] = {}
+    for t in trajs:
+        groups.setdefault(t.group, []).append(t)
+    keys = sorted(groups)
+    mine = keys[info.rank :: info.world]  # each rank judges its share of the groups
+    judge = HTTPJudge(cfg.judge_url, cfg.judge_model, cfg.judge_key_env, cfg.judge_timeout_s)
+    asks = []
+    for g in mine:
+        texts = [attempt_text(t) for t in groups[g]]
+        asks.append((texts[0][0], [a for _, a in texts]))
+    verdicts = run(judge_groups(judge, asks, cfg.judge, rubric(cfg.rubric), cfg.judge_concurrency,
+                                2.5 * cfg.judge_timeout_s))  # fmt: skip
+    got: dict[int, Verdict] = {}
+    for part in dist.all_gather_objects(list(zip(mine, verdicts))):
+        got.update(part)
+    scores, agree, errors = [], [], 0
+    for g in keys:
+        v, members = got[g], groups[g]
+        env = [t.reward for t in members]
+        if v.scores is None:
+            errors += 1
+            for t in members:  # masked: no token of it is trained
+                t.info["judge"] = {"error": v.error}
+                t.loss_mask = [0] * len(t.loss_mask)
+                for s in t.steps:
+                    s.loss_mask = [0] * len(s.ids)
+            continue
+        for i, t in enumerate(members):
+            s = v.scores[i]
+            t.info["judge"] = {"score": s, "explanation": v.explanations.get(i, "")}
+            t.reward = s if cfg.judge_only else t.reward + cfg.judge_weight * s
+            scores.append(s)
+        if (rho := _spearman([v.scores[i] for i in range(len(members))], env)) is not None:
+            agree.append(rho)
+    lat = [v.latency_s for v in got.values()]
+    nan = float("nan")
+    return {
+        "judge/score_mean": sum(scores) / len(scores) if scores else nan,
+        "judge/agreement_with_env": sum(agree) / len(agree) if agree else nan,
+        "judge/errors": float(errors),
+        "judge/latency_s": sum(lat) / len(lat) if lat else nan,
+        "timing/judge_s": time.perf_counter() - t0,
+    }

@@ -1,0 +1,48 @@
+"""A judge's rewards in a real 2-rank run (`--reward.judge`): tool_use with a scripted judge's score weighted into
+the env's reward, its metrics and explanations logged, and a resume from step 1 whose step 2 equals the straight
+run's (the judge at temperature 0 is part of the run's determinism)."""
+
+import json
+import os
+import re
+import shutil
+
+import pytest
+from spawn import scalars, torchrun
+
+from evals.scripted import ScriptedServer
+
+
+def judge(messages) -> str:
+    """A deterministic judge: an attempt that ends in an <answer> scores by its length (a stand-in for quality)."""
+    body = messages[-1]["content"]
+    attempts = re.findall(r"<attempt id=(\d+)>\n(.*?)\n</attempt>", body, re.S)
+    return json.dumps({"scores": [
+        {"trajectory_id": int(i), "explanation": f"{len(a)} chars", "score": min(1.0, len(a) / 400) * ("<answer>" in a)}
+        for i, a in attempts]})  # fmt: skip
+
+
+@pytest.mark.slow
+def test_tool_use_trains_with_a_judge_weighted_in_and_resumes_exactly(tmp_path):
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    with ScriptedServer(judge) as url:
+        args = ["--preset", "tool_use", "--steps", "2", "--rollout.prompts-per-step", "2", "--rollout.group-size", "2",
+                "--eval.every", "0", "--eval.limit", "2", "--envpool.workers", "1", "--log.ckpt-every", "1",
+                "--reward.judge", "group", "--reward.judge-url", url, "--reward.judge-weight", "0.5"]  # fmt: skip
+        r = torchrun([*args, "--log.run-dir", str(straight)])
+        assert r.returncode == 0, r.stderr[-3000:]
+        (resumed / "checkpoints").mkdir(parents=True)
+        shutil.copytree(straight / "checkpoints" / "step_000001", resumed / "checkpoints" / "step_000001")
+        r2 = torchrun(
+            [*args, "--log.run-dir", str(resumed), "--resume", str(resumed / "checkpoints" / "step_000001")]
+        )
+        assert r2.returncode == 0, r2.stderr[-3000:]
+    a, b = scalars(str(straight)), scalars(str(resumed))
+    assert [s for s, _ in a["judge/errors"]] == [1, 2] and all(v == 0 for _, v in a["judge/errors"])
+    assert all(0 <= v <= 1 for _, v in a["judge/score_mean"]) and all(v > 0 for _, v in a["judge/step_share"])
+    for tag in ("train/pg_loss", "train/reward_mean", "judge/score_mean"):
+        assert b[tag][-1] == a[tag][-1], (tag, a[tag], b[tag])
+    recs = [json.loads(x) for x in open(os.path.join(straight, "rollouts.jsonl")) if '"split": "train"' in x]
+    assert recs and all(r["info"]["judge"]["explanation"].endswith("chars") for r in recs)
+    for r in recs:  # env reward + 0.5 x the judge's score
+        assert 0 <= r["reward"] - 0.5 * r["info"]["judge"]["score"] <= 1.0 + 1e-9
