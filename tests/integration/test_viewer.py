@@ -85,14 +85,15 @@ def test_a_50_mb_run_opens_within_the_page_budget(tmp_path, chrome):
 
 def test_an_eval_folder_and_an_external_agents_episode(tmp_path, chrome):
     """An eval's output folder (examples.jsonl, no steps) opens; an external agent's episode shows its segments
-    and calls."""
+    and calls, and a judged one the judge's score and explanation."""
     rng = random.Random(2)
     d = tmp_path / "eval-out"
     d.mkdir()
     recs = [_record(0, g, 20, rng) for g in range(3)]
     for r in recs:
         del r["step"], r["split"], r["tokens"]  # what evals write
-    recs[0]["info"] = {"agent": {"segments": 2, "calls": 5, "rejected": 1, "versions": [3, 3]}}
+    recs[0]["info"] = {"agent": {"segments": 2, "calls": 5, "rejected": 1, "versions": [3, 3]},
+                       "judge": {"score": 0.75, "explanation": "correct but terse"}}  # fmt: skip
     (d / "examples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
     (d / "report.json").write_text(json.dumps({"eval": "math", "accuracy": 0.5}))
     data = load(str(d))
@@ -103,6 +104,7 @@ def test_an_eval_folder_and_an_external_agents_episode(tmp_path, chrome):
     chrome.find_elements("css selector", ".card")[0].click()
     assert "2 segment(s)" in chrome.find_element("css selector", "#turns .agent").text
     assert "5 calls" in chrome.find_element("css selector", ".card .agent").text
+    assert chrome.find_element("css selector", "#turns .judge").text == "judge: 0.750, correct but terse"
 
 
 def test_serve_rereads_a_running_run_and_answers_bad_paths_plainly(tmp_path):
