@@ -9,6 +9,7 @@ trajectory keeps `info["judge"]` = {score, explanation} (or {error}) for rollout
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Callable
@@ -53,6 +54,15 @@ def _spearman(a: list[float], b: list[float]) -> float | None:
     return sum((x - ma) * (y - mb) for x, y in zip(ra, rb)) / math.sqrt(va * vb)
 
 
+@functools.cache
+def _judge(
+    url: str, model: str, key_env: str, timeout_s: float, rubric_path: str | None
+) -> tuple[HTTPJudge, str]:
+    """One judge and rubric text per run's settings: a server found to refuse structured outputs is asked plainly
+    from then on, and the rubric file is read once."""
+    return HTTPJudge(url, model, key_env, timeout_s), rubric(rubric_path)
+
+
 def judge_step(cfg: RewardConfig, trajs: list, run: Callable) -> dict[str, float]:
     """Judge the step's groups and fold the scores into `trajs` (in place, the same on every rank). `run(coro)`
     runs a coroutine on the rank's event loop. Returns the judge/* metrics (NaN where nothing was scored)."""
@@ -63,12 +73,14 @@ def judge_step(cfg: RewardConfig, trajs: list, run: Callable) -> dict[str, float
         groups.setdefault(t.group, []).append(t)
     keys = sorted(groups)
     mine = keys[info.rank :: info.world]  # each rank judges its share of the groups
-    judge = HTTPJudge(cfg.judge_url, cfg.judge_model, cfg.judge_key_env, cfg.judge_timeout_s)
+    judge, rubric_text = _judge(
+        cfg.judge_url, cfg.judge_model, cfg.judge_key_env, cfg.judge_timeout_s, cfg.rubric
+    )
     asks = []
     for g in mine:
         texts = [attempt_text(t) for t in groups[g]]
         asks.append((texts[0][0], [a for _, a in texts]))
-    verdicts = run(judge_groups(judge, asks, cfg.judge, rubric(cfg.rubric), cfg.judge_concurrency,
+    verdicts = run(judge_groups(judge, asks, cfg.judge, rubric_text, cfg.judge_concurrency,
                                 2.5 * cfg.judge_timeout_s))  # fmt: skip
     got: dict[int, Verdict] = {}
     for part in dist.all_gather_objects(list(zip(mine, verdicts))):

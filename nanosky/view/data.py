@@ -83,7 +83,7 @@ def fit(recs: list[dict], max_bytes: int) -> tuple[list[dict], list[str]]:
 
 def scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
     """The chart's TensorBoard scalars, {tag: [(step, value)]}; {} without events (an eval folder)."""
-    if not any(p.name.startswith("events.out.tfevents") for p in run_dir.glob("events.out.tfevents*")):
+    if not any(run_dir.glob("events.out.tfevents*")):
         return {}
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 

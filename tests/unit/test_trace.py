@@ -32,17 +32,19 @@ def test_token_fields_align_with_the_ids():
     trajs, b = _batch()
     lp = torch.tensor([0.0, 0.0, -0.9, -1.1, 0.0])  # [T]: position t predicts token t + 1
     ent = torch.tensor([0.0, 0.0, 0.3, 0.0, 0.7])
-    f = trace.token_fields(b, [3, 4], {3: (lp, ent)}, max_tokens=100)
-    x = f[3]
+    got, f = trace.sample(trajs, trajs, b, [3, 4], {3: (lp, ent)}, 1, max_tokens=100)
+    assert got == trajs[3:5]
+    x = f[0]
     assert x["ids"] == trajs[3].ids and x["mask"] == trajs[3].loss_mask
     assert x["lp"] == [None, None, None, -1.0, None, -2.0]  # the engine's, on sampled tokens only
     assert x["lp_train"] == [None, None, None, -0.9, None, 0.0]
     assert x["ent"] == [None, None, None, 0.3, None, 0.7]
     assert x["adv"] == [None, None, None, 3.0, None, 3.0]
     assert (
-        f[4]["lp_train"] == [None] * 6 and f[4]["adv"][3] == 4.0
+        f[1]["lp_train"] == [None] * 6 and f[1]["adv"][3] == 4.0
     )  # not traced by the update: no trainer values
-    assert list(trace.token_fields(b, [3, 4], {}, max_tokens=11)) == [3]  # the budget: 6 + 6 tokens > 11
+    _, f = trace.sample(trajs, trajs, b, [3, 4], {}, 1, max_tokens=11)
+    assert f[0] is not None and f[1] is None  # the budget: 6 + 6 tokens > 11
 
 
 def test_sample_without_traced_rows_takes_the_first_whole_groups():
