@@ -8,13 +8,15 @@ python run.py --help                                              # every flag
 import sys
 
 from nanosky import dist, startup
-from nanosky.sync import BuildRefused
-from nanosky.trainer import train
 
 if __name__ == "__main__":
     cfg = (
         startup.start()
     )  # flags, paths, data, resume, run dir, disk: a bad one is one line, printed once, exit 2
+    # the trainer's imports (transformers, DTensor, peft: ~2 s a rank) after the checks: a bad flag fails fast
+    from nanosky.sync import BuildRefused
+    from nanosky.trainer import train
+
     dist.init_distributed(timeout_s=cfg.dist.timeout_s)
     try:
         train(cfg)

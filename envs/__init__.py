@@ -19,6 +19,7 @@ _BUILTIN = {
     "webshop_lite": "envs.webshop_lite:WebShopEnv",
     "alfworld_lite": "envs.alfworld_lite:AlfWorldEnv",
     "swe": "envs.swe:SWETaskEnv",
+    "reply": "envs.reply:ReplyEnv",
 }
 _REGISTRY: dict[str, Callable[..., Env]] = {}
 log = logging.getLogger("envs")
@@ -50,10 +51,24 @@ def get_env_factory(name: str) -> Callable[..., Env]:
     return getattr(importlib.import_module(module), attr)
 
 
+def has_checker(name: str) -> bool:
+    """Whether env `name` grades its episodes itself (False: its reward says nothing; a judge must score it)."""
+    return getattr(get_env_factory(name), "checker", True)
+
+
 def make(name: str, split: str = "train", seed: int = 0, **kwargs) -> Env:
     if split not in ("train", "test"):
         raise ValueError(f"split must be 'train' or 'test', got {split!r}")
     return get_env_factory(name)(split=split, seed=seed, **kwargs)
 
 
-__all__ = ["Env", "Message", "StepResult", "make", "register_env", "env_names", "get_env_factory"]
+__all__ = [
+    "Env",
+    "Message",
+    "StepResult",
+    "make",
+    "register_env",
+    "env_names",
+    "get_env_factory",
+    "has_checker",
+]

@@ -29,6 +29,7 @@ class Env:
     name: str = "env"
     max_turns: int = 1  # assistant turns before the agent loop stops the episode
     tools: list = []
+    checker: bool = True  # False: no checker (reward 0, success None); only a judge scores it (envs/reply.py)
 
     def reset(self) -> list[Message]:
         raise NotImplementedError

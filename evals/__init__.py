@@ -4,6 +4,7 @@
     python -m evals.agent     --ckpt runs/tool_use-grpo    # HLE-schema questions with search / wiki / python_exec
     python -m evals.swebench  --ckpt runs/swe-grpo         # SWE-bench-schema instances, graded locally
     python -m evals.swebench  --predictions gold          # grade patches without a model
+    python -m evals.judged    --ckpt runs/reply-grpo       # an env's test split scored by a judge (--reward.*)
 
 --ckpt takes a run dir (its latest checkpoint), a checkpoint (checkpoints/step_N) or any HF model folder.
 Common flags (evals/common.py): --ckpt | --base-url/--model, --data/--instances, --limit, --seed, --n-samples,

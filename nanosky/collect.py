@@ -115,7 +115,7 @@ def collect(cfg: TrainConfig, rollout: Rollout, step: int, version: int) -> tupl
         new = out.trajs
         parts.append(out)
         if cfg.reward.judge != "off":  # the judge's scores into the rewards, before any filter reads them
-            judged.append(judge_step(cfg.reward, new, rollout.loop.run))
+            judged.append(judge_step(cfg.reward, new, rollout.loop.run, rollout.backend))
         if a.overlong_cache_len:
             overlong_penalty(new, cfg.rollout.max_new_tokens, a.overlong_cache_len)
         if not a.dynamic_sampling:

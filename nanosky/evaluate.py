@@ -2,13 +2,18 @@
 
 evaluator = Evaluator(cfg, rollout, log, rank)
 if evaluator.due(step): acc = evaluator(step, version)     # --eval.every k; the run's close evaluates the end
+
+With `--reward.judge`, the held-out episodes are judged too (`eval/judge_score`, the samples of an episode as a
+group); for an env without a checker (`Env.checker`) that is the headline, and `eval/accuracy` is NaN.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import envs
 from nanosky import dist
+from nanosky.judge.rewards import judge_held_out
 from nanosky.seeds import derive_seed
 
 if TYPE_CHECKING:
@@ -17,30 +22,37 @@ if TYPE_CHECKING:
     from nanosky.logger import RunLogger
 
 
-def evaluate(rollout_fn, limit: int, n_samples: int) -> tuple[dict[str, float], list]:
+def evaluate(rollout_fn, limit: int, n_samples: int, judge_fn=None) -> tuple[dict[str, float], list]:
     """Mean@n success on the first `limit` test episodes, split across ranks. `rollout_fn(seeds)` rolls out the
-    test episodes with those seeds. Returns (metrics, this rank's trajectories)."""
+    test episodes with those seeds; `judge_fn(trajs)` -> (score sum, scored, masked groups) judges them. Returns
+    (metrics, this rank's trajectories). A rate over no episode is NaN."""
     info = dist.get_info()
     idx = list(range(info.rank, limit, info.world))
     trajs = rollout_fn([i for i in idx for _ in range(n_samples)])
+    judged = judge_fn(trajs) if judge_fn else (0.0, 0.0, 0.0)
     s = dist.all_reduce_sum(
         [
-            float(sum(t.success for t in trajs)),
+            float(sum(t.success for t in trajs if t.success is not None)),
+            float(sum(t.success is not None for t in trajs)),  # the episodes the env checked
             float(len(trajs)),
             float(sum(t.reward for t in trajs)),
             float(sum(t.n_policy_tokens for t in trajs)),
             float(sum(t.tool_calls for t in trajs)),
             float(sum(t.turns for t in trajs)),
+            *judged,
         ]
     )
-    n = max(s[1], 1.0)
-    return {
-        "eval/accuracy": s[0] / n,
-        "eval/reward_mean": s[2] / n,
-        "eval/response_len": s[3] / n,
-        "eval/tool_calls_per_traj": s[4] / n,
-        "eval/turns_mean": s[5] / n,
-    }, trajs
+    nan, n = float("nan"), max(s[2], 1.0)
+    m = {
+        "eval/accuracy": s[0] / s[1] if s[1] else nan,
+        "eval/reward_mean": s[3] / n,
+        "eval/response_len": s[4] / n,
+        "eval/tool_calls_per_traj": s[5] / n,
+        "eval/turns_mean": s[6] / n,
+    }
+    if judge_fn:
+        m |= {"eval/judge_score": s[7] / s[8] if s[8] else nan, "eval/judge_errors": s[9]}
+    return m, trajs
 
 
 class Evaluator:
@@ -48,6 +60,8 @@ class Evaluator:
 
     def __init__(self, cfg: TrainConfig, rollout: Rollout, log: RunLogger, rank: int):
         self.cfg, self.rollout, self.log = cfg, rollout, log
+        # the headline: accuracy where the env checks its episodes, else the judge's score
+        self.headline = "accuracy" if envs.has_checker(cfg.env) else "judge_score"
         # Same sampling seeds at every eval (common random numbers): accuracy changes come from the weights.
         self.sample_seed = derive_seed(cfg.seed, "eval", rank)
 
@@ -57,7 +71,8 @@ class Evaluator:
         return bool(every) and step % every == 0 and step != self.cfg.steps
 
     def __call__(self, step: int, version: int) -> float:
-        """Evaluate, log `eval/*` and the eval rollouts at `step`; returns the accuracy (mean@n success)."""
+        """Evaluate, log `eval/*` and the eval rollouts at `step`; returns the headline: the accuracy (mean@n
+        success), or the judge's mean score for an env without a checker."""
         cfg = self.cfg
 
         def rollout_fn(seeds: list[int]) -> list:
@@ -66,8 +81,14 @@ class Evaluator:
                 sample_seed=self.sample_seed, temperature=cfg.eval.temperature,
             ).trajs  # fmt: skip
 
-        m, trajs = evaluate(rollout_fn, cfg.eval.limit, cfg.eval.n_samples)
+        def judge_fn(trajs: list) -> tuple[float, float, float]:
+            return judge_held_out(cfg.reward, trajs, self.rollout.loop.run, self.rollout.backend)
+
+        m, trajs = evaluate(rollout_fn, cfg.eval.limit, cfg.eval.n_samples,
+                            judge_fn if cfg.reward.judge != "off" else None)  # fmt: skip
         self.log.scalars(step, m)
         self.log.rollouts(step, trajs, self.rollout.tok, cfg.log.eval_samples, tag="eval")
-        self.log.print(f"step {step}: eval accuracy {m['eval/accuracy']:.3f}")
-        return m["eval/accuracy"]
+        self.log.print(
+            f"step {step}: eval {self.headline.replace('_', ' ')} {m['eval/' + self.headline]:.3f}"
+        )
+        return m["eval/" + self.headline]

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 
 from nanosky import dist
 from nanosky.agent import Trajectory
-from nanosky.agent.trajectory import env_step_stats
+from nanosky.agent.trajectory import env_step_stats, success_rate
 from nanosky.train.batch import Batch
 from nanosky.train.update import train_perf
 
@@ -52,7 +52,7 @@ def step_metrics(
     return (
         {
             "train/reward_mean": sum(t.reward for t in trajs) / n,
-            "train/success_rate": sum(t.success for t in trajs) / n,
+            "train/success_rate": success_rate(trajs),
             "train/response_len": n_tok / n,
             "train/adv_mean": float(adv.mean()) if adv.numel() else 0.0,
             "train/adv_std": float(adv.std()) if adv.numel() > 1 else 0.0,

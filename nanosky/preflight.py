@@ -75,7 +75,7 @@ def check_model(flag: str, path: str) -> None:
         raise UsageError(f"{flag} {path}: no such directory (and not a hub id of the form org/name)")
     if _hub_cached(path):
         return
-    if os.environ.get("HF_HUB_OFFLINE") == "1" or not _reachable("huggingface.co"):
+    if os.environ.get("HF_HUB_OFFLINE") == "1" or _connect("huggingface.co") is not None:
         raise UsageError(
             f"{flag} {path}: not a local directory, not in the Hugging Face cache, and the hub cannot be reached "
             "(no network); download it elsewhere and pass its directory"
@@ -322,29 +322,54 @@ def _hub_cached(repo_id: str) -> bool:
 
 def check_judge(cfg: TrainConfig) -> None:
     """--reward.judge-url: a server answers there (any HTTP status: it may want a key), before a run whose every group
-    would be masked."""
-    if cfg.reward.judge == "off":
+    would be masked; `self`: a judgement of a whole group fits its token budget, and the budget the context."""
+    r = cfg.reward
+    if not _has_checker(cfg.env) and (r.judge == "off" or not r.judge_only):
+        raise UsageError(
+            f"--env {cfg.env} has no checker: its reward is always 0, so only a judge can score it. Train it "
+            "with --reward.judge group --reward.judge-url URL|self --reward.judge-only"
+        )
+    if r.judge == "off":
+        return
+    if r.judge_url == "self":
+        from nanosky.judge.prompt import answer_chars, explanation_chars
+
+        n = cfg.rollout.group_size if r.judge == "group" else None
+        if explanation_chars(n, r.judge_max_tokens) < 0:
+            raise UsageError(
+                f"--reward.judge-max-tokens {r.judge_max_tokens} cannot hold one judgement of "
+                f"{n or 1} attempts (at least {answer_chars(n, 0) + 1} tokens)"
+            )
+        if r.judge_max_tokens >= cfg.engine.max_model_len:
+            raise UsageError(
+                f"--reward.judge-max-tokens {r.judge_max_tokens} leaves no room for the judge's prompt in "
+                f"--engine.max-model-len {cfg.engine.max_model_len}"
+            )
         return
     from urllib.parse import urlparse
 
-    u = urlparse(cfg.reward.judge_url)
+    u = urlparse(r.judge_url)
     if u.scheme not in ("http", "https") or not u.hostname:
         raise UsageError(
-            f"--reward.judge-url {cfg.reward.judge_url}: not an http(s) URL (e.g. http://127.0.0.1:8001/v1)"
+            f"--reward.judge-url {r.judge_url}: not an http(s) URL (e.g. http://127.0.0.1:8001/v1) or self"
         )
-    try:
-        socket.create_connection(
-            (u.hostname, u.port or (443 if u.scheme == "https" else 80)), timeout=5
-        ).close()
-    except OSError as e:
-        raise UsageError(
-            f"--reward.judge-url {cfg.reward.judge_url}: no server answers there ({e})"
-        ) from None
+    if e := _connect(u.hostname, u.port or (443 if u.scheme == "https" else 80), timeout_s=5):
+        raise UsageError(f"--reward.judge-url {r.judge_url}: no server answers there ({e})")
 
 
-def _reachable(host: str, timeout_s: float = 3.0) -> bool:
+def _has_checker(env: str) -> bool:
+    import envs
+
     try:
-        socket.create_connection((host, 443), timeout=timeout_s).close()
+        return envs.has_checker(env)
+    except KeyError:  # an unknown env is check_env's to report
         return True
-    except OSError:
-        return False
+
+
+def _connect(host: str, port: int = 443, timeout_s: float = 3.0) -> OSError | None:
+    """Why a TCP connection to host:port fails, or None where it opens."""
+    try:
+        socket.create_connection((host, port), timeout=timeout_s).close()
+        return None
+    except OSError as e:
+        return e

@@ -336,6 +336,7 @@ def close(run: Run, acc: float, step_times: list[float]) -> dict:
         "config": dataclasses.asdict(cfg),
         "steps": cfg.steps,
         "world_size": run.info.world,
+        "eval_metric": run.evaluator.headline,  # what the two below hold: accuracy, or judge_score (no checker)
         "eval_accuracy_initial": run.acc0,
         "eval_accuracy_final": acc,
         "median_step_s": statistics.median(step_times) if step_times else None,
@@ -345,7 +346,7 @@ def close(run: Run, acc: float, step_times: list[float]) -> dict:
     run.log.close()  # the bar ends above the final lines
     median = summary["median_step_s"]
     run.log.print(
-        f"done: eval accuracy {run.acc0:.3f} -> {acc:.3f} in {cfg.steps} steps; "
+        f"done: eval {run.evaluator.headline.replace('_', ' ')} {run.acc0:.3f} -> {acc:.3f} in {cfg.steps} steps; "
         + (f"median step {median:.2f} s" if median is not None else "no step timed")
         + f"\n  summary      {os.path.join(cfg.run_dir, 'summary.json')}"
         + (f"\n  model        {final}  (HF format: --model.path, evals' --ckpt)" if final else "")

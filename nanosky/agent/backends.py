@@ -40,6 +40,7 @@ class Request:
     grammar: str | None = (
         None  # sample a reply this EBNF grammar matches (constrained actions; token-in only)
     )
+    json_schema: dict | None = None  # sample a JSON object this schema admits (the self-judge; token-in only)
 
 
 @dataclass
@@ -99,7 +100,7 @@ class EngineBackend:
         spec = SamplingSpec(max_tokens=max_tokens, temperature=req.temperature, top_p=req.top_p,
                             ignore_eos=req.ignore_eos,
                             choices=tuple(req.choices) if req.choices else None,
-                            grammar=req.grammar)  # fmt: skip
+                            grammar=req.grammar, json_schema=req.json_schema)  # fmt: skip
         rid = self.engine.submit(req.prompt_ids, spec, seed=req.seed, version=self.version)
         fut = asyncio.get_running_loop().create_future()
         self._waiting[rid] = fut

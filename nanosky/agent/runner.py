@@ -32,7 +32,7 @@ from nanosky.agent.backends import Backend, BackendError, ContextLengthError, Re
 from nanosky.agent.dispatcher import STAGES, Dispatcher
 from nanosky.agent.player import Rollouts
 from nanosky.agent.task import EnvError, Task
-from nanosky.agent.trajectory import Step, Trajectory
+from nanosky.agent.trajectory import Step, Trajectory, success_of
 from nanosky.seeds import derive_seed
 
 
@@ -173,7 +173,7 @@ class AgentRunner:
             try:
                 async with d.stage("evaluate"):
                     verdict = await task.evaluate_result(t)
-                t.reward, t.success = float(verdict.get("reward", 0.0)), bool(verdict.get("success", False))
+                t.reward, t.success = float(verdict.get("reward", 0.0)), success_of(verdict)
             except Exception as e:  # noqa: BLE001
                 t.stop_reason, t.error = "error", f"evaluate_result: {e!r}"[:1000]
         if t.stop_reason not in ("done", "max_turns", "max_tokens", "timeout"):

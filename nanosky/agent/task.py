@@ -59,7 +59,7 @@ class Task(ABC):
 
     @abstractmethod
     async def evaluate_result(self, result: Any) -> dict:
-        """`result` is the finished `Trajectory`. Returns at least {"reward": float, "success": bool}."""
+        """`result` is the finished `Trajectory`. Returns at least {"reward": float, "success": bool (None: not checked)}."""
 
 
 class EnvTask(Task):
@@ -101,7 +101,8 @@ class EnvTask(Task):
         self.env.close()
 
     async def evaluate_result(self, result: Any) -> dict:
-        return {"reward": float(sum(self._rewards)), "success": bool(self._info.get("success", False))}
+        s = self._info.get("success", False)  # None: an env without a checker
+        return {"reward": float(sum(self._rewards)), "success": None if s is None else bool(s)}
 
 
 class PooledEnvTask(EnvTask):

@@ -51,7 +51,7 @@ class Trajectory:
     # admissible actions it was sampled from, or its EBNF grammar); the trainer scores those ids under the same masks
     # (nanosky/train/constrain.py)
     constraints: list[tuple[int, list[str] | str]] = field(default_factory=list)
-    success: bool = False
+    success: bool | None = False  # None: the env has no checker (`Env.checker`; a judge scores it)
     stop_reason: str = ""  # one of STOP_REASONS
     turns: int = 0
     group: int = 0  # samples with equal group share a prompt
@@ -81,6 +81,18 @@ class Trajectory:
             for k in ("ids", "loss_mask", "logprobs", "steps", "constraints"):
                 d.pop(k)
         return d
+
+
+def success_of(verdict: dict) -> bool | None:
+    """An episode's success from its task's verdict: True / False, or None where the env has no checker."""
+    s = verdict.get("success", False)
+    return None if s is None else bool(s)
+
+
+def success_rate(trajs: list[Trajectory]) -> float:
+    """The success rate over the episodes an env checked; NaN where none was (an env without a checker)."""
+    ok = [t.success for t in trajs if t.success is not None]
+    return sum(ok) / len(ok) if ok else float("nan")
 
 
 def save_jsonl(trajs: list[Trajectory], path: str | Path, with_ids: bool = False) -> Path:
@@ -114,7 +126,7 @@ def summarize(trajs: list[Trajectory]) -> dict[str, Any]:
     calls = sum(t.tool_calls for t in trajs)
     return {
         "n": len(trajs),
-        "accuracy": sum(t.success for t in trajs) / n,
+        "accuracy": success_rate(trajs),
         "reward_mean": sum(t.reward for t in trajs) / n,
         "turns_mean": sum(t.turns for t in trajs) / n,
         "tool_calls_per_traj": calls / n,

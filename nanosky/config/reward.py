@@ -15,7 +15,9 @@ class RewardConfig:
     rubric: str | None = None
     """A plain-text rubric file; None: the default rubric (`nanosky/judge/rubric.txt`)."""
     judge_url: str | None = None
-    """Any OpenAI-compatible server (…/v1), e.g. a `vllm serve` of a larger model."""
+    """Any OpenAI-compatible server (…/v1), e.g. a `vllm serve` of a larger model; or `self`: the run's own engine
+    (the policy judges its own attempts, at temperature 0, between the rollout and the update; docs/judge.md says
+    why that can be gamed)."""
     judge_model: str = "judge"
     """The model name sent to the judge server."""
     judge_key_env: str = "NANOSKY_JUDGE_KEY"
@@ -29,15 +31,16 @@ class RewardConfig:
     """Judge calls in flight at once, per rank."""
     judge_timeout_s: float = 120.0
     """One judge call's limit; a call that times out is retried once, then its group is masked."""
+    judge_max_tokens: int = 1024
+    """`self`: the tokens one judgement may take. Its schema bounds each explanation to fit (a group's share each),
+    so every answer finishes; the judge's prompt plus this must fit --engine.max-model-len."""
 
     def __post_init__(self):
         if self.judge != "off" and not self.judge_url:
             raise ValueError("--reward.judge needs --reward.judge-url (an OpenAI-compatible server's …/v1)")
-        if self.judge_url == "self":
-            raise ValueError(
-                "--reward.judge-url self: judging with the run's own engine is not built yet; give a server"
-            )
         if self.rubric and not Path(self.rubric).is_file():
             raise ValueError(f"--reward.rubric {self.rubric}: no such file")
-        if self.judge_concurrency < 1 or self.judge_timeout_s <= 0:
-            raise ValueError("reward.judge-concurrency must be >= 1 and reward.judge-timeout-s > 0")
+        if self.judge_concurrency < 1 or self.judge_timeout_s <= 0 or self.judge_max_tokens < 1:
+            raise ValueError(
+                "reward.judge-concurrency and reward.judge-max-tokens must be >= 1, reward.judge-timeout-s > 0"
+            )

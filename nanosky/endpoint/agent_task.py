@@ -23,6 +23,7 @@ from typing import Any
 
 from envs.base import StepResult
 from nanosky.agent.task import Task
+from nanosky.agent.trajectory import success_of
 
 
 @dataclass
@@ -33,7 +34,7 @@ class AgentTask:
     seed: int
     env: Task = field(repr=False)  # the episode behind it
     graded: float | None = None  # the return the env gave, once graded
-    success: bool | None = None  # the env's verdict, once graded
+    success: bool | None = None  # the env's verdict, once graded (None then: the env has no checker)
     steps: int = 0  # env steps taken (grading included)
     info: dict = field(default_factory=dict)  # the env's info, once graded
 
@@ -61,7 +62,7 @@ class AgentTask:
 
     async def _finish(self) -> None:
         verdict = await self.env.evaluate_result(None)
-        self.graded, self.success = float(verdict.get("reward", 0.0)), bool(verdict.get("success", False))
+        self.graded, self.success = float(verdict.get("reward", 0.0)), success_of(verdict)
         self.info = dict(getattr(self.env, "_info", {}))  # the env's last info (its answer, prediction, ...)
 
 

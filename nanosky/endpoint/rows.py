@@ -18,7 +18,7 @@ def to_trajectory(t: Trajectory, slot, task, tok) -> Trajectory:
     """Fill `t` from the endpoint's `slot` (None: the episode never opened) and its `AgentTask` (None: the env
     never came up)."""
     segs = slot.episode.segments if slot is not None else []
-    if task is not None and task.success is not None:
+    if task is not None and task.done:  # the env's verdict (None: an env without a checker)
         t.success = task.success
     else:
         t.success = t.reward > 0 and t.stop_reason == "done"

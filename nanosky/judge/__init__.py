@@ -14,6 +14,7 @@ calls run concurrently under a limit. The answer is constrained to a JSON schema
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
 from collections.abc import Awaitable, Callable
@@ -45,6 +46,7 @@ class Verdict:
     error: str | None = None
     latency_s: float = 0.0
     calls: int = 0
+    version: int | None = None  # the weight version that judged it (the self-judge)
 
 
 class HTTPJudge:
@@ -56,10 +58,24 @@ class HTTPJudge:
         self.structured = (
             True  # False once the server refused response_format: plain answers, parsed tolerantly
         )
+        self._http = None  # the session of the calls in flight (`session()`)
 
-    async def __call__(self, messages: list[dict], schema: dict) -> str:
+    @contextlib.asynccontextmanager
+    async def session(self):
+        """One HTTP session for a batch of calls (a step's), its connections kept alive between them."""
         import aiohttp
 
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout_s)) as s:
+            self._http = s
+            try:
+                yield self
+            finally:
+                self._http = None
+
+    async def __call__(self, messages: list[dict], schema: dict) -> str:
+        if self._http is None:  # a call on its own
+            async with self.session():
+                return await self(messages, schema)
         headers = {"Content-Type": "application/json"}
         if key := os.environ.get(self.key_env):
             headers["Authorization"] = f"Bearer {key}"
@@ -69,15 +85,13 @@ class HTTPJudge:
                 "type": "json_schema",
                 "json_schema": {"name": "judgement", "schema": schema, "strict": True},
             }
-        timeout = aiohttp.ClientTimeout(total=self.timeout_s)
-        async with aiohttp.ClientSession(timeout=timeout) as s:
-            async with s.post(f"{self.url}/chat/completions", json=body, headers=headers) as r:
-                if r.status == 400 and self.structured and "response_format" in await r.text():
-                    self.structured = False  # this server has no structured outputs: ask again without
-                    return await self(messages, schema)
-                if r.status != 200:
-                    raise JudgeError(f"the judge server answered HTTP {r.status}: {(await r.text())[:200]}")
-                data = await r.json(content_type=None)
+        async with self._http.post(f"{self.url}/chat/completions", json=body, headers=headers) as r:
+            if r.status == 400 and self.structured and "response_format" in await r.text():
+                self.structured = False  # this server has no structured outputs: ask again without
+                return await self(messages, schema)
+            if r.status != 200:
+                raise JudgeError(f"the judge server answered HTTP {r.status}: {(await r.text())[:200]}")
+            data = await r.json(content_type=None)
         try:
             return data["choices"][0]["message"]["content"] or ""
         except (KeyError, IndexError, TypeError):
@@ -98,16 +112,19 @@ async def _retry(fn: Callable[[], Awaitable], tries: int = 2):
 async def judge_group(
     call: Call, mode: str, task: list[dict], attempts: list[str], rubric_text: str
 ) -> Verdict:
-    """One group: one call (group mode) or one per attempt (pointwise), each retried once; any failure masks it."""
+    """One group: one call (group mode) or one per attempt (pointwise), each retried once; any failure masks it. A
+    judge with its own `schema(n)` (the self-judge's strict one) is asked with that, others with the loose one."""
     t0, ids = time.perf_counter(), list(range(len(attempts)))
+    own = getattr(call, "schema", None)
     try:
         if mode == "group":
-            msgs = group_messages(task, attempts, rubric_text)
-            got, calls = await _retry(lambda: _group_once(call, msgs, ids))
+            msgs, schema = group_messages(task, attempts, rubric_text), own(len(ids)) if own else GROUP_SCHEMA
+            got, calls = await _retry(lambda: _group_once(call, msgs, schema, ids))
         elif mode == "pointwise":
+            schema = own(None) if own else POINT_SCHEMA
             results = await asyncio.gather(
                 *(
-                    _retry(lambda a=a: _point_once(call, point_messages(task, a, rubric_text)))
+                    _retry(lambda a=a: _point_once(call, point_messages(task, a, rubric_text), schema))
                     for a in attempts
                 )
             )
@@ -124,12 +141,14 @@ async def judge_group(
     )
 
 
-async def _group_once(call: Call, msgs: list[dict], ids: list[int]) -> dict[int, tuple[float, str]]:
-    return parse_group(await call(msgs, GROUP_SCHEMA), ids)
+async def _group_once(
+    call: Call, msgs: list[dict], schema: dict, ids: list[int]
+) -> dict[int, tuple[float, str]]:
+    return parse_group(await call(msgs, schema), ids)
 
 
-async def _point_once(call: Call, msgs: list[dict]) -> tuple[float, str]:
-    return parse_point(await call(msgs, POINT_SCHEMA))
+async def _point_once(call: Call, msgs: list[dict], schema: dict) -> tuple[float, str]:
+    return parse_point(await call(msgs, schema))
 
 
 async def judge_groups(
@@ -146,4 +165,6 @@ async def judge_groups(
             except asyncio.TimeoutError:
                 return Verdict(None, error=f"the group's judgement took over {timeout_s} s")
 
-    return list(await asyncio.gather(*(one(t, a) for t, a in groups)))
+    opened = getattr(call, "session", None)  # an HTTP judge: one session for all of them
+    async with opened() if opened else contextlib.nullcontext():
+        return list(await asyncio.gather(*(one(t, a) for t, a in groups)))

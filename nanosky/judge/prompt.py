@@ -43,6 +43,51 @@ POINT_SCHEMA = {
 }
 
 
+# Printable ASCII without '"' and '\\': one byte, so at most one token, per character of an explanation.
+_PLAIN = r"[ !#-\[\]-~]"
+_SCORE_MAX = "0.000001"  # the longest score a bounded number takes (xgrammar writes at most 6 decimals)
+EXPLANATION_MAX = 120  # a sentence; and xgrammar 0.2.8 fails to compile a pattern repeated over 128 times
+
+
+def strict_schema(n: int | None, chars: int) -> dict:
+    """A schema that leaves nothing open (the self-judge's, under vLLM's structured outputs): for a group of `n`,
+    entry k is attempt k's (its id a constant, so every id once and in order); `n` None: one attempt. Each
+    explanation is at most `chars` plain characters, each score a number in [0, 1]. The answer is then at most
+    `answer_chars(n, chars)` characters, and a budget of that many tokens (+1 for the end) always finishes it."""
+    entry = {
+        "explanation": {"type": "string", "pattern": f"^{_PLAIN}{{0,{chars}}}$"},
+        "score": {"type": "number", "minimum": 0, "maximum": 1},
+    }
+    if n is None:
+        return {"type": "object", "properties": entry, "required": list(entry)}
+    items = [
+        {
+            "type": "object",
+            "properties": {"trajectory_id": {"const": k}} | entry,
+            "required": ["trajectory_id", *entry],
+        }
+        for k in range(n)
+    ]
+    scores = {"type": "array", "prefixItems": items, "items": False, "minItems": n, "maxItems": n}
+    return {"type": "object", "properties": {"scores": scores}, "required": ["scores"]}
+
+
+def answer_chars(n: int | None, chars: int) -> int:
+    """The longest answer `strict_schema(n, chars)` admits (no free whitespace: vLLM's disable_any_whitespace)."""
+    x = "x" * chars
+    if n is None:
+        return len(json.dumps({"explanation": x, "score": 0}).replace("0}", _SCORE_MAX + "}"))
+    worst = [{"trajectory_id": k, "explanation": x, "score": 0} for k in range(n)]
+    return len(json.dumps({"scores": worst}).replace('"score": 0}', f'"score": {_SCORE_MAX}}}'))
+
+
+def explanation_chars(n: int | None, max_tokens: int) -> int:
+    """The longest explanation (up to EXPLANATION_MAX) that keeps `strict_schema`'s answer within `max_tokens` (with
+    its end token); negative where not even an empty one fits."""
+    fixed = answer_chars(n, 0) + 1
+    return min(EXPLANATION_MAX, (max_tokens - fixed) // (n or 1))
+
+
 def rubric(path: str | None) -> str:
     """The rubric's text: the file given, else the default."""
     p = Path(path) if path else DEFAULT_RUBRIC

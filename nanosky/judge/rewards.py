@@ -1,15 +1,16 @@
 """The judge in training: a step's groups judged (each rank its share, the verdicts gathered so every rank applies
 the same), the scores combined with the env's rewards, masked groups given no gradient, and the judge/* metrics.
 
-    m = judge_step(cfg.reward, trajs, loop.run)     # trajs: the step's gathered trajectories, changed in place
+    m = judge_step(cfg.reward, trajs, loop.run, backend)   # trajs: the step's gathered trajectories, changed in place
 
 reward = env reward + w · score (`--reward.judge-weight`), or the score alone (`--reward.judge-only`). Each
-trajectory keeps `info["judge"]` = {score, explanation} (or {error}) for rollouts.jsonl and the viewer.
+trajectory keeps `info["judge"]` = {score, explanation} (or {error}) for rollouts.jsonl and the viewer; a
+self-judged one also the weight version that judged it (`--reward.judge-url self`: the rank's own engine, through
+`backend`, at temperature 0 under a strict JSON schema; nanosky/judge/self_judge.py).
 """
 
 from __future__ import annotations
 
-import functools
 import math
 import time
 from collections.abc import Callable
@@ -17,6 +18,7 @@ from collections.abc import Callable
 from nanosky import dist
 from nanosky.config.reward import RewardConfig
 from nanosky.judge import HTTPJudge, Verdict, judge_groups, rubric
+from nanosky.judge.self_judge import SelfJudge
 
 
 def attempt_text(t) -> tuple[list[dict], str]:
@@ -54,18 +56,43 @@ def _spearman(a: list[float], b: list[float]) -> float | None:
     return sum((x - ma) * (y - mb) for x, y in zip(ra, rb)) / math.sqrt(va * vb)
 
 
-@functools.cache
-def _judge(
-    url: str, model: str, key_env: str, timeout_s: float, rubric_path: str | None
-) -> tuple[HTTPJudge, str]:
-    """One judge and rubric text per run's settings: a server found to refuse structured outputs is asked plainly
-    from then on, and the rubric file is read once."""
-    return HTTPJudge(url, model, key_env, timeout_s), rubric(rubric_path)
+_JUDGES: dict[tuple[str, int], tuple] = {}
 
 
-def judge_step(cfg: RewardConfig, trajs: list, run: Callable) -> dict[str, float]:
+def _judge(cfg: RewardConfig, backend) -> tuple[HTTPJudge | SelfJudge, str]:
+    """One judge and rubric text per run's settings (and engine): a server found to refuse structured outputs is
+    asked plainly from then on, and the rubric file is read once."""
+    key = (repr(cfg), id(backend))  # the entry holds `backend`, so its id is not reused while cached
+    if key not in _JUDGES:
+        if cfg.judge_url == "self":
+            if backend is None:
+                raise ValueError("--reward.judge-url self needs the run's engine (an EngineBackend)")
+            judge = SelfJudge(backend, cfg.judge_max_tokens)
+        else:
+            judge = HTTPJudge(cfg.judge_url, cfg.judge_model, cfg.judge_key_env, cfg.judge_timeout_s)
+        _JUDGES[key] = (judge, rubric(cfg.rubric), backend)
+    return _JUDGES[key][:2]
+
+
+def verdicts(cfg: RewardConfig, groups: list[list], run: Callable, backend=None) -> list[Verdict]:
+    """Each group's verdict (a group: the attempts at one task), judged from this rank. A self-judge's verdicts
+    carry the weight version that judged them."""
+    judge, rubric_text = _judge(cfg, backend)
+    asks = []
+    for members in groups:
+        texts = [attempt_text(t) for t in members]
+        asks.append((texts[0][0], [a for _, a in texts]))
+    out = run(judge_groups(judge, asks, cfg.judge, rubric_text, cfg.judge_concurrency,
+                           2.5 * cfg.judge_timeout_s))  # fmt: skip
+    for v in out:
+        v.version = getattr(judge, "version", None)
+    return out
+
+
+def judge_step(cfg: RewardConfig, trajs: list, run: Callable, backend=None) -> dict[str, float]:
     """Judge the step's groups and fold the scores into `trajs` (in place, the same on every rank). `run(coro)`
-    runs a coroutine on the rank's event loop. Returns the judge/* metrics (NaN where nothing was scored)."""
+    runs a coroutine on the rank's event loop; `backend` is the rank's EngineBackend (for `self`). Returns the
+    judge/* metrics (NaN where nothing was scored)."""
     t0 = time.perf_counter()
     info = dist.get_info()
     groups: dict[int, list] = {}
@@ -73,17 +100,10 @@ def judge_step(cfg: RewardConfig, trajs: list, run: Callable) -> dict[str, float
         groups.setdefault(t.group, []).append(t)
     keys = sorted(groups)
     mine = keys[info.rank :: info.world]  # each rank judges its share of the groups
-    judge, rubric_text = _judge(
-        cfg.judge_url, cfg.judge_model, cfg.judge_key_env, cfg.judge_timeout_s, cfg.rubric
-    )
-    asks = []
-    for g in mine:
-        texts = [attempt_text(t) for t in groups[g]]
-        asks.append((texts[0][0], [a for _, a in texts]))
-    verdicts = run(judge_groups(judge, asks, cfg.judge, rubric_text, cfg.judge_concurrency,
-                                2.5 * cfg.judge_timeout_s))  # fmt: skip
     got: dict[int, Verdict] = {}
-    for part in dist.all_gather_objects(list(zip(mine, verdicts))):
+    for part in dist.all_gather_objects(
+        list(zip(mine, verdicts(cfg, [groups[g] for g in mine], run, backend)))
+    ):
         got.update(part)
     scores, agree, errors = [], [], 0
     for g in keys:
@@ -99,7 +119,7 @@ def judge_step(cfg: RewardConfig, trajs: list, run: Callable) -> dict[str, float
             continue
         for i, t in enumerate(members):
             s = v.scores[i]
-            t.info["judge"] = {"score": s, "explanation": v.explanations.get(i, "")}
+            t.info["judge"] = _record(v, i)
             t.reward = s if cfg.judge_only else t.reward + cfg.judge_weight * s
             scores.append(s)
         if (rho := _spearman([v.scores[i] for i in range(len(members))], env)) is not None:
@@ -113,3 +133,29 @@ def judge_step(cfg: RewardConfig, trajs: list, run: Callable) -> dict[str, float
         "judge/latency_s": sum(lat) / len(lat) if lat else nan,
         "timing/judge_s": time.perf_counter() - t0,
     }
+
+
+def _record(v: Verdict, i: int) -> dict:
+    """What a trajectory keeps of its group's verdict (rollouts.jsonl, the viewer)."""
+    if v.scores is None:
+        return {"error": v.error}
+    out = {"score": v.scores[i], "explanation": v.explanations.get(i, "")}
+    return out if v.version is None else out | {"weight_version": v.version}
+
+
+def judge_held_out(cfg: RewardConfig, trajs: list, run: Callable, backend=None) -> tuple[float, float, float]:
+    """Judge held-out episodes on this rank, the samples of one episode as a group (their `env_seed`): each keeps
+    its verdict in `info["judge"]`; rewards are left as the env gave them. Returns (score sum, scored, masked
+    groups) for the caller to sum over ranks."""
+    by_seed: dict[int, list] = {}
+    for t in trajs:
+        by_seed.setdefault(t.env_seed, []).append(t)
+    groups = list(by_seed.values())
+    total = scored = masked = 0.0
+    for members, v in zip(groups, verdicts(cfg, groups, run, backend)):
+        masked += v.scores is None
+        for i, t in enumerate(members):
+            t.info["judge"] = _record(v, i)
+            if v.scores is not None:
+                total, scored = total + v.scores[i], scored + 1
+    return total, scored, masked

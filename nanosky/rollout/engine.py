@@ -39,6 +39,7 @@ class SamplingSpec:
         None  # sample exactly one of these (structured outputs; nanosky/train/constrain.py)
     )
     grammar: str | None = None  # or a reply this EBNF grammar matches (a tool call; envs/tools/grammar.py)
+    json_schema: dict | None = None  # or a JSON object this schema admits (the self-judge; nanosky/judge/)
 
 
 @dataclass
@@ -180,7 +181,8 @@ def engine_args(
         use_tqdm_on_load=False,  # its "Loading safetensors checkpoint shards" bar broke into the training bar
         max_num_batched_tokens=max(cfg.max_batched_tokens, cfg.max_model_len),
         # constrained turns: xgrammar always, so the trainer's masks are the engine's (nanosky/train/constrain.py)
-        structured_outputs_config={"backend": "xgrammar"},
+        # and no free whitespace in JSON (a schema with bounded strings and numbers then bounds the whole answer)
+        structured_outputs_config={"backend": "xgrammar", "disable_any_whitespace": True},
     )
 
 
@@ -242,6 +244,8 @@ class Engine:
             if spec.choices
             else StructuredOutputsParams(grammar=spec.grammar)
             if spec.grammar
+            else StructuredOutputsParams(json=spec.json_schema)
+            if spec.json_schema
             else None
         )
         params = SamplingParams(

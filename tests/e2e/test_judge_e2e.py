@@ -3,6 +3,7 @@ the env's reward, its metrics and explanations logged, and a resume from step 1 
 run's (the judge at temperature 0 is part of the run's determinism)."""
 
 import json
+import math
 import os
 import re
 import shutil
@@ -46,3 +47,39 @@ def test_tool_use_trains_with_a_judge_weighted_in_and_resumes_exactly(tmp_path):
     assert recs and all(r["info"]["judge"]["explanation"].endswith("chars") for r in recs)
     for r in recs:  # env reward + 0.5 x the judge's score
         assert 0 <= r["reward"] - 0.5 * r["info"]["judge"]["score"] <= 1.0 + 1e-9
+
+
+@pytest.mark.slow
+def test_the_env_without_a_checker_trains_on_its_own_engines_judgement_and_resumes_exactly(tmp_path):
+    """reply (no checker) judged alone by the run's own engine (`self`, pointwise: the tiny model's 512-token context
+    leaves a group's judgement too little room; group mode is tested on the engine), under the strict schema: every
+    group is scored, each score carries the weights that judged it, the held-out episodes are judged too (the
+    run's headline), and a resume from step 1 gives step 2 exactly."""
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    rubric = tmp_path / "rubric.txt"
+    rubric.write_text("Score each reply from 0 to 1: does it do what was asked, under every constraint?")
+    args = ["--preset", "smoke", "--env", "reply", "--steps", "2", "--rollout.prompts-per-step", "2",
+            "--rollout.group-size", "2", "--rollout.max-new-tokens", "16", "--eval.limit", "2", "--envpool.workers", "1",
+            "--log.ckpt-every", "1", "--reward.judge", "pointwise", "--reward.judge-url", "self", "--reward.judge-only",
+            "--reward.rubric", str(rubric), "--reward.judge-max-tokens", "100"]  # fmt: skip
+    r = torchrun([*args, "--log.run-dir", str(straight)])
+    assert r.returncode == 0, r.stderr[-3000:]
+    (resumed / "checkpoints").mkdir(parents=True)
+    shutil.copytree(straight / "checkpoints" / "step_000001", resumed / "checkpoints" / "step_000001")
+    r2 = torchrun(
+        [*args, "--log.run-dir", str(resumed), "--resume", str(resumed / "checkpoints" / "step_000001")]
+    )
+    assert r2.returncode == 0, r2.stderr[-3000:]
+    a, b = scalars(str(straight)), scalars(str(resumed))
+    assert [v for _, v in a["judge/errors"]] == [0, 0] and all(0 <= v <= 1 for _, v in a["judge/score_mean"])
+    assert all(math.isnan(v) for _, v in a["train/success_rate"])  # no checker: unknown, not 0
+    assert math.isnan(a["eval/accuracy"][-1][1]) and 0 <= a["eval/judge_score"][-1][1] <= 1
+    for tag in ("train/pg_loss", "train/reward_mean", "judge/score_mean"):
+        assert b[tag][-1] == a[tag][-1], (tag, a[tag], b[tag])
+    recs = [json.loads(x) for x in open(straight / "rollouts.jsonl")]
+    train = [r for r in recs if r["split"] == "train"]
+    assert train and all(r["reward"] == r["info"]["judge"]["score"] for r in train)  # the judge alone
+    versions = {r["step"]: r["info"]["judge"]["weight_version"] for r in train}
+    assert versions[2] > versions[1]  # the weights that judged: step 2's after step 1's update
+    summary = json.loads((straight / "summary.json").read_text())
+    assert summary["eval_metric"] == "judge_score" and "eval judge score" in r.stdout

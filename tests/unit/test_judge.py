@@ -169,3 +169,56 @@ def test_a_server_without_structured_outputs_is_asked_again_plainly():
     judge, verdicts = asyncio.run(go())
     assert [v.scores for v in verdicts] == [{0: 0.6, 1: 0.2}] * 2 and not judge.structured
     assert len(bodies) == 3  # asked once with the schema, then plainly from then on
+
+
+@pytest.mark.parametrize("n", [None, 1, 3, 12])
+def test_the_strict_schema_bounds_the_answer_and_ties_ids_to_positions(n):
+    """The self-judge's schema, through xgrammar (vLLM's backend): its longest answer is `answer_chars` long and
+    accepted, one character more is not, ids out of place or scores out of [0, 1] are not; so a budget of
+    `explanation_chars` always fits the answer."""
+    import xgrammar
+    from xgrammar.testing import _is_grammar_accept_string as accepts
+
+    from nanosky.judge.prompt import EXPLANATION_MAX, answer_chars, explanation_chars, strict_schema
+
+    g = xgrammar.Grammar.from_json_schema(json.dumps(strict_schema(n, 10)), any_whitespace=False)
+    one = '{"trajectory_id": %d, "explanation": "%s", "score": %s}'
+    worst = (
+        '{"explanation": "%s", "score": 0.000001}' % ("~" * 10)
+        if n is None
+        else '{"scores": [' + ", ".join(one % (k, "a!#[]" * 2, "0.000001") for k in range(n)) + "]}"
+    )
+    assert accepts(g, worst) and len(worst) == answer_chars(n, 10)
+    expl = "~" * 10 if n is None else "a!#[]" * 2
+    assert not accepts(g, worst.replace(expl, "x" * 11, 1))
+    assert not accepts(
+        g, worst.replace(expl, 'ab\\"cd', 1)
+    )  # valid JSON, but an escape costs more than a token
+    assert not accepts(g, worst.replace("0.000001", "1.5", 1)) and not accepts(
+        g, worst.replace("0.000001", "-0.1", 1)
+    )
+    if n and n > 1:
+        assert not accepts(g, worst.replace('"trajectory_id": 1,', '"trajectory_id": 0,'))
+        assert parse_group(worst, list(range(n)))[n - 1][0] == pytest.approx(1e-6)
+    for budget in (200, 640, 1024):
+        c = explanation_chars(n, budget)
+        if 0 <= c < EXPLANATION_MAX:
+            assert answer_chars(n, c) + 1 <= budget < answer_chars(n, c + 1) + 1  # the most that fits
+        assert c <= EXPLANATION_MAX and (c < 0 or answer_chars(n, c) + 1 <= budget)
+
+
+def test_the_longest_strict_schema_compiles_against_a_real_vocabulary(tiny_path):
+    """vLLM compiles the schema with the model's tokenizer (xgrammar fails on a pattern repeated over 128 times)."""
+    import xgrammar
+    from transformers import AutoTokenizer
+
+    from nanosky.judge.prompt import EXPLANATION_MAX, explanation_chars, strict_schema
+
+    tok = AutoTokenizer.from_pretrained(tiny_path)
+    comp = xgrammar.GrammarCompiler(xgrammar.TokenizerInfo.from_huggingface(tok, vocab_size=len(tok)))
+    for n in (None, 8):
+        chars = explanation_chars(n, 100_000)
+        assert chars == EXPLANATION_MAX
+        comp.compile_json_schema(
+            json.dumps(strict_schema(n, chars)), any_whitespace=False, separators=(",", ":")
+        )
