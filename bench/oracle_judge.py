@@ -2,7 +2,7 @@
 reward, beside a run on the env's reward, same seeds. The judge's plumbing (prompts, ids, parsing, the gather, the
 masking) must not change what is learnt: a tiny model is no real judge, so this is what can be proven here.
 
-    python bench/oracle_judge.py [--seeds 0 1] [-- EXTRA RUN.PY FLAGS]      # `make demo`'s run, 4 times (~25 min)
+    python bench/oracle_judge.py [--seeds 0 1] [--sources env oracle] [-- EXTRA RUN.PY FLAGS]   # `make demo` x4, ~25 min
 
 The oracle is a scripted OpenAI-compatible server (evals/scripted.py). It regenerates the run's problems from their
 seeds (as nanosky/collect.py draws them) and the test split, so it knows each question's answer, and scores each
@@ -64,6 +64,7 @@ def run(seed: int, judge_url: str | None, extra: list[str]) -> dict[str, list[tu
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    ap.add_argument("--sources", nargs="+", choices=["env", "oracle"], default=["env", "oracle"])
     ap.add_argument("extra", nargs="*", help="more run.py flags (after --)")
     args = ap.parse_args()
     cfg = PRESETS["demo"]()
@@ -76,7 +77,7 @@ def main() -> None:
     for seed in args.seeds:
         known = answers(seed, cfg.steps, cfg.rollout.prompts_per_step, kinds)
         finals = {}
-        for source in ("env", "oracle judge"):
+        for source in [{"env": "env", "oracle": "oracle judge"}[x] for x in args.sources]:
             if source == "env":
                 m = run(seed, None, args.extra)
             else:
@@ -92,8 +93,10 @@ def main() -> None:
             print(f"| {seed} | {source} | {acc[0][1]:.3f} → {acc[-1][1]:.3f} | {reward:.3f} | "
                   f"{'-' if judge_s is None else f'{judge_s:.2f}'} | {'-' if share is None else f'{share:.1%}'} |",
                   flush=True)  # fmt: skip
-        diffs.append(abs(finals["env"] - finals["oracle judge"]))
-    print(f"max |held-out accuracy, env - oracle judge| = {max(diffs):.3f}")
+        if len(finals) == 2:
+            diffs.append(abs(finals["env"] - finals["oracle judge"]))
+    if diffs:
+        print(f"max |held-out accuracy, env - oracle judge| = {max(diffs):.3f}")
 
 
 if __name__ == "__main__":

@@ -17,6 +17,11 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
+class _Server(ThreadingHTTPServer):
+    request_queue_size = 128  # socketserver's 5 drops the SYNs of a burst: a client then waits 1 s to retry
+    daemon_threads = True
+
+
 class ScriptedServer:
     def __init__(self, reply: Callable[[list[dict]], str], model: str = "scripted"):
         self.reply, self.model, self.requests = reply, model, []
@@ -54,7 +59,7 @@ class ScriptedServer:
                     "usage": {"prompt_tokens": n_prompt, "completion_tokens": len(text.split())},
                 })  # fmt: skip
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd = _Server(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
 
     def __enter__(self) -> str:

@@ -28,7 +28,7 @@ class RewardConfig:
     judge_only: bool = False
     """reward = the judge's score alone (envs without a checker)."""
     judge_concurrency: int = 8
-    """Judge calls in flight at once, per rank."""
+    """Groups judged at once, per rank, by a server (`self` judges all of them at once: the engine batches them)."""
     judge_timeout_s: float = 120.0
     """One judge call's limit; a call that times out is retried once, then its group is masked."""
     judge_max_tokens: int = 1024

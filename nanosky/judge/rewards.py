@@ -82,8 +82,9 @@ def verdicts(cfg: RewardConfig, groups: list[list], run: Callable, backend=None)
     for members in groups:
         texts = [attempt_text(t) for t in members]
         asks.append((texts[0][0], [a for _, a in texts]))
-    out = run(judge_groups(judge, asks, cfg.judge, rubric_text, cfg.judge_concurrency,
-                           2.5 * cfg.judge_timeout_s))  # fmt: skip
+    # a server takes --reward.judge-concurrency calls at once; the self-judge all of them (the engine batches them)
+    limit = max(1, len(asks)) if isinstance(judge, SelfJudge) else cfg.judge_concurrency
+    out = run(judge_groups(judge, asks, cfg.judge, rubric_text, limit, 2.5 * cfg.judge_timeout_s))
     for v in out:
         v.version = getattr(judge, "version", None)
     return out
