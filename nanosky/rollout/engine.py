@@ -200,6 +200,8 @@ class Engine:
         "checkpoint" reads them from `model_path`; "pushed" starts with placeholder weights (vLLM's dummy load: no
         second read of the checkpoint) that the first `load_weights` replaces, as the trainer's build sync does.
         Until then the engine serves noise."""
+        if not info.is_cuda:  # before vLLM's modules are imported: see below
+            os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")
         quiet_imports()
         if log_path:
             log_to_file(log_path)
@@ -210,6 +212,13 @@ class Engine:
         self.asleep: set[str] = set()  # the parts put to sleep (SLEEP_PARTS), while the trainer runs
         if not info.is_cuda:
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(cfg.kv_cache_gib))
+            # The CPU engine runs eager (enforce_eager), but vLLM's sampler keeps a @torch.compile'd gather_logprobs
+            # that Dynamo traces on first use: 5-7 s of every process's start-up, for nothing. Nothing of nanosky's
+            # compiles on the CPU, so Dynamo is off in this process: decorators applied from here on are no-ops
+            # (TORCHDYNAMO_DISABLE), and those applied before skip tracing when called (config.disable).
+            import torch._dynamo
+
+            torch._dynamo.config.disable = True
         os.environ.update(RUNNER_ENV)
         if weights not in ("checkpoint", "pushed"):
             raise ValueError(f"weights must be 'checkpoint' or 'pushed', got {weights!r}")
