@@ -38,16 +38,17 @@ class UsageError(Exception, SystemExit):
 
 
 def check(cfg: TrainConfig, world: int | None = None) -> None:
+    # the run dir's checks first: they read a few files, where the model's load transformers (seconds)
+    check_fresh_run_dir(cfg)
+    check_run_dir(cfg.run_dir)
+    if cfg.resume:
+        check_resume(cfg, int(os.environ.get("WORLD_SIZE", "1")) if world is None else world)
     check_model("--model.path", cfg.model.path)
     check_architecture(cfg)
     check_chat_template(cfg)
     check_agent(cfg)
     check_env_data(cfg.env, cfg.env_data)
     check_judge(cfg)
-    check_fresh_run_dir(cfg)
-    check_run_dir(cfg.run_dir)
-    if cfg.resume:
-        check_resume(cfg, int(os.environ.get("WORLD_SIZE", "1")) if world is None else world)
     check_disk(cfg)
 
 

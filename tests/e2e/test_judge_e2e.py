@@ -9,8 +9,10 @@ import re
 import shutil
 
 import pytest
+import torch
 from spawn import scalars, torchrun
 
+import algos
 from evals.scripted import ScriptedServer
 
 
@@ -79,6 +81,20 @@ def test_the_env_without_a_checker_trains_on_its_own_engines_judgement_and_resum
     recs = [json.loads(x) for x in open(straight / "rollouts.jsonl")]
     train = [r for r in recs if r["split"] == "train"]
     assert train and all(r["reward"] == r["info"]["judge"]["score"] for r in train)  # the judge alone
+    checked = (
+        0  # the trainer's advantages are GRPO's on the judge's scores (each traced row's first loss token)
+    )
+    for step, g in {(r["step"], r["group"]) for r in train}:
+        rows = [r for r in train if (r["step"], r["group"]) == (step, g) and r.get("tokens")]
+        if len(rows) == 2:
+            scores = torch.tensor([[r["info"]["judge"]["score"]] for r in rows])  # [2, 1]
+            want, _ = algos.get_adv_estimator("grpo")(
+                scores, torch.ones(2, 1), torch.zeros(2, dtype=torch.long)
+            )
+            got = [next(a for a in r["tokens"]["adv"] if a is not None) for r in rows]
+            assert got == pytest.approx(want[:, 0].tolist(), abs=1e-3), (step, g, got, scores)
+            checked += 1
+    assert checked
     versions = {r["step"]: r["info"]["judge"]["weight_version"] for r in train}
     assert versions[2] > versions[1]  # the weights that judged: step 2's after step 1's update
     summary = json.loads((straight / "summary.json").read_text())
