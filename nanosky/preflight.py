@@ -333,14 +333,10 @@ def check_judge(cfg: TrainConfig) -> None:
     if r.judge == "off":
         return
     if r.judge_url == "self":
-        from nanosky.judge.prompt import answer_chars, explanation_chars
+        from nanosky.judge.prompt import budget_error
 
-        n = cfg.rollout.group_size if r.judge == "group" else None
-        if explanation_chars(n, r.judge_max_tokens) < 0:
-            raise UsageError(
-                f"--reward.judge-max-tokens {r.judge_max_tokens} cannot hold one judgement of "
-                f"{n or 1} attempts (at least {answer_chars(n, 0) + 1} tokens)"
-            )
+        if err := budget_error(cfg.rollout.group_size if r.judge == "group" else None, r.judge_max_tokens):
+            raise UsageError(err)
         if r.judge_max_tokens >= cfg.engine.max_model_len:
             raise UsageError(
                 f"--reward.judge-max-tokens {r.judge_max_tokens} leaves no room for the judge's prompt in "

@@ -19,6 +19,7 @@ from typing import Any
 
 import envs
 from envs.base import Env, StepResult
+from nanosky.agent.trajectory import success_of
 from nanosky.rollout.envpool import EnvFailure
 
 
@@ -101,8 +102,7 @@ class EnvTask(Task):
         self.env.close()
 
     async def evaluate_result(self, result: Any) -> dict:
-        s = self._info.get("success", False)  # None: an env without a checker
-        return {"reward": float(sum(self._rewards)), "success": None if s is None else bool(s)}
+        return {"reward": float(sum(self._rewards)), "success": success_of(self._info)}  # None: no checker
 
 
 class PooledEnvTask(EnvTask):

@@ -88,6 +88,16 @@ def explanation_chars(n: int | None, max_tokens: int) -> int:
     return min(EXPLANATION_MAX, (max_tokens - fixed) // (n or 1))
 
 
+def budget_error(n: int | None, max_tokens: int) -> str | None:
+    """Why `max_tokens` cannot hold one strict judgement of `n` attempts (None: one), or None where it can."""
+    if explanation_chars(n, max_tokens) >= 0:
+        return None
+    return (
+        f"--reward.judge-max-tokens {max_tokens} cannot hold one judgement of {n or 1} attempts "
+        f"(at least {answer_chars(n, 0) + 1} tokens)"
+    )
+
+
 def rubric(path: str | None) -> str:
     """The rubric's text: the file given, else the default."""
     p = Path(path) if path else DEFAULT_RUBRIC

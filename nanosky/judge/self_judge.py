@@ -13,15 +13,13 @@ group is masked, like any judge error). Self-judging can be gamed: see docs/judg
 from __future__ import annotations
 
 from nanosky.agent.backends import BackendError, EngineBackend, Request
-from nanosky.judge.prompt import JudgeError, answer_chars, explanation_chars, strict_schema
+from nanosky.judge.prompt import JudgeError, budget_error, explanation_chars, strict_schema
 from nanosky.rollout.chat import prompt_ids
 
 
 class SelfJudge:
     """A judge `Call` over the rank's EngineBackend. `version` is the weight version it judged with (the trainer's,
     recorded with each score)."""
-
-    strict = True  # judge_group asks with `schema(n)`, not the loose server schema
 
     def __init__(self, backend: EngineBackend, max_tokens: int = 1024):
         self.backend, self.tok, self.max_tokens = backend, backend.tok, max_tokens
@@ -32,13 +30,9 @@ class SelfJudge:
 
     def schema(self, n: int | None) -> dict:
         """The strict schema for a group of `n` attempts (None: one), its explanations as long as the budget allows."""
-        chars = explanation_chars(n, self.max_tokens)
-        if chars < 0:
-            raise JudgeError(
-                f"--reward.judge-max-tokens {self.max_tokens} cannot hold a judgement of {n or 1} attempts "
-                f"(at least {answer_chars(n, 0) + 1} tokens)"
-            )
-        return strict_schema(n, chars)
+        if err := budget_error(n, self.max_tokens):
+            raise JudgeError(err)
+        return strict_schema(n, explanation_chars(n, self.max_tokens))
 
     async def __call__(self, messages: list[dict], schema: dict) -> str:
         ids = prompt_ids(self.tok, messages)  # rendered as every prompt of the run is

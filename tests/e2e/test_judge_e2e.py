@@ -25,22 +25,28 @@ def judge(messages) -> str:
         for i, a in attempts]})  # fmt: skip
 
 
+def _straight_then_resumed(tmp_path, args: list[str]):
+    """A straight 2-step run, and one resumed from its step-1 checkpoint: (straight's dir, its result, the two runs'
+    scalars)."""
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    r = torchrun([*args, "--log.run-dir", str(straight)])
+    assert r.returncode == 0, r.stderr[-3000:]
+    (resumed / "checkpoints").mkdir(parents=True)
+    shutil.copytree(straight / "checkpoints" / "step_000001", resumed / "checkpoints" / "step_000001")
+    r2 = torchrun(
+        [*args, "--log.run-dir", str(resumed), "--resume", str(resumed / "checkpoints" / "step_000001")]
+    )
+    assert r2.returncode == 0, r2.stderr[-3000:]
+    return straight, r, scalars(str(straight)), scalars(str(resumed))
+
+
 @pytest.mark.slow
 def test_tool_use_trains_with_a_judge_weighted_in_and_resumes_exactly(tmp_path):
-    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     with ScriptedServer(judge) as url:
         args = ["--preset", "tool_use", "--steps", "2", "--rollout.prompts-per-step", "2", "--rollout.group-size", "2",
                 "--eval.every", "0", "--eval.limit", "2", "--envpool.workers", "1", "--log.ckpt-every", "1",
                 "--reward.judge", "group", "--reward.judge-url", url, "--reward.judge-weight", "0.5"]  # fmt: skip
-        r = torchrun([*args, "--log.run-dir", str(straight)])
-        assert r.returncode == 0, r.stderr[-3000:]
-        (resumed / "checkpoints").mkdir(parents=True)
-        shutil.copytree(straight / "checkpoints" / "step_000001", resumed / "checkpoints" / "step_000001")
-        r2 = torchrun(
-            [*args, "--log.run-dir", str(resumed), "--resume", str(resumed / "checkpoints" / "step_000001")]
-        )
-        assert r2.returncode == 0, r2.stderr[-3000:]
-    a, b = scalars(str(straight)), scalars(str(resumed))
+        straight, _, a, b = _straight_then_resumed(tmp_path, args)
     assert [s for s, _ in a["judge/errors"]] == [1, 2] and all(v == 0 for _, v in a["judge/errors"])
     assert all(0 <= v <= 1 for _, v in a["judge/score_mean"]) and all(v > 0 for _, v in a["judge/step_share"])
     for tag in ("train/pg_loss", "train/reward_mean", "judge/score_mean"):
@@ -57,22 +63,13 @@ def test_the_env_without_a_checker_trains_on_its_own_engines_judgement_and_resum
     leaves a group's judgement too little room; group mode is tested on the engine), under the strict schema: every
     group is scored, each score carries the weights that judged it, the held-out episodes are judged too (the
     run's headline), and a resume from step 1 gives step 2 exactly."""
-    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     rubric = tmp_path / "rubric.txt"
     rubric.write_text("Score each reply from 0 to 1: does it do what was asked, under every constraint?")
     args = ["--preset", "smoke", "--env", "reply", "--steps", "2", "--rollout.prompts-per-step", "2",
             "--rollout.group-size", "2", "--rollout.max-new-tokens", "16", "--eval.limit", "2", "--envpool.workers", "1",
             "--log.ckpt-every", "1", "--reward.judge", "pointwise", "--reward.judge-url", "self", "--reward.judge-only",
             "--reward.rubric", str(rubric), "--reward.judge-max-tokens", "100"]  # fmt: skip
-    r = torchrun([*args, "--log.run-dir", str(straight)])
-    assert r.returncode == 0, r.stderr[-3000:]
-    (resumed / "checkpoints").mkdir(parents=True)
-    shutil.copytree(straight / "checkpoints" / "step_000001", resumed / "checkpoints" / "step_000001")
-    r2 = torchrun(
-        [*args, "--log.run-dir", str(resumed), "--resume", str(resumed / "checkpoints" / "step_000001")]
-    )
-    assert r2.returncode == 0, r2.stderr[-3000:]
-    a, b = scalars(str(straight)), scalars(str(resumed))
+    straight, r, a, b = _straight_then_resumed(tmp_path, args)
     assert [v for _, v in a["judge/errors"]] == [0, 0] and all(0 <= v <= 1 for _, v in a["judge/score_mean"])
     assert all(math.isnan(v) for _, v in a["train/success_rate"])  # no checker: unknown, not 0
     assert math.isnan(a["eval/accuracy"][-1][1]) and 0 <= a["eval/judge_score"][-1][1] <= 1
