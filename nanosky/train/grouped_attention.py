@@ -12,14 +12,19 @@ The idea is PrefixGrouper's (and verl PR #4368's). Registered as a transformers 
 AttentionInterface, no patching): `enable(model)` switches a model to it, and a forward given
 `nanosky_segments=` (the `Packed.segments` of its rows) computes by segment; any other forward (unpacked rows,
 generation, the probe) runs transformers' own SDPA. Sliding windows are applied per segment from the depths.
-Soft-capped attention (Gemma 2) trains with eager attention and never reaches this. On CUDA a segment without a
-window goes through SDPA's bottom-right causal bias, which keeps the flash kernel (a boolean mask would not). On
-the CPU a group's completions go through one padded call per layer: call by call they were 1.2-1.3x slower than
-the dense mask, batched they are level with it (docs/experiments/speed.md).
+Soft-capped attention (Gemma 2) trains with eager attention and never reaches this.
+
+On CUDA in bf16/fp16 every segment of a micro-batch goes through one flash varlen call per layer
+(`torch.nn.attention.varlen.varlen_attn`): the queries of all segments packed end to end, each over its own keys
+(ancestors then itself, gathered), causal aligned bottom-right, the window as flash's left window. Where this
+torch has no varlen kernel, each segment is one SDPA call with the bottom-right causal bias (flash too, but one
+launch per segment). On the CPU a group's completions go through one padded call per layer: call by call they were
+1.2-1.3x slower than the dense mask, batched they are level with it (docs/experiments/speed.md).
 """
 
 from __future__ import annotations
 
+import inspect
 from typing import NamedTuple
 
 import torch
@@ -44,6 +49,13 @@ class Segments:
             self._plans[key] = _plan(self.segs, device, window)
         return self._plans[key]
 
+    def varlen(self, device) -> _Varlen:
+        """Every segment in one varlen call: where its queries and keys sit in the rows, and their offsets."""
+        key = (str(device), "varlen")
+        if key not in self._plans:
+            self._plans[key] = _varlen_plan(self.segs, device)
+        return self._plans[key]
+
 
 class _Single(NamedTuple):
     """One segment, one call: query columns start..start+n of `row` over key columns `kv` [Lk]."""
@@ -63,6 +75,91 @@ class _Batch(NamedTuple):
     kv: torch.Tensor  # [S, Lk] long: its key columns, ancestors then its own (padding repeats the last)
     mask: torch.Tensor  # [S, 1, n, Lk] bool: causal bottom-right (and the window); padded keys masked
     real: torch.Tensor  # [S, n] bool: the query slots holding a real token
+
+
+class _Varlen(NamedTuple):
+    """All segments end to end: segment s's queries are q[cu_q[s]:cu_q[s+1]], its keys k[cu_k[s]:cu_k[s+1]]."""
+
+    q_rows: torch.Tensor  # [Nq] long: each query's row (the segments tile the rows' real tokens)
+    q_cols: torch.Tensor  # [Nq] long: its column
+    k_rows: (
+        torch.Tensor
+    )  # [Nk] long: each key's row; a segment's keys are its ancestors' columns, then its own
+    k_cols: torch.Tensor  # [Nk] long
+    cu_q: torch.Tensor  # [S + 1] int32
+    cu_k: torch.Tensor  # [S + 1] int32
+    max_q: int
+    max_k: int
+
+
+def _varlen_plan(segs, device) -> _Varlen:
+    q_rows, q_cols, k_rows, k_cols, cu_q, cu_k = [], [], [], [], [0], [0]
+    for r, start, n, anc in segs:
+        own = list(range(start, start + n))
+        q_rows += [r] * n
+        q_cols += own
+        k_rows += [r] * (len(anc) + n)
+        k_cols += anc + own
+        cu_q.append(cu_q[-1] + n)
+        cu_k.append(cu_k[-1] + len(anc) + n)
+    t = lambda x, dt=torch.long: torch.tensor(x, dtype=dt, device=device)  # noqa: E731
+    max_q = max((n for _, _, n, _ in segs), default=0)
+    max_k = max((len(anc) + n for _, _, n, anc in segs), default=0)
+    return _Varlen(
+        t(q_rows), t(q_cols), t(k_rows), t(k_cols), t(cu_q, torch.int32), t(cu_k, torch.int32), max_q, max_k
+    )
+
+
+def varlen_kernel():
+    """torch's flash varlen attention (CUDA; torch >= 2.9), or None."""
+    try:
+        from torch.nn.attention.varlen import varlen_attn
+    except ImportError:
+        return None
+    return varlen_attn
+
+
+VARLEN = True  # False: CUDA runs one SDPA call per segment (bench/gpu_check.py compares the two)
+
+
+def use_varlen(query: torch.Tensor) -> bool:
+    """The varlen kernel is flash's: CUDA, half precision."""
+    return VARLEN and query.is_cuda and query.dtype in (torch.bfloat16, torch.float16)
+
+
+def varlen_kwargs(kernel, window: int | None, scaling: float | None, head_dim: int) -> dict | None:
+    """What this torch's varlen kernel takes for causal attention (within `window`), or None where it cannot say it.
+    A window of w keeps keys with q - k < w (transformers' convention): flash's left window w - 1."""
+    params = inspect.signature(kernel).parameters
+    if head_dim > 256:  # flash's limit (Gemma 4's global layers): one SDPA call per segment
+        return None
+    if "window_size" in params:
+        kw = {"window_size": (window - 1 if window else -1, 0)}
+    elif "is_causal" in params and window is None:
+        kw = {"is_causal": True}
+    else:
+        return None
+    if "scale" in params:
+        kw["scale"] = scaling
+    elif scaling is not None and abs(scaling * head_dim**0.5 - 1) > 1e-6:
+        return None
+    kw["enable_gqa"] = "enable_gqa" in params  # without it the keys' heads are repeated for the queries'
+    return kw
+
+
+def _varlen_attention(kernel, kw: dict, plan: _Varlen, query, key, value):
+    """query [R, H, Lp, d], key / value [R, Hkv, Lp, d] -> [R, Lp, H, d] through one varlen call."""
+    R, H, L, d = query.shape
+    qt, kt, vt = query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2)  # [R, Lp, H(kv), d]
+    q = qt[plan.q_rows, plan.q_cols]  # [Nq, H, d]
+    k, v = kt[plan.k_rows, plan.k_cols], vt[plan.k_rows, plan.k_cols]  # [Nk, Hkv, d]
+    kw = dict(kw)
+    if not kw.pop("enable_gqa") and k.shape[1] != H:
+        k, v = k.repeat_interleave(H // k.shape[1], 1), v.repeat_interleave(H // v.shape[1], 1)
+    elif k.shape[1] != H:
+        kw["enable_gqa"] = True
+    out = kernel(q, k, v, plan.cu_q, plan.cu_k, plan.max_q, plan.max_k, **kw)  # [Nq, H, d]
+    return query.new_zeros(R, L, H, d).index_put((plan.q_rows, plan.q_cols), out)
 
 
 def _mask(depth0: int, n: int, lk: int, window: int | None, device) -> torch.Tensor:
@@ -129,9 +226,17 @@ def attention(module, query, key, value, attention_mask, scaling=None, dropout=0
         )
     from torch.nn.attention.bias import causal_lower_right
 
-    window = kwargs.get("sliding_window") or getattr(module, "sliding_window", None)
+    # the layer's window: what transformers passes for this call (None on a full-attention layer, where some
+    # families, EXAONE 4, still keep the config's window on the module); else the module's
+    window = (
+        kwargs["sliding_window"] if "sliding_window" in kwargs else getattr(module, "sliding_window", None)
+    )
     gqa = query.shape[1] != key.shape[1]
     p = dropout if module.training else 0.0
+    kernel = varlen_kernel() if use_varlen(query) and p == 0.0 else None
+    kw = varlen_kwargs(kernel, window, scaling, query.shape[-1]) if kernel is not None else None
+    if kw is not None:
+        return _varlen_attention(kernel, kw, segments.varlen(query.device), query, key, value), None
     call = lambda q, k, v, bias, causal: sdpa(  # noqa: E731
         q, k, v, attn_mask=bias, dropout_p=p, is_causal=causal, scale=scaling, enable_gqa=gqa
     )

@@ -38,7 +38,6 @@ class Packed:
 
     input_ids: torch.Tensor  # [R, Lp]
     position_ids: torch.Tensor  # [R, Lp]
-    attention_mask: torch.Tensor  # [R, 1, Lp, Lp] bool, True = may attend
     row: torch.Tensor  # [B, T] packed row of the token that predicts ids[b, t+1] (position t of sequence b)
     pos: torch.Tensor  # [B, T] its column in that row
     target: torch.Tensor  # [B, T] ids[b, t+1] (0 past the end)
@@ -48,6 +47,29 @@ class Packed:
     segments: Segments | None = (
         None  # the rows by segment, for prefix-grouped attention (`grouped_attention`)
     )
+    tries: list | None = (
+        None  # per row: (owner, depth, lcps) of its tokens, what the ancestor mask is built from
+    )
+    _mask: torch.Tensor | None = None
+
+    @property
+    def attention_mask(self) -> torch.Tensor:
+        """[R, 1, Lp, Lp] bool, True = may attend: the rows' ancestor masks, built on first use on the rows' device
+        (prefix-grouped attention never reads it: at rows of 8192 it was most of the packing's time)."""
+        if self._mask is None:
+            R, Lp = self.input_ids.shape
+            device = self.input_ids.device
+            mask = torch.zeros((R, 1, Lp, Lp), dtype=torch.bool, device=device)
+            for r, (owner, depth, lcps) in enumerate(self.tries):
+                n = len(owner)
+                o, d = (torch.tensor(x, dtype=torch.long, device=device) for x in (owner, depth))
+                mask[r, 0, :n, :n] = _ancestor_mask(o, d, lcps)
+                pad = torch.arange(n, Lp, device=device)
+                mask[r, 0, pad, pad] = (
+                    True  # padding sees itself only (an all-False row would give NaN in softmax)
+                )
+            self._mask = mask
+        return self._mask
 
     def gather(self, x: torch.Tensor) -> torch.Tensor:
         """Per-packed-token values [R, Lp, ...] -> per-sequence [B, T, ...], zero where not `valid`."""
@@ -91,7 +113,7 @@ def pack(
     R, Lp = len(rows), max(lengths)
     ids = torch.full((R, Lp), pad_id, dtype=torch.long)
     position = torch.zeros((R, Lp), dtype=torch.long)
-    mask = torch.zeros((R, 1, Lp, Lp), dtype=torch.bool)
+    tries = []
     row_of = torch.zeros((B, T), dtype=torch.long)
     pos_of = torch.zeros((B, T), dtype=torch.long)
     target = torch.zeros((B, T), dtype=torch.long)
@@ -112,15 +134,12 @@ def pack(
             pos_of[i, :n] = torch.tensor(path[:n], dtype=torch.long)
             target[i, :n] = torch.tensor(s[1:], dtype=torch.long)
             valid[i, :n] = True
-        mask[r, 0, : len(owner), : len(owner)] = _ancestor_mask(torch.tensor(owner), torch.tensor(depth), ls)
+        tries.append((owner, depth, ls))
         position[r, : len(depth)] = torch.tensor(depth, dtype=torch.long)
-        pad = torch.arange(len(owner), Lp)
-        mask[r, 0, pad, pad] = True  # padding sees itself only (an all-False row would give NaN in softmax)
     to = (lambda x: x.to(device)) if device is not None else (lambda x: x)
     return Packed(
         input_ids=to(ids),
         position_ids=to(position),
-        attention_mask=to(mask),
         row=to(row_of),
         pos=to(pos_of),
         target=to(target),
@@ -128,6 +147,7 @@ def pack(
         unique_tokens=sum(lengths),
         tokens=sum(len(s) for s in seqs),
         segments=Segments(segs, R, Lp),
+        tries=tries,
     )
 
 
@@ -140,9 +160,11 @@ def _ancestor_mask(owner: torch.Tensor, depth: torch.Tensor, lcps: list[int]) ->
     b is not deeper than a.
     """
     m = len(lcps)
-    nxt = torch.tensor(lcps[1:] + [-1])  # [m] LCP of member j+1 with member j (-1 after the last)
+    nxt = torch.tensor(
+        lcps[1:] + [-1], device=owner.device
+    )  # [m] LCP of member j+1 with member j (-1 after the last)
     # run[j, k] = min(lcps[j+1..k]) for k > j, else -1: the prefix member j shares with member k
-    run = torch.full((m, m), -1, dtype=torch.long)
+    run = torch.full((m, m), -1, dtype=torch.long, device=owner.device)
     for j in range(m - 1):
         run[j, j + 1 :] = torch.cummin(nxt[j : m - 1], 0).values
     last = owner + (run[owner] > depth[:, None]).sum(-1)  # [n]
@@ -155,7 +177,13 @@ SLIDING, FULL = "sliding_attention", "full_attention"
 
 BUILD_TOL = {"cpu": 1e-4, "cuda": 0.1}
 """The build-time check's tolerance on packed vs unpacked max |Δ log p(target)| per device type: fp32 on CPU; bf16
-compute on GPU, where a missed window or soft-cap costs far more (bench/gpu_check.py measures both sides)."""
+compute on GPU, where a missed window or soft-cap costs far more (bench/gpu_check.py measures both sides). A deep
+model's own bf16 rounding can exceed it: the check then allows FLOOR_FACTOR x the rounding it measures (`verify`)."""
+
+FLOOR_FACTOR = 2.0
+"""How far above the model's own rounding (the same sequence computed in another shape) the packed forward may be.
+On a random model shaped like Qwen2.5-7B in bf16 (H100): packed vs unpacked max 0.30-0.42, the same rows alone vs
+right-padded 0.45-0.54, while a missed sliding window costs 2-3 (docs/experiments/speed.md)."""
 
 
 class PackingUnsupported(ValueError):
@@ -207,6 +235,12 @@ def attention_mask(model, p: Packed) -> torch.Tensor | dict[str, torch.Tensor]:
     so without this a sliding layer would attend across its whole window."""
     cfg = model_config(model)
     kinds, window = attention_kinds(cfg)
+    if enabled(
+        model
+    ):  # prefix-grouped attention computes by segment and never reads the mask: a free stand-in
+        R, Lp = p.input_ids.shape
+        stand_in = torch.ones((), dtype=torch.bool, device=p.input_ids.device).expand(R, 1, Lp, Lp)
+        return stand_in if set(kinds) != {FULL, SLIDING} else {FULL: stand_in, SLIDING: stand_in}
     # eager attention adds its mask to the scores: 0 where allowed, the most negative float elsewhere
     form = (lambda m: m) if getattr(cfg, "_attn_implementation", "sdpa") != "eager" else _additive
     if SLIDING not in kinds:
@@ -230,7 +264,9 @@ def verify(model, forward, tol: float) -> float:
     skips, shows. `forward(ids, mask, position_ids) -> [R, L, ...]` is the per-token output under test: log-probs
     over the vocabulary (`lm_forward`), compared on the *target* tokens only (log p of each next token, what training
     uses; over 152k entries a single bf16 rounding flip at |logit| >= 16 is 0.125, though no trained number moves),
-    or values, compared as they are. Returns the largest |difference|; raises PackingUnsupported above `tol`.
+    or values, compared as they are. Returns the largest |difference|; raises PackingUnsupported above `tol`, or
+    above FLOOR_FACTOR x the rounding the model shows on the same probe right-padded, where that is larger (a deep
+    model in bf16: the packing is then as exact as the unpacked forward is with itself).
     Collective under FSDP: every rank runs it on the same probe."""
     check_attention(model)
     cfg = model_config(model)
@@ -243,7 +279,7 @@ def verify(model, forward, tol: float) -> float:
         prefix + torch.randint(3, cfg.vocab_size, (n - n // 2 - k,), generator=g).tolist() for k in (0, 3, 7)
     ]
     p = pack(seqs, T=n - 1, device=device)
-    worst = 0.0
+    worst, floor, pad = 0.0, 0.0, 8
     with torch.no_grad():
         packed = p.gather(
             forward(p.input_ids, attention_mask(model, p), p.position_ids, **segment_kwargs(model, p))
@@ -251,14 +287,20 @@ def verify(model, forward, tol: float) -> float:
         for i, s in enumerate(seqs):
             ids = torch.tensor([s], device=device)
             out = forward(ids, torch.ones_like(ids), None)[0, : len(s) - 1]  # [len - 1, ...]
-            mine = packed[i, : len(s) - 1]
+            # the rounding floor: the same sequence right-padded, other kernel shapes for the same numbers
+            padded = torch.cat([ids, torch.zeros(1, pad, dtype=ids.dtype, device=device)], 1)
+            alt = forward(padded, (torch.arange(len(s) + pad, device=device) < len(s)).long()[None], None)
+            alt, mine = alt[0, : len(s) - 1], packed[i, : len(s) - 1]
             if out.ndim == 2 and out.shape[-1] == cfg.vocab_size:  # log-probs: the target tokens' only
                 nxt = ids[0, 1:, None]  # [len - 1, 1]
-                out, mine = out.gather(-1, nxt), mine.gather(-1, nxt)
+                out, mine, alt = out.gather(-1, nxt), mine.gather(-1, nxt), alt.gather(-1, nxt)
             worst = max(worst, float((mine.float() - out.float()).abs().max()))
-    if worst > tol:
+            floor = max(floor, float((alt.float() - out.float()).abs().max()))
+    limit = max(tol, FLOOR_FACTOR * floor)
+    if worst > limit:
         raise PackingUnsupported(
-            f"packed and unpacked forwards differ by {worst:.3g} (> {tol}) on {type(model).__name__}"
+            f"packed and unpacked forwards differ by {worst:.3g} (> {limit:.3g}: the tolerance {tol}, or "
+            f"{FLOOR_FACTOR:g}x the model's own rounding, {floor:.3g}) on {type(model).__name__}"
         )
     return worst
 

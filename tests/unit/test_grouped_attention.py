@@ -2,6 +2,7 @@
 same log p, entropy and gradients on packed rows, with sliding windows, GQA, several rows and a deeper trie."""
 
 import copy
+import functools
 
 import pytest
 import torch
@@ -26,7 +27,7 @@ def _workload(vocab: int, seed: int = 0):
     return seqs, T, keep
 
 
-@pytest.fixture(scope="module", params=["qwen2", "mistral_swa", "qwen3"])
+@pytest.fixture(scope="module", params=["qwen2", "mistral_swa", "qwen3", "exaone4"])
 def models(request, tmp_path_factory):
     """(dense, grouped): the same weights, one on SDPA with the dense mask, one on grouped attention."""
     from transformers import AutoModelForCausalLM
@@ -69,3 +70,62 @@ def test_the_choice_by_device_and_flag():
     assert OptimConfig(packed_attention="grouped").grouped("cpu")
     assert not OptimConfig(packed_attention="mask").grouped("cuda")
     assert not OptimConfig(packing="none").grouped("cuda")  # unpacked rows have no segments
+
+
+def _reference_varlen(query, key, value, cu_q, cu_k, max_q, max_k, *, window_size=(-1, -1), scale=None,
+                      enable_gqa=False):  # fmt: skip
+    """flash-attention's varlen semantics, segment by segment (what torch's CUDA kernel computes): query i of a
+    segment with n queries and lk keys sits at key position i + lk - n (causal aligned bottom-right) and sees the keys
+    within `window_size` = (left, right) of it, -1 meaning unbounded."""
+    assert query.shape[1] == key.shape[1] or enable_gqa
+    assert max_q == int((cu_q[1:] - cu_q[:-1]).max()) and max_k == int((cu_k[1:] - cu_k[:-1]).max())
+    left, right = window_size
+    outs = []
+    for s in range(len(cu_q) - 1):
+        q = query[cu_q[s] : cu_q[s + 1]].transpose(0, 1)  # [H, n, d]
+        k, v = (x[cu_k[s] : cu_k[s + 1]].transpose(0, 1) for x in (key, value))  # [Hkv, lk, d]
+        n, lk = q.shape[1], k.shape[1]
+        at = torch.arange(n)[:, None] + lk - n  # [n, 1]: each query's own key position
+        j = torch.arange(lk)[None]
+        mask = (j <= at + right if right >= 0 else True) & (j >= at - left if left >= 0 else True)
+        out = torch.nn.functional.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, scale=scale, enable_gqa=q.shape[0] != k.shape[0]
+        )
+        outs.append(out.transpose(0, 1))  # [n, H, d]
+    return torch.cat(outs)
+
+
+def _old_reference_varlen(query, key, value, cu_q, cu_k, max_q, max_k, *, is_causal=False):
+    """torch 2.9's signature: causal or not, no window, no scale, no GQA."""
+    assert query.shape[1] == key.shape[1]
+    return _reference_varlen(
+        query, key, value, cu_q, cu_k, max_q, max_k, window_size=(-1, 0 if is_causal else -1)
+    )
+
+
+@pytest.mark.parametrize("kernel", [_reference_varlen, _old_reference_varlen])
+def test_the_varlen_path_equals_the_dense_mask(models, kernel, monkeypatch):
+    """The CUDA path (one varlen call per layer) with the kernel replaced by its semantics on the CPU: the gathers,
+    offsets, window and GQA handling around it give the dense mask's log p, entropy and gradients."""
+    calls = []
+
+    @functools.wraps(kernel)  # the signature is what the path reads to call it
+    def counted(*a, **kw):
+        calls.append(kw)
+        return kernel(*a, **kw)
+
+    monkeypatch.setattr(grouped_attention, "use_varlen", lambda q: True)
+    monkeypatch.setattr(grouped_attention, "varlen_kernel", lambda: counted)
+    dense, grouped = models
+    seqs, T, keep = _workload(dense.config.vocab_size)
+    p = packing.pack(seqs, T, row_tokens=40)
+    adv = torch.randn(keep.shape, generator=torch.Generator().manual_seed(1))
+    ref = logprobs_and_grads(dense, p, keep, adv, chunk=8)
+    assert_same(ref, logprobs_and_grads(grouped, p, keep, adv, chunk=8), keep)
+    kinds, window = packing.attention_kinds(dense.config)
+    if (
+        kernel is _old_reference_varlen and window
+    ):  # no window in the old signature: windowed layers take SDPA
+        assert bool(calls) == (packing.FULL in kinds) and all(kw == {"is_causal": True} for kw in calls)
+    else:
+        assert len(calls) >= dense.config.num_hidden_layers

@@ -1,0 +1,300 @@
+"""The workload and the 7B-shaped, QLoRA and profiler parts of bench/gpu_check.py (run them through it: `--parts 7b noise qlora
+profile`). Each takes the process's DistInfo and prints its own table."""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+
+import torch
+
+from nanosky.agent.trajectory import Trajectory
+from nanosky.bundled import resolve_model_path
+from nanosky.train import packing
+from nanosky.train.batch import to_batch
+from nanosky.train.policy import shard_model
+from nanosky.train.update import OptimConfig, logprobs
+
+SHAPES = {  # Qwen2.5 configs (no download); "7b-width" keeps 8 of the 7B's 28 layers so one GPU trains it in fp32
+    "0.5b": dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
+                 num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True),
+    "7b-width": dict(hidden_size=3584, intermediate_size=18944, num_hidden_layers=8, num_attention_heads=28,
+                     num_key_value_heads=4, vocab_size=152064, tie_word_embeddings=False),
+}  # fmt: skip
+
+
+def workload(vocab: int, groups: int, n: int, prompt: int, answer: tuple[int, int], seed: int = 0):
+    """GRPO groups: `groups` prompts of `prompt` tokens, `n` answers each of a random length in `answer`."""
+    rng, trajs = random.Random(seed), []
+    for g in range(groups):
+        p = [rng.randrange(3, vocab) for _ in range(prompt)]
+        for _ in range(n):
+            a = [rng.randrange(3, vocab) for _ in range(rng.randint(*answer))]
+            trajs.append(
+                Trajectory(
+                    ids=p + a,
+                    loss_mask=[0] * len(p) + [1] * len(a),
+                    logprobs=[0.0] * (len(p) + len(a)),
+                    group=g,
+                )
+            )
+    return trajs
+
+
+def seven_b(info) -> None:
+    """Part 4: the packing check at Qwen2.5-7B's shape in bf16, and activation memory at its width."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from nanosky.train import grouped_attention
+    from nanosky.train.policy import checkpoint_activations
+
+    full = dict(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,
+                num_key_value_heads=4, vocab_size=152064, max_position_embeddings=4096)  # fmt: skip
+    if not info.is_cuda:  # the dry run
+        full.update(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                    num_key_value_heads=2, vocab_size=4096)  # fmt: skip
+    print(
+        f"\n## 4. Qwen2.5-7B shape ({full['num_hidden_layers']} layers, hidden {full['hidden_size']})",
+        flush=True,
+    )
+    dtype = torch.bfloat16 if info.is_cuda else torch.float32
+    torch.manual_seed(0)
+    with torch.device(info.device):
+        model = Qwen2ForCausalLM(
+            Qwen2Config(**full, tie_word_embeddings=False, attn_implementation="sdpa")
+        ).to(dtype)
+    model.config.use_cache = False
+    with torch.no_grad():  # logits up to ±20, as a trained 7B gives them
+        h = model.model(input_ids=torch.randint(3, 1000, (1, 64), device=info.device)).last_hidden_state
+        model.lm_head.weight.mul_(20 / float(model.lm_head(h).abs().amax()))
+    p = packing
+    ok_target = p.verify(model, p.lm_forward(model), tol=math.inf)  # target tokens, as the check compares now
+    g = torch.Generator().manual_seed(0)  # the full vocabulary, as the check compared before issue 45
+    prefix = torch.randint(3, full["vocab_size"], (256,), generator=g).tolist()
+    seqs = [
+        prefix + torch.randint(3, full["vocab_size"], (256 - k,), generator=g).tolist() for k in (0, 3, 7)
+    ]
+    q = p.pack(seqs, T=511, device=info.device)
+    with torch.no_grad():
+        packed = q.gather(p.lm_forward(model)(q.input_ids, p.attention_mask(model, q), q.position_ids))
+        worst = 0.0
+        for i, s_ in enumerate(seqs):
+            ids = torch.tensor([s_], device=info.device)
+            out = p.lm_forward(model)(ids, torch.ones_like(ids), None)[0, : len(s_) - 1]
+            worst = max(worst, float((packed[i, : len(s_) - 1].float() - out.float()).abs().max()))
+    tol = p.BUILD_TOL[info.device.type]
+    print(
+        f"packing check: target tokens max |Δ| {ok_target:.3g}, full vocabulary {worst:.3g} (tolerance {tol})",
+        flush=True,
+    )
+    for name in ("dense mask", "grouped"):  # the check as the trainer runs it: its tolerance, calibrated
+        if name == "grouped" and not grouped_attention.enable(model):
+            continue
+        try:
+            verdict = f"passes, max |Δ| {p.verify(model, p.lm_forward(model), tol=tol):.3g}"
+        except p.PackingUnsupported as e:
+            verdict = f"refuses: {e}"
+        print(f"the build check ({name}): {verdict}", flush=True)
+    grouped_attention.disable(model)
+    # The weight-sync probe's floor: the same (bf16-valued) weights computed in bf16 and in fp32, log p of the
+    # sampled tokens of 4 rows of 512. A trainer and an engine in bf16 differ at least by kernels' rounding.
+    ids = torch.randint(3, full["vocab_size"], (4, 512), generator=g).to(info.device)
+    with torch.no_grad():
+        lp16 = p.lm_forward(model)(ids, torch.ones_like(ids), None)[:, :-1].gather(-1, ids[:, 1:, None])
+        model.float()
+        lp32 = p.lm_forward(model)(ids, torch.ones_like(ids), None)[:, :-1].gather(-1, ids[:, 1:, None])
+    d = (lp16 - lp32).abs()
+    print(f"bf16 vs fp32 forward, target-token |Δlogp|: mean {float(d.mean()):.3g}, max {float(d.max()):.3g}")
+    del model, packed, lp16, lp32
+    torch.cuda.empty_cache() if info.is_cuda else None
+
+    cfg = Qwen2Config(
+        **(full | {"num_hidden_layers": 4}), tie_word_embeddings=False, attn_implementation="sdpa"
+    )
+    print("| activation checkpointing | micro-batch | peak GiB | above the weights GiB | s / pass |")
+    print("|---|---|---|---|---|")
+    for ckpt in (False, True):
+        torch.manual_seed(0)
+        with torch.device(info.device):
+            model = Qwen2ForCausalLM(cfg)  # fp32 masters; the trainer computes in bf16 under FSDP
+        model.config.use_cache = False
+        if ckpt:
+            checkpoint_activations(model)
+        model = shard_model(model, info)
+        for rows, L in ((8, 1024), (8, 4096)) if info.is_cuda else ((2, 64),):
+            trajs = workload(cfg.vocab_size, rows // 8 or 1, 8, L // 2, (L // 2, L // 2))
+            batch = to_batch(trajs, 0, info.device)
+            optim = OptimConfig(packing="none", micro_batch_size=len(trajs))
+            try:  # forward + backward only: what one micro-batch holds (gradients included, no copies of them)
+                for _ in range(
+                    2
+                ):  # the second pass: gradients allocated, as in an update's later micro-batches
+                    if info.is_cuda:
+                        torch.cuda.synchronize()
+                        torch.cuda.reset_peak_memory_stats()
+                    base, t0 = torch.cuda.memory_allocated() if info.is_cuda else 0, time.perf_counter()
+                    lp, _, T, _ = logprobs(model, batch, optim)
+                    (-(lp * batch.loss_mask[:, :T]).sum() / batch.loss_mask.sum()).backward()
+                    torch.cuda.synchronize() if info.is_cuda else None
+                    took = time.perf_counter() - t0
+                    del lp
+                peak = torch.cuda.max_memory_allocated() / 2**30 if info.is_cuda else float("nan")
+                above = peak - base / 2**30
+                row = f"{peak:.1f} | {above:.1f} | {took:.2f}"
+            except torch.OutOfMemoryError:
+                row = "out of memory | | "
+            model.zero_grad(set_to_none=True)
+            print(f"| {'on' if ckpt else 'off'} | {len(trajs)} x {L} tokens | {row} |", flush=True)
+        del model
+        torch.cuda.empty_cache() if info.is_cuda else None
+
+
+def noise(info) -> None:
+    """Part 4b: what bf16 rounding alone moves on the packing check's probe, on the 7B-shaped model: the gap the
+    packed forward shows beside gaps between forwards that compute the same thing (attention kernel, batching)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    full = dict(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,
+                num_key_value_heads=4, vocab_size=152064, max_position_embeddings=4096)  # fmt: skip
+    if not info.is_cuda:
+        full.update(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                    num_key_value_heads=2, vocab_size=4096)  # fmt: skip
+    print("\n## 4b. bf16 noise on the packing probe, Qwen2.5-7B shape, logits to ±20", flush=True)
+    torch.manual_seed(0)
+    with torch.device(info.device):
+        model = Qwen2ForCausalLM(Qwen2Config(**full, tie_word_embeddings=False, attn_implementation="sdpa"))
+    model = model.to(torch.bfloat16 if info.is_cuda else torch.float32)
+    model.config.use_cache = False
+    with torch.no_grad():
+        h = model.model(input_ids=torch.randint(3, 1000, (1, 64), device=info.device)).last_hidden_state
+        model.lm_head.weight.mul_(20 / float(model.lm_head(h).abs().amax()))
+    fwd = packing.lm_forward(model)
+    print("| probe | packed vs unpacked | unpacked: flash vs math SDPA | unpacked: alone vs 3 padded rows |")
+    print("|---|---|---|---|")
+    for n in (48, 512):
+        g = torch.Generator().manual_seed(0)
+        prefix = torch.randint(3, full["vocab_size"], (n // 2,), generator=g).tolist()
+        seqs = [prefix + torch.randint(3, full["vocab_size"], (n - n // 2 - k,), generator=g).tolist()
+                for k in (0, 3, 7)]  # fmt: skip
+        q = packing.pack(seqs, T=n - 1, device=info.device)
+
+        def target(out, i, seqs=seqs):  # [len - 1] log p of each next token
+            ids = torch.tensor(seqs[i][1:], device=info.device)[:, None]
+            return out[: len(seqs[i]) - 1].float().gather(-1, ids)[:, 0]
+
+        with torch.no_grad():
+            packed = q.gather(fwd(q.input_ids, packing.attention_mask(model, q), q.position_ids))
+            alone = [fwd(torch.tensor([s], device=info.device), None, None)[0] for s in seqs]
+            with sdpa_kernel(SDPBackend.MATH):
+                math_ = [fwd(torch.tensor([s], device=info.device), None, None)[0] for s in seqs]
+            rows = torch.zeros(3, n, dtype=torch.long, device=info.device)
+            att = torch.zeros_like(rows)
+            for i, s in enumerate(seqs):
+                rows[i, : len(s)], att[i, : len(s)] = torch.tensor(s), 1
+            batched = fwd(rows, att, None)
+        cells = []
+        for other in ([packed[i] for i in range(3)], math_, [batched[i] for i in range(3)]):
+            d = torch.cat([(target(other[i], i) - target(alone[i], i)).abs() for i in range(3)])
+            cells.append(f"max {float(d.max()):.3g}, mean {float(d.mean()):.3g}")
+        print(f"| {n} tokens | {' | '.join(cells)} |", flush=True)
+    del model
+    torch.cuda.empty_cache() if info.is_cuda else None
+
+
+def profile(info) -> None:
+    """Part 6: where a 0.5B pass's GPU time goes: padded vs grouped (varlen) at rows of 4096, the top kernels."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as prof
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from nanosky.train import grouped_attention
+    from nanosky.train.update import micro_batches
+
+    cfg = Qwen2Config(**SHAPES["0.5b"], max_position_embeddings=4096, attn_implementation="sdpa")
+    if not info.is_cuda:
+        cfg.update(dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                        num_key_value_heads=2, vocab_size=4096))  # fmt: skip
+    torch.manual_seed(0)
+    with torch.device(info.device):
+        model = Qwen2ForCausalLM(cfg)
+    model.config.use_cache = False
+    model = shard_model(model, info)
+    trajs = (
+        workload(cfg.vocab_size, 8, 8, 512, (128, 1024))
+        if info.is_cuda
+        else workload(4096, 2, 8, 64, (16, 64))
+    )
+    batch = to_batch(trajs, 0, info.device)
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if info.is_cuda else [])
+    for name, optim in (("padded", OptimConfig(packing="none", micro_batch_size=8)),
+                        ("grouped varlen, rows of 4096",
+                         OptimConfig(packing="prefix", micro_batch_tokens=8192, pack_row_tokens=4096))):  # fmt: skip
+        grouped_attention.enable(model) if optim.packing == "prefix" else grouped_attention.disable(model)
+
+        def one_pass(model=model, optim=optim):
+            for _, m in micro_batches(batch, optim):
+                lp, _, T, _ = logprobs(model, m, optim)
+                (-(lp * m.loss_mask[:, :T]).sum() / float(batch.loss_mask.sum())).backward()
+            model.zero_grad(set_to_none=True)
+            torch.cuda.synchronize() if info.is_cuda else None
+
+        one_pass()  # warm-up
+        with prof(activities=acts) as pr:
+            one_pass()
+        key = "self_cuda_time_total" if info.is_cuda else "self_cpu_time_total"
+        print(f"\n## 6. profile, Qwen2.5-0.5B shape, {name}", flush=True)
+        print(pr.key_averages().table(sort_by=key, row_limit=14, max_name_column_width=60), flush=True)
+    del model
+    torch.cuda.empty_cache() if info.is_cuda else None
+
+
+def qlora(info) -> None:
+    """Part 5: QLoRA under FSDP2: train two steps, then the merged stream vs an independent dequantize-and-merge."""
+    import copy
+
+    import bitsandbytes as bnb
+    from transformers import AutoModelForCausalLM
+
+    from nanosky.train.lora import LoraConfig, iter_merged_params, load_lora_model, trainable_parameters
+    from nanosky.train.policy import token_logprobs
+
+    print(f"\n## 5. QLoRA (bitsandbytes {bnb.__version__}), bundled tiny, {info.device.type}", flush=True)
+    cfg, path = LoraConfig(rank=4, alpha=8, qlora=True), resolve_model_path("tiny")
+    model = load_lora_model(path, cfg, info)
+    opt = torch.optim.AdamW(trainable_parameters(model), lr=5e-2)
+    for i in range(2):  # lora_B leaves zero: the merge really adds something
+        ids = torch.randint(3, 500, (2, 12), generator=torch.Generator().manual_seed(i)).to(info.device)
+        lp, _ = token_logprobs(model, ids, torch.ones_like(ids))
+        (-lp.mean()).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    dtype = torch.bfloat16 if info.is_cuda else torch.float32  # the engine's dtype: what the sync sends
+    t0 = time.perf_counter()
+    merged = dict(iter_merged_params(model, dtype))
+    took = time.perf_counter() - t0
+    base = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).state_dict()
+    full = lambda t: (t.full_tensor() if hasattr(t, "full_tensor") else t).detach().float()  # noqa: E731
+    sd = {k.removeprefix("base_model.model."): full(v) for k, v in model.state_dict().items()}
+    worst, checked, scale = 0.0, 0, cfg.alpha / cfg.rank
+    for name, a in sd.items():
+        if not name.endswith(".lora_A.default.weight"):
+            continue
+        mod = name.removesuffix(".lora_A.default.weight")
+        packed, state = bnb.functional.quantize_4bit(
+            base[f"{mod}.weight"].to(info.device, torch.bfloat16),
+            quant_type="nf4",
+            quant_storage=torch.bfloat16,
+        )
+        state = copy.copy(state)
+        state.dtype = torch.float32
+        want = bnb.functional.dequantize_4bit(packed, state) + scale * sd[f"{mod}.lora_B.default.weight"] @ a
+        got = merged[f"{mod}.weight"].float()
+        worst = max(worst, float((got - want).abs().max() / want.abs().max()))
+        checked += 1
+    print(
+        f"merged stream: {len(merged)} tensors in {took:.2f} s; {checked} adapted weights vs independent "
+        f"dequantize + merge: max relative |Δ| {worst:.2e} (bf16 rounding is 3.9e-3)",
+        flush=True,
+    )
