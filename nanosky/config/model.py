@@ -88,8 +88,11 @@ class OptimConfig:
     activation_checkpointing: bool = False
     """Recompute each decoder layer's activations in backward instead of keeping them: activation memory per layer
     drops to its input, for about a third more compute. For long rows of big models (a 7B keeps ~7 MB per token)."""
-    pack_row_tokens: int = 1024
-    """Packed row length cap: attention over a row is dense, so longer rows cost quadratically."""
+    pack_row_tokens: int = 0
+    """Packed row length cap; 0 = by device: 8192 on CUDA, 1024 on the CPU. A row holds a group's shared prompt once
+    only if the group fits in it. On the CPU attention over a row is a dense [L, L] score matrix, so longer rows cost
+    quadratically; on CUDA (flash kernels per segment, H200) rows of 8192 trained a 7B-width model fastest
+    (docs/experiments/speed.md)."""
     skip_zero_adv: bool = True
     """Leave rows whose advantages are all 0 (a group whose rewards were all equal) out of the policy's forward and
     backward passes; the loss normalisers still count them, so the gradient is unchanged. Applied only where that
@@ -101,8 +104,10 @@ class OptimConfig:
             raise ValueError(f"optim.lr must be > 0, got {self.lr}")
         if self.micro_batch_size < 1:
             raise ValueError(f"optim.micro_batch_size must be >= 1, got {self.micro_batch_size}")
-        if self.micro_batch_tokens < 0 or self.pack_row_tokens < 1:
-            raise ValueError("optim.micro_batch_tokens must be >= 0 and optim.pack_row_tokens >= 1")
+        if self.micro_batch_tokens < 0 or self.pack_row_tokens < 0:
+            raise ValueError(
+                "optim.micro_batch_tokens and optim.pack_row_tokens must be >= 0 (0 = the default)"
+            )
         if self.grad_clip < 0 or self.weight_decay < 0 or self.warmup_steps < 0:
             raise ValueError("optim.grad_clip, optim.weight_decay and optim.warmup_steps must be >= 0")
         if self.head_chunk_tokens < 0:
@@ -115,6 +120,10 @@ class OptimConfig:
         return self.packing != "none" and (
             self.packed_attention == "grouped" or (self.packed_attention == "auto" and device_type == "cuda")
         )
+
+    def row_tokens(self, device_type: str) -> int:
+        """The packed row cap on this device (`pack_row_tokens`, or its default there)."""
+        return self.pack_row_tokens or (8192 if device_type == "cuda" else 1024)
 
     def describe(self) -> str:
         size = f"{self.micro_batch_tokens} tokens" if self.micro_batch_tokens else str(self.micro_batch_size)

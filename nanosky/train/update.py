@@ -100,7 +100,12 @@ def logprobs(
 
 def pack_batch(m: Batch, T: int, optim: OptimConfig) -> packing.Packed:
     return packing.pack(
-        row_ids(m), T, optim.pack_row_tokens, optim.packing == "prefix", pad_id=0, device=m.input_ids.device
+        row_ids(m),
+        T,
+        optim.row_tokens(m.input_ids.device.type),
+        optim.packing == "prefix",
+        pad_id=0,
+        device=m.input_ids.device,
     )
 
 

@@ -70,6 +70,9 @@ def test_the_choice_by_device_and_flag():
     assert OptimConfig(packed_attention="grouped").grouped("cpu")
     assert not OptimConfig(packed_attention="mask").grouped("cuda")
     assert not OptimConfig(packing="none").grouped("cuda")  # unpacked rows have no segments
+    # rows: long on CUDA (attention by segment; a group's prompt is shared only within a row), short on the CPU
+    assert OptimConfig().row_tokens("cuda") == 8192 and OptimConfig().row_tokens("cpu") == 1024
+    assert OptimConfig(pack_row_tokens=300).row_tokens("cuda") == 300
 
 
 def _reference_varlen(query, key, value, cu_q, cu_k, max_q, max_k, *, window_size=(-1, -1), scale=None,
