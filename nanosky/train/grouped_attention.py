@@ -82,9 +82,7 @@ class _Varlen(NamedTuple):
 
     q_rows: torch.Tensor  # [Nq] long: each query's row (the segments tile the rows' real tokens)
     q_cols: torch.Tensor  # [Nq] long: its column
-    k_rows: (
-        torch.Tensor
-    )  # [Nk] long: each key's row; a segment's keys are its ancestors' columns, then its own
+    k_rows: torch.Tensor  # [Nk] long: each key's row (a segment's keys: its ancestors' columns, then its own)
     k_cols: torch.Tensor  # [Nk] long
     cu_q: torch.Tensor  # [S + 1] int32
     cu_k: torch.Tensor  # [S + 1] int32

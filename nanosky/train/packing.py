@@ -47,9 +47,7 @@ class Packed:
     segments: Segments | None = (
         None  # the rows by segment, for prefix-grouped attention (`grouped_attention`)
     )
-    tries: list | None = (
-        None  # per row: (owner, depth, lcps) of its tokens, what the ancestor mask is built from
-    )
+    tries: list | None = None  # per row: (owner, depth, lcps), what its ancestor mask is built from
     _mask: torch.Tensor | None = None
 
     @property
@@ -65,9 +63,8 @@ class Packed:
                 o, d = (torch.tensor(x, dtype=torch.long, device=device) for x in (owner, depth))
                 mask[r, 0, :n, :n] = _ancestor_mask(o, d, lcps)
                 pad = torch.arange(n, Lp, device=device)
-                mask[r, 0, pad, pad] = (
-                    True  # padding sees itself only (an all-False row would give NaN in softmax)
-                )
+                # padding sees itself only (an all-False row would give NaN in softmax)
+                mask[r, 0, pad, pad] = True
             self._mask = mask
         return self._mask
 
@@ -160,9 +157,8 @@ def _ancestor_mask(owner: torch.Tensor, depth: torch.Tensor, lcps: list[int]) ->
     b is not deeper than a.
     """
     m = len(lcps)
-    nxt = torch.tensor(
-        lcps[1:] + [-1], device=owner.device
-    )  # [m] LCP of member j+1 with member j (-1 after the last)
+    # [m] LCP of member j+1 with member j (-1 after the last)
+    nxt = torch.tensor(lcps[1:] + [-1], device=owner.device)
     # run[j, k] = min(lcps[j+1..k]) for k > j, else -1: the prefix member j shares with member k
     run = torch.full((m, m), -1, dtype=torch.long, device=owner.device)
     for j in range(m - 1):
@@ -235,9 +231,7 @@ def attention_mask(model, p: Packed) -> torch.Tensor | dict[str, torch.Tensor]:
     so without this a sliding layer would attend across its whole window."""
     cfg = model_config(model)
     kinds, window = attention_kinds(cfg)
-    if enabled(
-        model
-    ):  # prefix-grouped attention computes by segment and never reads the mask: a free stand-in
+    if enabled(model):  # grouped attention computes by segment and never reads the mask: a free stand-in
         R, Lp = p.input_ids.shape
         stand_in = torch.ones((), dtype=torch.bool, device=p.input_ids.device).expand(R, 1, Lp, Lp)
         return stand_in if set(kinds) != {FULL, SLIDING} else {FULL: stand_in, SLIDING: stand_in}
