@@ -63,6 +63,19 @@ def test_the_build_check_and_unsegmented_forwards_run_on_grouped_attention(model
         torch.testing.assert_close(grouped(input_ids=ids).logits, dense(input_ids=ids).logits, rtol=0, atol=0)
 
 
+def test_grouped_rows_never_build_the_dense_mask(models):
+    """The [R, 1, Lp, Lp] ancestor mask is built on first use: grouped attention never uses it (at rows of 8192 its
+    construction was most of the packing's time), the dense path builds it once."""
+    dense, grouped = models
+    seqs, T, keep = _workload(dense.config.vocab_size)
+    p = packing.pack(seqs, T, row_tokens=40)
+    with torch.no_grad():
+        packing.logprobs(grouped, p, keep=keep)
+        assert p._mask is None
+        packing.logprobs(dense, p, keep=keep)
+    assert p._mask is not None and p._mask.shape == (p.input_ids.shape[0], 1, *p.input_ids.shape[1:] * 2)
+
+
 def test_the_choice_by_device_and_flag():
     from nanosky.config.model import OptimConfig
 
