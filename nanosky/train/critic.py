@@ -58,7 +58,7 @@ def values(critic: Critic, m: Batch, optim: OptimConfig) -> tuple[torch.Tensor, 
     ids, att, T = m.inputs()
     if optim.packing == "none":
         return critic(ids, att), T
-    p = pack_batch(m, T, optim)
+    p = pack_batch(m, T, optim, critic.model)
     return p.gather(critic(p.input_ids, packing.attention_mask(critic.model, p), p.position_ids)), T
 
 

@@ -84,9 +84,14 @@ def _lcp(a: list[int], b: list[int]) -> int:
 
 
 def pack(
-    seqs: list[list[int]], T: int, row_tokens: int = 1024, share: bool = True, pad_id: int = 0, device=None
+    seqs: list[list[int]],
+    T: int,
+    row_tokens: int | None = 1024,
+    share: bool = True,
+    pad_id: int = 0,
+    device=None,
 ) -> Packed:
-    """Pack `seqs` (each ≥ 1 token) into rows of at most max(row_tokens, longest sequence) tokens.
+    """Pack `seqs` (each ≥ 1 token) into rows of at most max(row_tokens, longest sequence) tokens (None: one row).
 
     Sequences are sorted so that those sharing a prefix are neighbours; each one adds only its tokens past the
     longest common prefix with its predecessor in the row (`share=False`: all its tokens, i.e. plain padding-free
@@ -94,7 +99,7 @@ def pack(
     """
     B = len(seqs)
     order = sorted(range(B), key=lambda i: seqs[i]) if share else list(range(B))
-    cap = max(row_tokens, max(len(s) for s in seqs))
+    cap = max(row_tokens, max(len(s) for s in seqs)) if row_tokens is not None else float("inf")
     rows: list[list[int]] = []  # sequence indices per row, in sorted order
     lcps: list[list[int]] = []  # each one's shared prefix length with its predecessor in the row
     fill = 0

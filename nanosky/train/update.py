@@ -20,7 +20,7 @@ import algos
 from algos import AlgoConfig
 from nanosky import dist
 from nanosky.config.model import OptimConfig
-from nanosky.train import head, packing
+from nanosky.train import grouped_attention, head, packing
 from nanosky.train.batch import Batch, micro_slices
 from nanosky.train.lora import trainable_parameters
 from nanosky.train.policy import token_logprobs
@@ -92,21 +92,17 @@ def logprobs(
         else:
             lp, ent = token_logprobs(model, ids, att, with_entropy, entropy_grad, allowed=allowed)
         return lp, ent, T, None
-    p = pack_batch(m, T, optim)
+    p = pack_batch(m, T, optim, model)
     keep = m.loss_mask[:, :T] > 0
     lp, ent = packing.logprobs(model, p, with_entropy, entropy_grad, keep=keep, allowed=allowed, chunk=chunk)
     return lp, ent, T, p
 
 
-def pack_batch(m: Batch, T: int, optim: OptimConfig) -> packing.Packed:
-    return packing.pack(
-        row_ids(m),
-        T,
-        optim.row_tokens(m.input_ids.device.type),
-        optim.packing == "prefix",
-        pad_id=0,
-        device=m.input_ids.device,
-    )
+def pack_batch(m: Batch, T: int, optim: OptimConfig, model) -> packing.Packed:
+    """`m`'s rows packed for `model`: rows capped as the attention it runs needs (`OptimConfig.row_tokens`)."""
+    rows = optim.row_tokens(grouped_attention.enabled(model))
+    share = optim.packing == "prefix"
+    return packing.pack(row_ids(m), T, rows, share, pad_id=0, device=m.input_ids.device)
 
 
 @torch.no_grad()

@@ -76,6 +76,25 @@ def test_grouped_rows_never_build_the_dense_mask(models):
     assert p._mask is not None and p._mask.shape == (p.input_ids.shape[0], 1, *p.input_ids.shape[1:] * 2)
 
 
+def test_rows_are_capped_by_the_attention_the_model_runs(models):
+    """Grouped attention packs a micro-batch into one row (no quadratic cost, no padding); the dense mask, and so the
+    critic, which never runs grouped, caps rows at 1024 tokens."""
+    from nanosky.agent.trajectory import Trajectory
+    from nanosky.config.model import OptimConfig
+    from nanosky.train.batch import to_batch
+    from nanosky.train.update import pack_batch
+
+    dense, grouped = models
+    g = torch.Generator().manual_seed(0)
+    trajs = [Trajectory(ids=torch.randint(3, 500, (300,), generator=g).tolist(), loss_mask=[1] * 300,
+                        logprobs=[0.0] * 300, group=i) for i in range(8)]  # fmt: skip
+    m = to_batch(trajs, 0, torch.device("cpu"))
+    _, _, T = m.inputs()
+    assert pack_batch(m, T, OptimConfig(), grouped).input_ids.shape == (1, 2400)
+    assert pack_batch(m, T, OptimConfig(), dense).input_ids.shape[0] == 3  # 2400 tokens in rows of <= 1024
+    assert pack_batch(m, T, OptimConfig(pack_row_tokens=600), grouped).input_ids.shape == (4, 600)
+
+
 def test_the_choice_by_device_and_flag():
     from nanosky.config.model import OptimConfig
 
@@ -83,9 +102,9 @@ def test_the_choice_by_device_and_flag():
     assert OptimConfig(packed_attention="grouped").grouped("cpu")
     assert not OptimConfig(packed_attention="mask").grouped("cuda")
     assert not OptimConfig(packing="none").grouped("cuda")  # unpacked rows have no segments
-    # rows: long on CUDA (attention by segment; a group's prompt is shared only within a row), short on the CPU
-    assert OptimConfig().row_tokens("cuda") == 8192 and OptimConfig().row_tokens("cpu") == 1024
-    assert OptimConfig(pack_row_tokens=300).row_tokens("cuda") == 300
+    # rows: uncapped under grouped attention (by segment: a row's length costs nothing), 1024 under the dense mask
+    assert OptimConfig().row_tokens(grouped=True) is None and OptimConfig().row_tokens(grouped=False) == 1024
+    assert OptimConfig(pack_row_tokens=300).row_tokens(grouped=True) == 300
 
 
 def _reference_varlen(query, key, value, cu_q, cu_k, max_q, max_k, *, window_size=(-1, -1), scale=None,
