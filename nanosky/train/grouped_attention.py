@@ -24,6 +24,7 @@ launch per segment). On the CPU a group's completions go through one padded call
 
 from __future__ import annotations
 
+import functools
 import inspect
 from typing import NamedTuple
 
@@ -125,10 +126,16 @@ def use_varlen(query: torch.Tensor) -> bool:
     return VARLEN and query.is_cuda and query.dtype in (torch.bfloat16, torch.float16)
 
 
+@functools.cache
+def _parameters(kernel) -> frozenset[str]:
+    """The keyword names a kernel takes (read once: the attention runs per layer and micro-batch)."""
+    return frozenset(inspect.signature(kernel).parameters)
+
+
 def varlen_kwargs(kernel, window: int | None, scaling: float | None, head_dim: int) -> dict | None:
     """What this torch's varlen kernel takes for causal attention (within `window`), or None where it cannot say it.
     A window of w keeps keys with q - k < w (transformers' convention): flash's left window w - 1."""
-    params = inspect.signature(kernel).parameters
+    params = _parameters(kernel)
     if head_dim > 256:  # flash's limit (Gemma 4's global layers): one SDPA call per segment
         return None
     if "window_size" in params:
