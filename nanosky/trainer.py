@@ -175,8 +175,14 @@ def check_packing(run: Run) -> None:
         return
     grouped = run.cfg.optim.grouped(run.info.device.type)  # prefix-grouped attention, else the dense mask
     for model in (run.policy, ref) if grouped else ():
-        if model is not None and not grouped_attention.enable(model):
-            grouped = False  # eager attention (soft-capped): the mask for every model
+        if model is not None and not grouped_attention.enable(model):  # eager attention (soft-capped)
+            for m in (run.policy, ref):
+                grouped_attention.disable(m) if m is not None else None
+            kind = getattr(getattr(model, "config", None), "model_type", type(model).__name__)
+            run.log.print(f"nanosky: {kind} runs eager attention (soft-capped), which grouped attention does not "
+                          "cover; packed rows use the dense mask")  # fmt: skip
+            run.cfg.optim.packed_attention, grouped = "mask", False
+            break
     models = ((run.policy, packing.lm_forward), (ref, packing.lm_forward), (run.critic, critic_forward))
     try:
         for model, forward in models:

@@ -113,3 +113,28 @@ def test_no_signal_warning_after_three_steps_in_a_row_and_once():
     msg = w(1.0, 0.0)
     assert "3 steps in a row every group's rewards were equal" in msg and "--rollout.max-new-tokens" in msg
     assert w(1.0, 0.0) is None  # said once
+
+
+def test_a_soft_capped_model_packs_under_the_dense_mask_and_says_so(tmp_path):
+    """Gemma 2 trains on eager attention (soft-capping), which grouped attention does not cover: on CUDA (faked) the
+    build check keeps it on the dense mask, records that in the config, and says so in one line."""
+    from types import SimpleNamespace
+
+    from families import build
+    from transformers import AutoModelForCausalLM
+
+    from nanosky import trainer
+    from nanosky.train import grouped_attention
+    from nanosky.train.policy import attn_implementation
+
+    path = build("gemma2", str(tmp_path))
+    model = AutoModelForCausalLM.from_pretrained(path, attn_implementation=attn_implementation(path))
+    cfg, lines = _cfg(), []
+    run = SimpleNamespace(cfg=cfg, info=SimpleNamespace(device=SimpleNamespace(type="cuda")), policy=model, ref=None,
+                          critic=None, log=SimpleNamespace(print=lines.append))  # fmt: skip
+    assert cfg.optim.grouped("cuda")  # auto: grouped on CUDA
+    trainer.check_packing(run)
+    assert not grouped_attention.enabled(model) and cfg.optim.packed_attention == "mask"
+    assert cfg.optim.packing == "prefix"  # packed, under the mask: the check passed on it
+    assert lines == ["nanosky: gemma2 runs eager attention (soft-capped), which grouped attention does not cover; "
+                     "packed rows use the dense mask"]  # fmt: skip
