@@ -158,6 +158,14 @@ def build(cfg: TrainConfig, resources: contextlib.ExitStack) -> Run:
     return run
 
 
+def _dense_mask(run: Run, ref, why: str) -> None:
+    """Grouped attention off on the policy and the reference: the run packs under the dense mask, saying `why`."""
+    for model in (run.policy, ref):
+        grouped_attention.disable(model) if model is not None else None
+    run.log.print(why)
+    run.cfg.optim.packed_attention = "mask"
+
+
 def check_packing(run: Run) -> None:
     """Packing and the chunked LM head are checked once, at build, on every model that uses them: packed equals
     unpacked on a probe longer than any sliding window, and the chunked head equals the model's own logits.
@@ -176,12 +184,10 @@ def check_packing(run: Run) -> None:
     grouped = run.cfg.optim.grouped(run.info.device.type)  # prefix-grouped attention, else the dense mask
     for model in (run.policy, ref) if grouped else ():
         if model is not None and not grouped_attention.enable(model):  # eager attention (soft-capped)
-            for m in (run.policy, ref):
-                grouped_attention.disable(m) if m is not None else None
             kind = getattr(getattr(model, "config", None), "model_type", type(model).__name__)
-            run.log.print(f"nanosky: {kind} runs eager attention (soft-capped), which grouped attention does not "
-                          "cover; packed rows use the dense mask")  # fmt: skip
-            run.cfg.optim.packed_attention, grouped = "mask", False
+            _dense_mask(run, ref, f"nanosky: {kind} runs eager attention (soft-capped), which grouped attention "
+                        "does not cover; packed rows use the dense mask")  # fmt: skip
+            grouped = False
             break
     models = ((run.policy, packing.lm_forward), (ref, packing.lm_forward), (run.critic, critic_forward))
     try:
@@ -190,10 +196,7 @@ def check_packing(run: Run) -> None:
                 packing.verify(model, forward(model), tol)
     except packing.PackingUnsupported as e:
         if grouped:  # the dense mask next: the reference the grouped path is tested against
-            for model in (run.policy, ref):
-                grouped_attention.disable(model) if model is not None else None
-            run.log.print(f"nanosky: {e} with grouped attention; this run uses the dense mask")
-            run.cfg.optim.packed_attention = "mask"
+            _dense_mask(run, ref, f"nanosky: {e} with grouped attention; this run uses the dense mask")
             return check_packing(run)
         run.log.print(f"nanosky: {e}; this run uses --optim.packing none (exact, slower)")
         run.cfg.optim.packing = "none"

@@ -148,7 +148,6 @@ def varlen_kwargs(kernel, window: int | None, scaling: float | None, head_dim: i
         kw["scale"] = scaling
     elif scaling is not None and abs(scaling * head_dim**0.5 - 1) > 1e-6:
         return None
-    kw["enable_gqa"] = "enable_gqa" in params  # without it the keys' heads are repeated for the queries'
     return kw
 
 
@@ -158,11 +157,10 @@ def _varlen_attention(kernel, kw: dict, plan: _Varlen, query, key, value):
     qt, kt, vt = query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2)  # [R, Lp, H(kv), d]
     q = qt[plan.q_rows, plan.q_cols]  # [Nq, H, d]
     k, v = kt[plan.k_rows, plan.k_cols], vt[plan.k_rows, plan.k_cols]  # [Nk, Hkv, d]
-    kw = dict(kw)
-    if not kw.pop("enable_gqa") and k.shape[1] != H:
+    if k.shape[1] != H and "enable_gqa" in _parameters(kernel):
+        kw = kw | {"enable_gqa": True}
+    elif k.shape[1] != H:  # a torch without it (2.11): the keys' heads repeated for the queries'
         k, v = k.repeat_interleave(H // k.shape[1], 1), v.repeat_interleave(H // v.shape[1], 1)
-    elif k.shape[1] != H:
-        kw["enable_gqa"] = True
     out = kernel(q, k, v, plan.cu_q, plan.cu_k, plan.max_q, plan.max_k, **kw)  # [Nq, H, d]
     return query.new_zeros(R, L, H, d).index_put((plan.q_rows, plan.q_cols), out)
 

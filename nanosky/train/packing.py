@@ -286,7 +286,9 @@ def verify(model, forward, tol: float) -> float:
         for i, s in enumerate(seqs):
             ids = torch.tensor([s], device=device)
             out = forward(ids, torch.ones_like(ids), None)[0, : len(s) - 1]  # [len - 1, ...]
-            # the rounding floor: the same sequence right-padded, other kernel shapes for the same numbers
+            # the rounding floor: the same sequence right-padded, other kernel shapes for the same numbers. Computed
+            # even where the packed gap is within `tol`: under FSDP each forward is collective, so every rank must
+            # run the same forwards whatever its own gap says
             padded = torch.cat([ids, torch.zeros(1, pad, dtype=ids.dtype, device=device)], 1)
             alt = forward(padded, (torch.arange(len(s) + pad, device=device) < len(s)).long()[None], None)
             alt, mine = alt[0, : len(s) - 1], packed[i, : len(s) - 1]
