@@ -39,7 +39,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from families import FAMILIES, build  # noqa: E402
-from gpu_check_parts import SHAPES, noise, profile, qlora, seven_b, workload  # noqa: E402
+from gpu_check_parts import SHAPES, noise, profile, qlora, qwen_config, seven_b, workload  # noqa: E402
 
 from nanosky import dist  # noqa: E402
 from nanosky.bundled import resolve_model_path  # noqa: E402
@@ -118,16 +118,13 @@ def gradients(info) -> None:
 
 
 def speed(info, shape: str, groups: int, row_tokens: list[int], reps: int, padded: bool = True) -> None:
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+    from transformers import Qwen2ForCausalLM
 
     from nanosky.train import grouped_attention
     from nanosky.train.update import micro_batches
 
     print(f"\n## 3. forward + backward, Qwen2.5-{shape}-shaped random model, {groups} groups x 8", flush=True)
-    cfg = Qwen2Config(**SHAPES[shape], max_position_embeddings=4096, attn_implementation="sdpa")
-    if not info.is_cuda:  # the dry run: the same code on a model the CPU can afford
-        cfg.update(dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                        num_key_value_heads=2, vocab_size=4096))  # fmt: skip
+    cfg = qwen_config(SHAPES[shape], info)
     torch.manual_seed(0)
     with torch.device(info.device):
         model = Qwen2ForCausalLM(cfg)  # fp32 masters; the trainer computes in bf16 under FSDP2

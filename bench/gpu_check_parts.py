@@ -16,12 +16,41 @@ from nanosky.train.batch import to_batch
 from nanosky.train.policy import shard_model
 from nanosky.train.update import OptimConfig, logprobs
 
+QWEN_7B = dict(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,
+               num_key_value_heads=4, vocab_size=152064, tie_word_embeddings=False)  # fmt: skip
 SHAPES = {  # Qwen2.5 configs (no download); "7b-width" keeps 8 of the 7B's 28 layers so one GPU trains it in fp32
     "0.5b": dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
                  num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True),
-    "7b-width": dict(hidden_size=3584, intermediate_size=18944, num_hidden_layers=8, num_attention_heads=28,
-                     num_key_value_heads=4, vocab_size=152064, tie_word_embeddings=False),
+    "7b-width": QWEN_7B | {"num_hidden_layers": 8},
 }  # fmt: skip
+DRY = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+           vocab_size=4096)  # fmt: skip
+"""The CPU's dry run: the same code on a model it can afford, in place of any shape."""
+
+
+def qwen_config(shape: dict, info, **over):
+    """A Qwen2 config of `shape` (SDPA, 4k positions); on the CPU, the dry run's small model. `over` wins."""
+    from transformers import Qwen2Config
+
+    dims = shape | ({} if info.is_cuda else DRY) | over
+    return Qwen2Config(**dims, max_position_embeddings=4096, attn_implementation="sdpa")
+
+
+def scaled_7b(info):
+    """A random model shaped like Qwen2.5-7B, full depth, in bf16 (fp32 on the CPU), forward only (~15 GB), its head
+    scaled so logits reach ±20, as a trained 7B gives them."""
+    from transformers import Qwen2ForCausalLM
+
+    torch.manual_seed(0)
+    with torch.device(info.device):
+        model = Qwen2ForCausalLM(qwen_config(QWEN_7B, info)).to(
+            torch.bfloat16 if info.is_cuda else torch.float32
+        )
+    model.config.use_cache = False
+    with torch.no_grad():
+        h = model.model(input_ids=torch.randint(3, 1000, (1, 64), device=info.device)).last_hidden_state
+        model.lm_head.weight.mul_(20 / float(model.lm_head(h).abs().amax()))
+    return model
 
 
 def workload(vocab: int, groups: int, n: int, prompt: int, answer: tuple[int, int], seed: int = 0):
@@ -44,37 +73,19 @@ def workload(vocab: int, groups: int, n: int, prompt: int, answer: tuple[int, in
 
 def seven_b(info) -> None:
     """Part 4: the packing check at Qwen2.5-7B's shape in bf16, and activation memory at its width."""
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+    from transformers import Qwen2ForCausalLM
 
     from nanosky.train import grouped_attention
     from nanosky.train.policy import checkpoint_activations
 
-    full = dict(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,
-                num_key_value_heads=4, vocab_size=152064, max_position_embeddings=4096)  # fmt: skip
-    if not info.is_cuda:  # the dry run
-        full.update(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                    num_key_value_heads=2, vocab_size=4096)  # fmt: skip
-    print(
-        f"\n## 4. Qwen2.5-7B shape ({full['num_hidden_layers']} layers, hidden {full['hidden_size']})",
-        flush=True,
-    )
-    dtype = torch.bfloat16 if info.is_cuda else torch.float32
-    torch.manual_seed(0)
-    with torch.device(info.device):
-        model = Qwen2ForCausalLM(
-            Qwen2Config(**full, tie_word_embeddings=False, attn_implementation="sdpa")
-        ).to(dtype)
-    model.config.use_cache = False
-    with torch.no_grad():  # logits up to ±20, as a trained 7B gives them
-        h = model.model(input_ids=torch.randint(3, 1000, (1, 64), device=info.device)).last_hidden_state
-        model.lm_head.weight.mul_(20 / float(model.lm_head(h).abs().amax()))
+    model = scaled_7b(info)
+    cfg = model.config
+    print(f"\n## 4. Qwen2.5-7B shape ({cfg.num_hidden_layers} layers, hidden {cfg.hidden_size})", flush=True)
     p = packing
     ok_target = p.verify(model, p.lm_forward(model), tol=math.inf)  # target tokens, as the check compares now
     g = torch.Generator().manual_seed(0)  # the full vocabulary, as the check compared before issue 45
-    prefix = torch.randint(3, full["vocab_size"], (256,), generator=g).tolist()
-    seqs = [
-        prefix + torch.randint(3, full["vocab_size"], (256 - k,), generator=g).tolist() for k in (0, 3, 7)
-    ]
+    prefix = torch.randint(3, cfg.vocab_size, (256,), generator=g).tolist()
+    seqs = [prefix + torch.randint(3, cfg.vocab_size, (256 - k,), generator=g).tolist() for k in (0, 3, 7)]
     q = p.pack(seqs, T=511, device=info.device)
     with torch.no_grad():
         packed = q.gather(p.lm_forward(model)(q.input_ids, p.attention_mask(model, q), q.position_ids))
@@ -99,7 +110,7 @@ def seven_b(info) -> None:
     grouped_attention.disable(model)
     # The weight-sync probe's floor: the same (bf16-valued) weights computed in bf16 and in fp32, log p of the
     # sampled tokens of 4 rows of 512. A trainer and an engine in bf16 differ at least by kernels' rounding.
-    ids = torch.randint(3, full["vocab_size"], (4, 512), generator=g).to(info.device)
+    ids = torch.randint(3, cfg.vocab_size, (4, 512), generator=g).to(info.device)
     with torch.no_grad():
         lp16 = p.lm_forward(model)(ids, torch.ones_like(ids), None)[:, :-1].gather(-1, ids[:, 1:, None])
         model.float()
@@ -109,9 +120,7 @@ def seven_b(info) -> None:
     del model, packed, lp16, lp32
     torch.cuda.empty_cache() if info.is_cuda else None
 
-    cfg = Qwen2Config(
-        **(full | {"num_hidden_layers": 4}), tie_word_embeddings=False, attn_implementation="sdpa"
-    )
+    cfg = qwen_config(QWEN_7B, info, num_hidden_layers=4)
     print("| activation checkpointing | micro-batch | peak GiB | above the weights GiB | s / pass |")
     print("|---|---|---|---|---|")
     for ckpt in (False, True):
@@ -154,30 +163,17 @@ def noise(info) -> None:
     """Part 4b: what bf16 rounding alone moves on the packing check's probe, on the 7B-shaped model: the gap the
     packed forward shows beside gaps between forwards that compute the same thing (attention kernel, batching)."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
-    from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    full = dict(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,
-                num_key_value_heads=4, vocab_size=152064, max_position_embeddings=4096)  # fmt: skip
-    if not info.is_cuda:
-        full.update(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                    num_key_value_heads=2, vocab_size=4096)  # fmt: skip
     print("\n## 4b. bf16 noise on the packing probe, Qwen2.5-7B shape, logits to ±20", flush=True)
-    torch.manual_seed(0)
-    with torch.device(info.device):
-        model = Qwen2ForCausalLM(Qwen2Config(**full, tie_word_embeddings=False, attn_implementation="sdpa"))
-    model = model.to(torch.bfloat16 if info.is_cuda else torch.float32)
-    model.config.use_cache = False
-    with torch.no_grad():
-        h = model.model(input_ids=torch.randint(3, 1000, (1, 64), device=info.device)).last_hidden_state
-        model.lm_head.weight.mul_(20 / float(model.lm_head(h).abs().amax()))
+    model = scaled_7b(info)
+    vocab = model.config.vocab_size
     fwd = packing.lm_forward(model)
     print("| probe | packed vs unpacked | unpacked: flash vs math SDPA | unpacked: alone vs 3 padded rows |")
     print("|---|---|---|---|")
     for n in (48, 512):
         g = torch.Generator().manual_seed(0)
-        prefix = torch.randint(3, full["vocab_size"], (n // 2,), generator=g).tolist()
-        seqs = [prefix + torch.randint(3, full["vocab_size"], (n - n // 2 - k,), generator=g).tolist()
-                for k in (0, 3, 7)]  # fmt: skip
+        prefix = torch.randint(3, vocab, (n // 2,), generator=g).tolist()
+        seqs = [prefix + torch.randint(3, vocab, (n - n // 2 - k,), generator=g).tolist() for k in (0, 3, 7)]
         q = packing.pack(seqs, T=n - 1, device=info.device)
 
         def target(out, i, seqs=seqs):  # [len - 1] log p of each next token
@@ -207,15 +203,12 @@ def profile(info) -> None:
     """Part 6: where a 0.5B pass's GPU time goes: padded vs grouped (varlen) at rows of 4096, the top kernels."""
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as prof
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+    from transformers import Qwen2ForCausalLM
 
     from nanosky.train import grouped_attention
     from nanosky.train.update import micro_batches
 
-    cfg = Qwen2Config(**SHAPES["0.5b"], max_position_embeddings=4096, attn_implementation="sdpa")
-    if not info.is_cuda:
-        cfg.update(dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                        num_key_value_heads=2, vocab_size=4096))  # fmt: skip
+    cfg = qwen_config(SHAPES["0.5b"], info)
     torch.manual_seed(0)
     with torch.device(info.device):
         model = Qwen2ForCausalLM(cfg)
