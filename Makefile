@@ -13,7 +13,7 @@ export TOKENIZERS_PARALLELISM := false
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[cpu,dev,qlora]'  # qlora: bitsandbytes' NF4 runs on this CPU too (tests)
+	$(BIN)/pip install -q -e '.[cpu,dev,qlora,gyms]'  # gyms: the ecosystem's envs (tests); qlora: bitsandbytes' NF4 runs on this CPU too (tests)
 	# PyPI's torchvision/torchaudio/torchcodec are CUDA builds that break `import transformers` beside torch+cpu
 	# (operator torchvision::nms does not exist); vLLM does not need them for text models.
 	$(BIN)/pip uninstall -y -q torchvision torchaudio torchcodec || true

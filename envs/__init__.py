@@ -20,6 +20,11 @@ _BUILTIN = {
     "alfworld_lite": "envs.alfworld_lite:AlfWorldEnv",
     "swe": "envs.swe:SWETaskEnv",
     "reply": "envs.reply:ReplyEnv",
+    # the ecosystem's (envs/ecosystem/; the `gyms` extra)
+    "dataset": "envs.ecosystem.dataset:DatasetEnv",
+    "skyrl_gym": "envs.ecosystem.skyrl:SkyRLGymEnv",
+    "reasoning_gym": "envs.ecosystem.reasoning:ReasoningGymEnv",
+    "textarena": "envs.ecosystem.arena:TextArenaEnv",
 }
 _REGISTRY: dict[str, Callable[..., Env]] = {}
 log = logging.getLogger("envs")
@@ -56,6 +61,28 @@ def has_checker(name: str) -> bool:
     return getattr(get_env_factory(name), "checker", True)
 
 
+def group_scorer(name: str, split: str = "train", **kwargs):
+    """What scores env `name`'s episodes a group at a time (a TRL reward function: `envs/ecosystem/dataset.py`), or
+    None when each episode scores itself in `step` (every other env). Called `(seeds, replies) -> (rewards,
+    successes)`, a reward None meaning unscored; it raises when it cannot score the group."""
+    hook = getattr(get_env_factory(name), "group_scorer", None)
+    return hook(split, **kwargs) if hook is not None else None
+
+
+def aggregate_metrics(name: str, metrics: list[dict]) -> dict[str, float]:
+    """A batch's env metrics (each episode's `info["env_metrics"]`), by the env's own `aggregate_metrics` where it
+    has one (SkyRL-Gym's), else the mean of each numeric key over the episodes that report it."""
+    hook = getattr(get_env_factory(name), "aggregate_metrics", None)
+    if hook is not None:
+        return hook(metrics)
+    sums: dict[str, list[float]] = {}
+    for m in metrics:
+        for k, v in m.items():
+            if isinstance(v, (int, float)) and v == v:  # numbers and bools; NaN (not measured) is left out
+                sums.setdefault(k, []).append(float(v))
+    return {k: sum(v) / len(v) for k, v in sums.items()}
+
+
 def make(name: str, split: str = "train", seed: int = 0, **kwargs) -> Env:
     if split not in ("train", "test"):
         raise ValueError(f"split must be 'train' or 'test', got {split!r}")
@@ -71,4 +98,6 @@ __all__ = [
     "env_names",
     "get_env_factory",
     "has_checker",
+    "group_scorer",
+    "aggregate_metrics",
 ]

@@ -20,6 +20,7 @@ from fractions import Fraction
 from pathlib import Path
 
 from envs.base import Env, Message, StepResult
+from envs.ecosystem.mathreward import last_boxed  # one \boxed{} reader for the evals and the dataset env
 from envs.text_math import SYSTEM_PROMPT  # the prompt the bundled model was warm-started with
 from evals import common, models
 
@@ -37,27 +38,6 @@ class MathEvalConfig(common.BaseEvalConfig):
 
 
 # ---------------------------------------------------------------------------------------------- extraction
-
-
-def last_boxed(text: str) -> str | None:
-    """Content of the last \\boxed{...} / \\fbox{...} (nested braces balanced), or of "\\boxed 5"."""
-    if not isinstance(text, str):
-        return None
-    starts = list(re.finditer(r"\\(?:boxed|fbox)", text))
-    if not starts:
-        return None
-    i = starts[-1].end()
-    if text[i : i + 1] == " ":
-        m = re.match(r" ([^\s$]+)", text[i:])
-        return m.group(1) if m else None
-    if text[i : i + 1] != "{":
-        return None
-    depth = 0
-    for j in range(i, len(text)):
-        depth += {"{": 1, "}": -1}.get(text[j], 0)
-        if depth == 0:
-            return text[i + 1 : j].strip()
-    return None
 
 
 _NUM = r"-?\$?\d[\d,]*(?:\.\d+)?|-?\.\d+"

@@ -19,10 +19,12 @@ from typing import TYPE_CHECKING
 import torch
 
 import algos
+import envs
 from nanosky import dist
 from nanosky.agent import AgentRunner, EngineBackend, PooledEnvTask, Trajectory
 from nanosky.agent.player import Player, Rollouts
 from nanosky.config import RolloutConfig
+from nanosky.env_rewards import env_metrics, score_groups
 from nanosky.judge.rewards import judge_step
 from nanosky.rollout.loop import RankLoop
 from nanosky.seeds import derive_seed
@@ -55,6 +57,7 @@ class Rollout:
         self.player = make_player(cfg, backend, tok, log_dir, dist.get_info().rank)
         self.loop = RankLoop()  # every phase of the run, and the endpoint, on this one loop
         self.metrics: dict[str, float] = {}
+        self.scored = False  # the last phase's env scores its episodes by groups (a TRL reward function)
 
     def run(
         self,
@@ -75,6 +78,10 @@ class Rollout:
             tasks, groups=groups, seeds=seeds, sample_seed=sample_seed, temperature=temperature
         )
         out = self.loop.run(play, threads=len(tasks))
+        scorer = envs.group_scorer(env, split, **env_kwargs)
+        self.scored = scorer is not None
+        if scorer is not None:  # this rank's groups, before the gather: a user's function runs once per group
+            score_groups(scorer, out.trajs, by="group" if groups is not None else "env_seed")
         wall = max(out.wall_s, 1e-9)
         self.metrics = {
             "rollout/tokens_per_s": sum(t.completion_tokens for t in out.trajs) / wall,
@@ -129,7 +136,7 @@ def collect(cfg: TrainConfig, rollout: Rollout, step: int, version: int) -> tupl
     # Fixed batch size: truncate to P groups, or top up with dropped groups (zero advantage: no gradient signal).
     batch = (kept + dropped)[: P * n]
     metrics = {"train/dropped_groups": len(dropped) / n, "train/gen_rounds": rounds} | rollout.metrics
-    metrics |= rollout.player.metrics(batch)
+    metrics |= rollout.player.metrics(batch) | env_metrics(cfg.env, batch, rollout.scored)
     if judged:  # errors and judging time add up over DAPO's rounds; the rest is the last round's
         metrics |= judged[-1] | {k: sum(m[k] for m in judged) for k in ("judge/errors", "timing/judge_s")}
     return Rollouts(batch, Rollouts.merge(parts).layout), metrics

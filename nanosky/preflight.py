@@ -48,6 +48,7 @@ def check(cfg: TrainConfig, world: int | None = None) -> None:
     check_chat_template(cfg)
     check_agent(cfg)
     check_env_data(cfg.env, cfg.env_data)
+    check_ecosystem_env(cfg)
     check_judge(cfg)
     check_disk(cfg)
 
@@ -184,9 +185,16 @@ def check_agent(cfg: TrainConfig) -> None:
 def check_env_data(env: str, path: str | None) -> None:
     """The file exists and its first rows parse and fit the env's schema (text_math: GSM8K rows)."""
     if path is None:
+        if env in DATA_ENVS:
+            raise UsageError(f"--env {env} needs a data file: --env-data FILE (parquet, jsonl, json, csv or a "
+                             "folder written by Dataset.save_to_disk)")  # fmt: skip
         return
+    if env in DATA_ENVS:
+        if not Path(path).expanduser().exists():
+            raise UsageError(f"--env-data {path}: no such file or folder")
+        return  # read and checked row by row by check_ecosystem_env
     if env != "math":
-        raise UsageError(f"--env-data: env {env!r} takes no data file (only math reads GSM8K-style JSONL)")
+        raise UsageError(f"--env-data: env {env!r} takes no data file (math, dataset and skyrl_gym read one)")
     p = Path(path).expanduser()
     if not p.is_file():
         raise UsageError(f"--env-data {path}: no such file")
@@ -221,6 +229,26 @@ def _gsm8k_row_error(line: str) -> str | None:
     if not row["answer"].rsplit("####", 1)[1].strip():
         return 'empty final answer after "####"'
     return None
+
+
+DATA_ENVS = ("dataset", "skyrl_gym")
+ECOSYSTEM_ENVS = (*DATA_ENVS, "reasoning_gym", "textarena")
+
+
+def check_ecosystem_env(cfg: TrainConfig) -> None:
+    """An ecosystem env (envs/ecosystem/) builds one train and one test episode from the run's env kwargs: a missing
+    package (naming the extra), file or column, an unknown env class, task or game, a bad reward function or an
+    unknown kwarg is one line here, not a traceback at step 1."""
+    if cfg.env not in ECOSYSTEM_ENVS:
+        return
+    import envs
+
+    try:
+        for split in ("train", "test"):
+            envs.make(cfg.env, split=split, seed=0, **cfg.env_args()).close()
+    except (ValueError, ImportError, TypeError, KeyError) as e:
+        msg = " ".join(str(e).split())
+        raise UsageError(msg if msg.startswith(("--", cfg.env)) else f"--env {cfg.env}: {msg}") from None
 
 
 def check_run_dir(run_dir: str) -> None:

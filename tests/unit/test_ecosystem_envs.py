@@ -1,0 +1,226 @@
+"""The ecosystem's envs (envs/ecosystem/) through their real packages: each source's gold answer gets the source's
+own reward, a wrong one 0, a malformed one 0 and no exception; the files' layouts are recognised; bad input is one
+line naming what was found; splits never share a question."""
+
+import asyncio
+import json
+
+import pandas as pd
+import pytest
+
+import envs
+from envs.ecosystem.mathreward import math_reward
+from envs.ecosystem.rows import DataError
+
+pytest.importorskip("datasets", reason="the gyms extra (make test installs it)")
+
+MALFORMED = ["", "\\boxed{", "<answer>", "\x00\xff" * 50, "}}}{{{"]
+
+
+def _verl(path, n=40):
+    rows = [{"data_source": "openai/gsm8k", "prompt": [{"role": "user", "content": f"What is {i} + {i}?"}],
+             "ability": "math", "reward_model": {"style": "rule", "ground_truth": str(2 * i)},
+             "extra_info": {"index": i, "split": "train"}} for i in range(n)]  # fmt: skip
+    pd.DataFrame(rows).to_parquet(path)
+    return path
+
+
+def _jsonl(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+@pytest.mark.parametrize(("reply", "gold", "want"), [
+    ("so \\boxed{0.5}", "1/2", 1.0), ("\\boxed{\\frac{1}{2}}", "0.5", 1.0), ("it is 72 apples.", "72", 1.0),
+    ("#### 1,200", "1200", 1.0), ("\\boxed{1+x}", "x+1", 1.0), ("\\boxed{71}", "72", 0.0), ("no idea", "72", 0.0),
+])  # fmt: skip
+def test_math_reward_is_math_verify_on_the_last_boxed_else_the_last_number(reply, gold, want):
+    assert math_reward(reply, gold)[0] == want
+    for bad in MALFORMED:
+        assert math_reward(bad, gold)[0] == 0.0
+
+
+def test_dataset_reads_verl_parquet_and_scores_with_math_verify(tmp_path):
+    path = str(_verl(tmp_path / "train.parquet"))
+    env = envs.make("dataset", "train", 3, data_path=path)
+    msgs = env.reset()
+    assert msgs[-1]["role"] == "user" and "+" in msgs[-1]["content"] and env.task.source == "openai/gsm8k"
+    i = int(msgs[-1]["content"].split()[2])
+    gold = env.step(f"The sum is \\boxed{{{2 * i}}}")
+    assert gold.reward == 1.0 and gold.done and gold.info["success"]
+    assert env.step(f"\\boxed{{{2 * i + 1}}}").reward == 0.0
+    for bad in MALFORMED:
+        assert env.step(bad).reward == 0.0
+    sysp = envs.make("dataset", "train", 3, data_path=path, system_prompt="Box it.").reset()
+    assert sysp[0] == {"role": "system", "content": "Box it."} and sysp[1:] == msgs
+
+
+def test_dataset_layouts_trl_gsm8k_math_and_named_columns(tmp_path):
+    gsm = _jsonl(
+        tmp_path / "g.jsonl", [{"question": f"q{i}?", "answer": f"work\n#### {i}"} for i in range(20)]
+    )
+    env = envs.make("dataset", "train", 0, data_path=gsm)
+    assert env.task.source == "gsm8k" and env.gold == env.task.answer.rsplit("####")[1].strip()
+    assert env.step(f"#### {env.gold}").reward == 1.0
+    trl = _jsonl(tmp_path / "t.jsonl", [{"prompt": [{"role": "user", "content": f"p{i}"}], "solution": f"\\boxed{{{i}}}"}
+                                        for i in range(20)])  # fmt: skip
+    env = envs.make("dataset", "test", 0, data_path=trl)
+    assert env.reset() == env.task.prompt and env.step(f"\\boxed{{{env.gold}}}").reward == 1.0
+    other = _jsonl(tmp_path / "o.jsonl", [{"text": f"t{i}", "meta": {"gold": str(i)}} for i in range(20)])
+    env = envs.make("dataset", "train", 1, data_path=other, prompt_key="text", answer_key="meta.gold")
+    assert env.reset()[-1]["content"].startswith("t") and env.step(f"\\boxed{{{env.gold}}}").reward == 1.0
+    folder = tmp_path / "saved"
+    import datasets
+
+    datasets.DatasetDict({"train": datasets.Dataset.from_list([{"question": "a?", "answer": "1"}] * 3),
+                          "test": datasets.Dataset.from_list([{"question": "b?", "answer": "2"}])}).save_to_disk(folder)  # fmt: skip
+    assert envs.make("dataset", "test", 5, data_path=str(folder)).task.prompt[0]["content"] == "b?"
+    assert envs.make("dataset", "train", 5, data_path=str(folder)).task.prompt[0]["content"] == "a?"
+
+
+def test_dataset_bad_input_is_one_line_naming_what_was_found(tmp_path):
+    path = _jsonl(tmp_path / "x.jsonl", [{"text": "hi", "label": 1}] * 4)
+    with pytest.raises(DataError, match=r"no prompt column .* columns found: text, label"):
+        envs.make("dataset", data_path=path)
+    with pytest.raises(DataError, match=r"no column 'nope' .* columns found: text, label"):
+        envs.make("dataset", data_path=path, prompt_key="nope")
+    with pytest.raises(DataError, match=r"no answer column .* columns found: text, label"):
+        envs.make("dataset", data_path=path, prompt_key="text")
+    with pytest.raises(DataError, match="no such file"):
+        envs.make("dataset", data_path=str(tmp_path / "missing.parquet"))
+    (tmp_path / "bad.txt").write_text("x")
+    with pytest.raises(DataError, match="unknown file type .txt"):
+        envs.make("dataset", data_path=str(tmp_path / "bad.txt"))
+    with pytest.raises(DataError, match="no module named 'no_such_module'"):
+        envs.make("dataset", data_path=path, prompt_key="text", reward="no_such_module:fn")
+
+
+def test_held_out_split_is_fixed_by_prompt_hash_and_disjoint(tmp_path):
+    rows = [{"question": f"q{i % 150}?", "answer": str(i % 150)} for i in range(200)]  # 50 prompts twice
+    path = _jsonl(tmp_path / "d.jsonl", rows)
+    from envs.ecosystem.dataset import load_split
+
+    train, test = load_split(path, "train"), load_split(path, "test")
+    assert len(train) + len(test) == 200 and 0 < len(test) < 60
+    assert not {t.prompt[0]["content"] for t in train} & {t.prompt[0]["content"] for t in test}
+    load_split.cache_clear()
+    assert load_split(path, "test") == test  # the same rows on every run
+
+
+def test_reasoning_gym_gold_wrong_malformed_and_disjoint_splits():
+    kw = {
+        "tasks": "basic_arithmetic,chain_sum",
+        "config": '{"basic_arithmetic": {"max_terms": 2, "max_digits": 1}}',
+    }
+    seen = set()
+    for seed in range(20):
+        env = envs.make("reasoning_gym", "train", seed, **kw)
+        seen.add(env.task)
+        assert "<answer>" in env.reset()[0]["content"]
+        gold = env.step(f"<answer>{env.entry['answer']}</answer>")
+        assert gold.reward == 1.0 and gold.info["success"]
+        assert gold.info["env_metrics"] == {f"{env.task}/reward": 1.0, f"{env.task}/success": 1.0}
+        assert env.step("<answer>not a number</answer>").reward == 0.0
+        for bad in MALFORMED:
+            assert env.step(bad).reward == 0.0
+    assert seen == {"basic_arithmetic", "chain_sum"}
+    test = {envs.make("reasoning_gym", "test", s, **kw).entry["question"] for s in range(100)}
+    train = {envs.make("reasoning_gym", "train", s, **kw).entry["question"] for s in range(400)}
+    assert len(test) > 50 and not test & train  # 1-digit sums repeat: the redraw keeps them apart
+    with pytest.raises(ValueError, match="unknown task 'nope'; valid: .*basic_arithmetic"):
+        envs.make("reasoning_gym", tasks="nope")
+
+
+def _guess(env) -> list:
+    """Binary search on GuessTheNumber: the game's hints as observations, to its end."""
+    env.reset()
+    lo, hi, results = 1, 20, []
+    while True:
+        g = (lo + hi) // 2
+        r = env.step(f"I guess [{g}]")
+        results.append(r)
+        if r.done:
+            return results
+        lo, hi = (g + 1, hi) if "higher" in r.observations[0]["content"] else (lo, g - 1)
+
+
+def test_textarena_game_plays_to_its_end_and_an_invalid_move_is_an_observation():
+    results = _guess(envs.make("textarena", "train", 3, game="GuessTheNumber-v0"))
+    assert results[-1].reward == 1.0 and results[-1].info["success"] and results[-1].observations == []
+    assert all(r.reward == 0.0 and not r.done and r.observations[0]["role"] == "user" for r in results[:-1])
+    env = envs.make("textarena", "train", 3, game="GuessTheNumber-v0")
+    opening = env.reset()
+    assert opening[0]["role"] == "user" and "Guess The Number" in opening[0]["content"]
+    bad = env.step("hello")
+    assert not bad.done and "invalid move" in bad.observations[0]["content"]
+    assert "hello" not in bad.observations[0]["content"]  # the game's echo of the move is not repeated
+    for junk in MALFORMED:
+        r = envs.make("textarena", "train", 3, game="GuessTheNumber-v0")
+        r.reset()
+        assert r.step(junk).reward == 0.0
+
+
+@pytest.mark.parametrize(("game", "why"), [("Wordle-v0", "nltk download"), ("Debate-v0", "API key"),
+                                          ("Nope-v0", "unknown game 'Nope-v0'; single-player games here: 2048-v0")])  # fmt: skip
+def test_textarena_refuses_a_game_it_cannot_play_in_one_line(game, why):
+    with pytest.raises(ValueError, match=why) as e:
+        envs.make("textarena", game=game)
+    assert "\n" not in str(e.value)
+
+
+def _skyrl_rows(tmp_path, cls="gsm8k", n=30):
+    rows = [{"data_source": "openai/gsm8k", "prompt": [{"role": "user", "content": f"What is {i} + {i}? End with #### N"}],
+             "env_class": cls, "reward_spec": {"method": "rule", "ground_truth": str(2 * i)},
+             "extra_info": {"index": i, "max_turns": 3}} for i in range(n)]  # fmt: skip
+    pd.DataFrame(rows).to_parquet(tmp_path / f"{cls}.parquet")
+    return str(tmp_path / f"{cls}.parquet")
+
+
+def test_skyrl_gym_gsm8k_rows_get_skyrls_own_reward(tmp_path):
+    path = _skyrl_rows(tmp_path)
+    env = envs.make("skyrl_gym", "train", 2, data_path=path)
+    gt = env.row["reward_spec"]["ground_truth"]
+    assert env.reset() == env.task.prompt and env.max_turns == 1
+    r = env.step(f"so #### {gt}")
+    assert r.reward == 1.0 and r.done and r.info["success"] and r.info["env_class"] == "gsm8k"
+    assert env.step(f"#### {int(gt) + 1}").reward == 0.0
+    for bad in MALFORMED:
+        assert env.step(bad).reward == 0.0
+    with pytest.raises(DataError, match="unknown env class 'nope'; registered: .*gsm8k_multi_turn"):
+        envs.make("skyrl_gym", data_path=path, env_class="nope")
+
+
+def test_skyrl_gym_multi_turn_plays_through_nanosky_loop_with_exact_masks(tmp_path, tok):
+    from nanosky.agent import AgentRunner, EnvTask, GenerationResult
+    from nanosky.rollout.chat import encode, observation_ids, prompt_ids
+
+    path = _skyrl_rows(tmp_path, "gsm8k_multi_turn")
+    env = envs.make("skyrl_gym", "train", 4, data_path=path)
+    gt = env.row["reward_spec"]["ground_truth"]
+    replies = ["let me think", f"#### {int(gt) + 1}", f"#### {gt}"]
+
+    class Script:
+        async def aclose(self):
+            pass
+
+        async def generate(self, req):
+            text = replies[sum(m["role"] == "assistant" for m in req.messages)]
+            ids = encode(tok, text) + [tok.eos_token_id]
+            await asyncio.sleep(0)
+            return GenerationResult(text, ids, [-0.5] * len(ids), "stop", 0, len(ids))
+
+    [t] = AgentRunner(Script(), tok=tok, max_tokens_per_turn=32).run([EnvTask(env)])
+    assert t.turns == 3 and t.stop_reason == "done" and t.success
+    assert t.reward == pytest.approx(1.0 + 0.2 / 3)  # SkyRL's per-turn rewards: format score, then the answer
+    # the exact sequence: prompt, then each reply (mask 1) and each observation the env returned (mask 0)
+    want_ids, want_mask = prompt_ids(tok, t.messages[:1]), None
+    want_mask = [0] * len(want_ids)
+    for k, reply in enumerate(replies):
+        ids = encode(tok, reply) + [tok.eos_token_id]
+        want_ids, want_mask = want_ids + ids, want_mask + [1] * len(ids)
+        if k < 2:
+            obs = observation_ids(tok, t.messages[: 2 + 2 * k], [t.messages[2 + 2 * k]], None)
+            want_ids, want_mask = want_ids + obs, want_mask + [0] * len(obs)
+    assert t.ids == want_ids and t.loss_mask == want_mask
+    assert [m["role"] for m in t.messages] == ["user", "assistant", "user", "assistant", "user", "assistant"]
+    assert "tentative numeric answer" in t.messages[2]["content"]
