@@ -35,6 +35,11 @@ SHIPPED = {
 class MathEvalConfig(common.BaseEvalConfig):
     max_new_tokens: int = 160
     """Tokens per answer (one turn)."""
+    prompt_key: str | None = None
+    """A file read as `--env dataset` reads it (parquet, json, csv, a saved dataset, or jsonl in verl's / TRL's
+    layout): the prompt column, when it is not one of prompt, question, problem (as --env-kwargs.prompt-key)."""
+    answer_key: str | None = None
+    """Such a file's ground-truth column (as --env-kwargs.answer-key; a dotted key reads inside a struct)."""
 
 
 # ---------------------------------------------------------------------------------------------- extraction
@@ -143,9 +148,46 @@ def is_equiv(pred: str | None, gold: str) -> bool:
 # ---------------------------------------------------------------------------------------------- data + env
 
 
-def load_rows(spec: str | None, limit: int | None = None) -> tuple[list[dict], list[dict]]:
-    """(rows {"id", "question", "answer", "source"}, bad rows). `spec`: a shipped name or a JSONL path."""
+def dataset_file(spec: str) -> bool:
+    """Whether `spec` is read as `--env dataset` reads it, and scored with its reward (math-verify): parquet, json,
+    csv, a saved dataset folder, or a jsonl whose first row is in verl's or TRL's layout (a `prompt` column)."""
+    p = Path(spec)
+    if spec in SHIPPED or not p.exists():
+        return False
+    if p.is_dir() or p.suffix.lower() in (".parquet", ".json", ".csv"):
+        return True
+    first, _ = common.read_jsonl(p)
+    return bool(first) and "prompt" in first[0]
+
+
+def load_dataset_rows(
+    spec: str, limit: int | None, prompt_key=None, answer_key=None
+) -> tuple[list[dict], list]:
+    """Every row of a file `--env dataset` reads, as eval rows with their chat prompt and math-verify gold."""
+    from envs.ecosystem.mathreward import gold_answer
+    from envs.ecosystem.rows import DataError, read_rows, to_task
+
+    rows, bad = [], []
+    for i, raw in enumerate(read_rows(spec, "test")):
+        try:
+            task = to_task(raw, prompt_key, answer_key)
+            if task.answer is None:
+                raise DataError("no answer column")
+            rows.append({"id": f"{Path(spec).stem}/{i}", "messages": task.prompt, "question": task.prompt[-1]["content"],
+                         "answer": gold_answer(task.answer), "source": task.source, "reward": "math-verify"})  # fmt: skip
+        except DataError as e:
+            bad.append(common.bad_row({"_line": i}, str(e)))
+    return common.take(rows, limit), bad
+
+
+def load_rows(
+    spec: str | None, limit: int | None = None, prompt_key=None, answer_key=None
+) -> tuple[list, list]:
+    """(rows {"id", "question", "answer", "source"}, bad rows). `spec`: a shipped name or a JSONL path; a file in
+    `--env dataset`'s layouts keeps its chat prompt and is scored with math-verify, as in training."""
     spec = spec or "text_math"
+    if dataset_file(spec):
+        return load_dataset_rows(spec, limit, prompt_key, answer_key)
     if spec == "text_math":
         from envs.text_math import test_problems
 
@@ -174,13 +216,21 @@ class MathQAEnv(Env):
     name = "math_qa"
     max_turns = 1
 
-    def __init__(self, question: str, answer: str, system_prompt: str = SYSTEM_PROMPT):
+    def __init__(self, question: str, answer: str, system_prompt: str = SYSTEM_PROMPT, messages=None):
         self.question, self.answer, self.system_prompt = question, answer, system_prompt
+        self.messages = messages  # a dataset file's own chat prompt, scored as --env dataset scores it
 
     def reset(self) -> list[Message]:
+        if self.messages is not None:
+            return [dict(m) for m in self.messages]
         return [{"role": "system", "content": self.system_prompt}, {"role": "user", "content": self.question}]
 
     def step(self, action: str) -> StepResult:
+        if self.messages is not None:
+            from envs.ecosystem.mathreward import math_reward
+
+            reward, info = math_reward(action, self.answer)
+            return StepResult([], reward, True, info)
         pred = extract_answer(action) if isinstance(action, str) else None
         ok = is_equiv(pred, self.answer)
         return StepResult([], 1.0 if ok else 0.0, True, {"success": ok, "pred": pred, "answer": self.answer})
@@ -196,7 +246,11 @@ def evaluate(
     from evals.models import rollout
 
     t0 = time.time()
-    envs = [MathQAEnv(r["question"], r["answer"]) for r in rows for _ in range(cfg.n_samples)]
+    envs = [
+        MathQAEnv(r["question"], r["answer"], messages=r.get("messages"))
+        for r in rows
+        for _ in range(cfg.n_samples)
+    ]
     trajs = rollout(model, tok, envs, cfg, desc="math")
     records, correct = [], {}
     for j, t in enumerate(trajs):
@@ -225,7 +279,7 @@ def main(argv: list[str] | None = None) -> dict:
     import tyro
 
     cfg = tyro.cli(MathEvalConfig, args=argv, description=__doc__)
-    rows, bad = load_rows(cfg.data, cfg.limit)
+    rows, bad = load_rows(cfg.data, cfg.limit, cfg.prompt_key, cfg.answer_key)
     return models.run_cli("math", cfg, lambda model, tok: evaluate(model, tok, rows, cfg, bad))
 
 

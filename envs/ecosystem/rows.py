@@ -164,16 +164,12 @@ def prompt_hash(task: Task) -> float:
 def held_out(tasks: list[Task], fraction: float) -> tuple[list[Task], list[Task]]:
     """(train, test): a task is held out when its prompt's hash is below `fraction`; at least one task on each side
     (a tiny file holds out its lowest hash), and no prompt on both."""
-    if len(tasks) < 2:
-        raise DataError(
-            f"{len(tasks)} row(s): a split needs at least 2 (or pass --env-kwargs.test-data FILE)"
-        )
     h = [prompt_hash(t) for t in tasks]
-    cut = fraction
-    if not any(x < cut for x in h):
-        cut = min(h) + 1e-12
-    if all(x < cut for x in h):
-        cut = max(h)
+    distinct = sorted(set(h))
+    if len(distinct) < 2:
+        raise DataError(f"{len(tasks)} row(s) with {len(distinct)} distinct prompt(s): a held-out split needs at "
+                        "least 2 (or pass --env-kwargs.test-data FILE)")  # fmt: skip
+    cut = min(max(fraction, distinct[1]), distinct[-1])  # at least the lowest prompt held out, the highest kept
     train = [t for t, x in zip(tasks, h) if x >= cut]
     test = [t for t, x in zip(tasks, h) if x < cut]
     return train, test

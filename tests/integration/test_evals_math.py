@@ -140,3 +140,30 @@ def test_cli_against_scripted_server(tmp_path):
     )
     saved = json.loads((out / "report.json").read_text())
     assert saved["accuracy"] == report["accuracy"] and saved["config"]["n_samples"] == 2
+
+
+def test_a_dataset_env_file_is_evaluated_with_its_prompt_and_math_verify(tmp_path):
+    """A verl parquet file, as `--env dataset` trains on it: the rows' own chat prompt is sent, and the reply is
+    scored by math-verify (\\boxed{1/2} against 0.5), the same reward as in training."""
+    pd = pytest.importorskip("pandas")
+    pytest.importorskip("math_verify", reason="the gyms extra (make test installs it)")
+    rows = [{"data_source": "halves", "prompt": [{"role": "system", "content": "Box it."},
+                                                {"role": "user", "content": f"Half of {i}?"}],
+             "reward_model": {"style": "rule", "ground_truth": str(i / 2)}} for i in range(1, 7)]  # fmt: skip
+    data = tmp_path / "test.parquet"
+    pd.DataFrame(rows).to_parquet(data)
+    seen = []
+
+    def reply(messages):
+        seen.append(messages)
+        i = int(messages[-1]["content"].split()[2].rstrip("?"))
+        return f"\\boxed{{\\frac{{{i}}}{{2}}}}" if i % 3 else "\\boxed{0}"  # right on 4 of 6, as a fraction
+
+    with ScriptedServer(reply) as url:
+        report = emath.main(["--base-url", url, "--data", str(data), "--out", str(tmp_path / "out")])
+    assert report["accuracy"] == pytest.approx(4 / 6) and report["accuracy_by_source"] == {
+        "halves": pytest.approx(4 / 6)
+    }
+    assert all(
+        m[0] == {"role": "system", "content": "Box it."} for m in seen
+    )  # the file's prompt, not text_math's

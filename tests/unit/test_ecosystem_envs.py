@@ -79,7 +79,7 @@ def test_dataset_layouts_trl_gsm8k_math_and_named_columns(tmp_path):
 
 
 def test_dataset_bad_input_is_one_line_naming_what_was_found(tmp_path):
-    path = _jsonl(tmp_path / "x.jsonl", [{"text": "hi", "label": 1}] * 4)
+    path = _jsonl(tmp_path / "x.jsonl", [{"text": f"hi {i}", "label": i} for i in range(4)])
     with pytest.raises(DataError, match=r"no prompt column .* columns found: text, label"):
         envs.make("dataset", data_path=path)
     with pytest.raises(DataError, match=r"no column 'nope' .* columns found: text, label"):
