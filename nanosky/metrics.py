@@ -58,6 +58,8 @@ def step_metrics(
             "train/adv_std": float(adv.std()) if adv.numel() > 1 else 0.0,
             "train/adv_min": float(adv.min()) if adv.numel() else 0.0,
             "rollout/turns_mean": sum(t.turns for t in trajs) / n,
+            # episodes whose opening left no room for a reply (--rollout.max-total-tokens): skipped, not scored
+            "rollout/prompt_too_long": float(sum(t.stop_reason == "prompt_too_long" for t in trajs)),
             "envs/failed": dist.all_reduce_sum([float(envs_failed)])[0],
             "tools/calls_per_traj": calls / n,
             "tools/invalid_rate": sum(t.invalid_tool_calls for t in trajs) / max(1, calls),

@@ -249,6 +249,34 @@ def check_ecosystem_env(cfg: TrainConfig) -> None:
     except (ValueError, ImportError, TypeError, KeyError) as e:
         msg = " ".join(str(e).split())
         raise UsageError(msg if msg.startswith(("--", cfg.env)) else f"--env {cfg.env}: {msg}") from None
+    if cfg.env in DATA_ENVS:
+        check_prompt_lengths(cfg)
+
+
+def check_prompt_lengths(cfg: TrainConfig) -> None:
+    """A data file none of whose first rows' prompts leaves room for a reply under --rollout.max-total-tokens is
+    refused (every episode would be skipped); rows that do not fit are skipped at run time, counted in
+    `rollout/prompt_too_long`."""
+    import envs
+    from nanosky.bundled import ASSETS, BUNDLED
+    from nanosky.rollout.chat import load_tokenizer, prompt_ids
+
+    path = str(ASSETS / cfg.model.path) if cfg.model.path in BUNDLED else cfg.model.path
+    try:
+        tok = load_tokenizer(path, cfg.model.chat_template)
+    except Exception:  # noqa: BLE001 - a bundled model not built yet: the run's own load says so
+        return
+    limit, lengths, seed, n = cfg.rollout.max_total_tokens, [], 0, 1
+    while seed < min(n, DATA_ROWS_CHECKED):  # the train rows in order (seed i is row i)
+        env = envs.make(cfg.env, split="train", seed=seed, **cfg.env_args())
+        n, seed = env.n_rows, seed + 1
+        lengths.append(len(prompt_ids(tok, env.reset(), [t.schema for t in env.tools] or None)))
+        env.close()
+        if lengths[-1] < limit:
+            return
+    raise UsageError(f"--env-data {cfg.env_data}: none of the first {len(lengths)} rows' prompts fits "
+                     f"--rollout.max-total-tokens {limit} (the shortest takes {min(lengths)} tokens with the chat "
+                     "template); raise it, with --engine.max-model-len")  # fmt: skip
 
 
 def check_run_dir(run_dir: str) -> None:

@@ -112,7 +112,7 @@ class DatasetEnv(Env):
             raise DataError(f"test_fraction must be in (0, 1), got {test_fraction}")
         rows = load_split(str(data_path), split, test_data and str(test_data), float(test_fraction), prompt_key,
                           answer_key)  # fmt: skip
-        self.task = rows[seed % len(rows)]
+        self.task, self.n_rows = rows[seed % len(rows)], len(rows)
         self.reward_spec, self.success_at = reward, float(success_at)
         if reward == "math":
             if self.task.answer is None:

@@ -169,7 +169,9 @@ def held_out(tasks: list[Task], fraction: float) -> tuple[list[Task], list[Task]
     if len(distinct) < 2:
         raise DataError(f"{len(tasks)} row(s) with {len(distinct)} distinct prompt(s): a held-out split needs at "
                         "least 2 (or pass --env-kwargs.test-data FILE)")  # fmt: skip
-    cut = min(max(fraction, distinct[1]), distinct[-1])  # at least the lowest prompt held out, the highest kept
+    cut = min(
+        max(fraction, distinct[1]), distinct[-1]
+    )  # at least the lowest prompt held out, the highest kept
     train = [t for t, x in zip(tasks, h) if x >= cut]
     test = [t for t, x in zip(tasks, h) if x < cut]
     return train, test

@@ -95,7 +95,7 @@ class SkyRLGymEnv(Env):
         import skyrl_gym.envs  # noqa: F401 - registers SkyRL-Gym's own classes
 
         rows = load_split(str(data_path), split, test_data and str(test_data), float(test_fraction))
-        self.task = rows[seed % len(rows)]
+        self.task, self.n_rows = rows[seed % len(rows)], len(rows)
         self.row = self.task.columns
         self.cls = env_class or self.row.get("env_class")
         if not self.cls:

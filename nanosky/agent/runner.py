@@ -176,7 +176,11 @@ class AgentRunner:
                 t.reward, t.success = float(verdict.get("reward", 0.0)), success_of(verdict)
             except Exception as e:  # noqa: BLE001
                 t.stop_reason, t.error = "error", f"evaluate_result: {e!r}"[:1000]
-        if t.stop_reason not in ("done", "max_turns", "max_tokens", "timeout"):
+        if (
+            t.stop_reason == "prompt_too_long"
+        ):  # skipped: no token sampled, nothing to grade (counted by the step)
+            t.reward, t.success = 0.0, None
+        elif t.stop_reason not in ("done", "max_turns", "max_tokens", "timeout"):
             t.reward, t.success = 0.0, False  # a failed episode scores 0 and says why in `error`
         t.latency_s = round(time.perf_counter() - t0, 4)
         if self.on_episode_done is not None:
@@ -202,8 +206,8 @@ class AgentRunner:
             budget = self.max_tokens_per_turn
             if ids is not None and self.max_total_tokens:
                 budget = min(budget, self.max_total_tokens - len(ids))
-                if budget < 1:
-                    return "max_tokens"
+                if budget < 1:  # an opening that leaves no room to answer is skipped, not scored
+                    return "prompt_too_long" if turn == 1 else "max_tokens"
             seed = None if sample_seed is None else derive_seed(sample_seed, i, turn - 1)
             rule = await task.action_constraint() if self.constrain_actions else None
             choices, grammar = (None, rule) if isinstance(rule, str) else (rule, None)

@@ -16,7 +16,16 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-STOP_REASONS = ("done", "max_turns", "max_tokens", "timeout", "env_error", "backend_error", "error")
+STOP_REASONS = (
+    "done",
+    "max_turns",
+    "max_tokens",
+    "prompt_too_long",
+    "timeout",
+    "env_error",
+    "backend_error",
+    "error",
+)
 
 
 @dataclass

@@ -224,3 +224,31 @@ def test_skyrl_gym_multi_turn_plays_through_nanosky_loop_with_exact_masks(tmp_pa
     assert t.ids == want_ids and t.loss_mask == want_mask
     assert [m["role"] for m in t.messages] == ["user", "assistant", "user", "assistant", "user", "assistant"]
     assert "tentative numeric answer" in t.messages[2]["content"]
+
+
+def test_a_row_whose_prompt_cannot_fit_is_skipped_and_counted(tmp_path, tok):
+    from nanosky.agent import AgentRunner, EnvTask
+
+    rows = [{"question": ("word " * 300 if i % 2 else "") + f"q{i}?", "answer": str(i)} for i in range(40)]
+    path = _jsonl(tmp_path / "rows.jsonl", rows)
+
+    class Never:
+        calls = 0
+
+        async def aclose(self):
+            pass
+
+        async def generate(self, req):
+            from nanosky.agent import GenerationResult
+
+            Never.calls += 1
+            return GenerationResult("\\boxed{0}", [tok.eos_token_id], [-0.1], "stop", 0, 1)
+
+    tasks = [EnvTask(envs.make("dataset", "train", s, data_path=path)) for s in range(8)]
+    trajs = AgentRunner(Never(), tok=tok, max_tokens_per_turn=16, max_total_tokens=200).run(tasks)
+    long = [t for t, task in zip(trajs, tasks) if "word" in task.env.task.prompt[0]["content"]]
+    assert long and all(
+        t.stop_reason == "prompt_too_long" and t.success is None and t.turns == 0 for t in long
+    )
+    assert all(t.loss_mask == [0] * len(t.ids) for t in long)  # nothing of it is trained
+    assert Never.calls == len(trajs) - len(long)  # the others were sampled and graded

@@ -67,3 +67,18 @@ def test_good_input_passes(files):
 def test_a_missing_package_names_the_extra():
     with pytest.raises(MissingExtra, match=r"not installed .* pip install 'nanosky\[gyms\]'"):
         require("no_such_gym_package")
+
+
+def test_prompts_that_cannot_fit_are_refused_at_start_up(tmp_path):
+    long = [{"question": "word " * 400 + f"{i}?", "answer": str(i)} for i in range(5)]
+    (tmp_path / "long.jsonl").write_text("".join(json.dumps(r) + "\n" for r in long))
+    with pytest.raises(
+        preflight.UsageError,
+        match=r"none of the first 4 rows' prompts fits --rollout.max-total-tokens 160 \(the shortest takes \d+ tokens",
+    ):
+        _check(
+            "--env", "dataset", "--env-data", f"{tmp_path}/long.jsonl", "--rollout.max-total-tokens", "160"
+        )
+    mixed = long + [{"question": f"short {i}?", "answer": str(i)} for i in range(20)]
+    (tmp_path / "mixed.jsonl").write_text("".join(json.dumps(r) + "\n" for r in mixed))
+    _check("--env", "dataset", "--env-data", f"{tmp_path}/mixed.jsonl", "--rollout.max-total-tokens", "160")
