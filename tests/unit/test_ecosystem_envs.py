@@ -252,3 +252,30 @@ def test_a_row_whose_prompt_cannot_fit_is_skipped_and_counted(tmp_path, tok):
     )
     assert all(t.loss_mask == [0] * len(t.ids) for t in long)  # nothing of it is trained
     assert Never.calls == len(trajs) - len(long)  # the others were sampled and graded
+
+
+def test_skyrl_gym_lcb_runs_the_models_code_in_the_sandbox(tmp_path):
+    from envs.tools.sandbox import run_sandboxed
+
+    tests = [{"input": f"{n}\n", "output": f"{2 * n}\n", "testtype": "stdin"} for n in (3, 7)]
+    row = {"prompt": [{"role": "user", "content": "Read n, print 2n."}], "env_class": "lcb",
+           "reward_spec": {"method": "rule", "ground_truth": json.dumps(tests)}}  # fmt: skip
+    pd.DataFrame(
+        [row | {"prompt": [{"role": "user", "content": f"Read n, print 2n. ({i})"}]} for i in range(4)]
+    ).to_parquet(tmp_path / "lcb.parquet")
+    env = envs.make("skyrl_gym", "train", 0, data_path=str(tmp_path / "lcb.parquet"))
+    assert env.sandboxed
+    env.reset()
+    assert env.step("```python\nn = int(input())\nprint(2 * n)\n```").reward == 1.0
+    assert env.step("```python\nn = int(input())\nprint(n)\n```").reward == 0.0
+    assert env.step("no code here").reward == 0.0
+    import socket
+
+    server = socket.create_server(("127.0.0.1", 0))  # a host service the model's code must not reach
+    port = server.getsockname()[1]
+    reach = (f"```python\nimport socket\ntry:\n    socket.create_connection(('127.0.0.1', {port}), timeout=2)\n"
+             "    ok = 1\nexcept OSError:\n    ok = 2\nn = int(input())\nprint(ok * n)\n```")  # fmt: skip
+    r = env.step(reach)  # prints 2n only where the connection fails
+    server.close()
+    if run_sandboxed(["true"]).isolation == "namespaces":  # an empty network namespace: no loopback service
+        assert r.reward == 1.0
