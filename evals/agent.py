@@ -278,6 +278,14 @@ def evaluate_env(model, tok, cfg: AgentEvalConfig) -> tuple[dict, list[dict]]:
         envs.make(cfg.env, split="test", seed=i, **kwargs) for i in range(n) for _ in range(cfg.n_samples)
     ]
     trajs = rollout(model, tok, episodes, cfg, desc=cfg.env)
+    if (
+        scorer := envs.group_scorer(cfg.env, "test", **kwargs)
+    ) is not None:  # a TRL reward function: per episode's samples
+        from nanosky.env_rewards import score_groups
+
+        for j, t in enumerate(trajs):
+            t.env_seed = j // cfg.n_samples
+        score_groups(scorer, trajs, by="env_seed")
     correct: dict[int, list[bool]] = {}
     records = []
     for j, t in enumerate(trajs):

@@ -190,3 +190,26 @@ def test_judge_hook_rescues_free_form_misses(tmp_path):
         for x in (tmp_path / "out" / "examples.jsonl").read_text().splitlines()
     }
     assert eps["a"]["judged"] and eps["a"]["correct"] and not eps["b"]["correct"]
+
+
+def test_env_dataset_with_a_trl_reward_function_is_graded_per_example(tmp_path, monkeypatch):
+    """`evals.agent --env dataset` with `reward MODULE:FN`: the function scores each example's samples as a group,
+    as in training (a scripted server answers the even rows right)."""
+    pytest.importorskip("datasets", reason="the gyms extra (make test installs it)")
+    monkeypatch.syspath_prepend(str(__import__("pathlib").Path(__file__).parents[1] / "scripts"))
+    rows = [{"prompt": f"Say {i}.", "answer": str(i)} for i in range(40)]
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    def reply(messages):
+        i = int(messages[-1]["content"].split()[1].rstrip("."))
+        return str(i) if i % 2 == 0 else "no"
+
+    kwargs = json.dumps({"data_path": str(data), "reward": "trl_rewards:exact"})
+    with ScriptedServer(reply) as url:
+        report = agent.main(["--base-url", url, "--env", "dataset", "--env-kwargs", kwargs, "--limit", "4",
+                             "--n-samples", "2", "--temperature", "1.0", "--out", str(tmp_path / "out")])  # fmt: skip
+    import envs
+
+    want = [int(envs.make("dataset", "test", i, data_path=str(data)).task.answer) % 2 == 0 for i in range(4)]
+    assert report["accuracy"] == pytest.approx(sum(want) / 4) and 0 < sum(want) < 4
