@@ -1,17 +1,18 @@
 """The ecosystem's envs in real 2-rank runs (torchrun, vLLM, FSDP2 over gloo): `dataset` on a verl parquet file
-(math reward), `skyrl_gym` on SkyRL rows of its multi-turn GSM8K env, `textarena` step-wise, each 2 steps and then
-resumed from step 1's checkpoint into a fresh run dir, where step 2 must be the straight run's exactly; and
+(math reward, GRPO), `skyrl_gym` on SkyRL rows of its multi-turn GSM8K env (DAPO), `textarena` step-wise (GiGPO),
+each 2 steps and then resumed from step 1's checkpoint into a fresh run dir, where step 2 must be the straight run's
+exactly; and
 `reasoning_gym` on two tasks at once through the endpoint with the OpenAI Agents SDK example agent."""
 
 import json
 import math
 import os
 
-import pandas as pd
 import pytest
 from spawn import scalars, torchrun
 
 pytest.importorskip("datasets", reason="the gyms extra (make test installs it)")
+pd = pytest.importorskip("pandas")
 BASE = ["--preset", "smoke", "--steps", "2", "--eval.limit", "4", "--rollout.prompts-per-step", "4"]
 TAGS = ("train/pg_loss", "train/reward_mean", "train/response_len", "train/grad_norm")
 
@@ -32,11 +33,11 @@ def _skyrl(tmp_path) -> list[str]:
              "env_class": "gsm8k_multi_turn", "reward_spec": {"method": "rule", "ground_truth": str(2 * i)},
              "extra_info": {"index": i, "max_turns": 3}} for i in range(60)]  # fmt: skip
     pd.DataFrame(rows).to_parquet(tmp_path / "skyrl.parquet")
-    return ["--env", "skyrl_gym", "--env-data", str(tmp_path / "skyrl.parquet")]
+    return ["--env", "skyrl_gym", "--env-data", str(tmp_path / "skyrl.parquet"), "--algo", "dapo"]
 
 
 def _textarena(tmp_path) -> list[str]:
-    return ["--env", "textarena", "--env-kwargs.game", "GuessTheNumber-v0", "--rollout.mode", "stepwise",
+    return ["--env", "textarena", "--env-kwargs.game", "GuessTheNumber-v0", "--rollout.mode", "stepwise", "--algo", "gigpo",
             "--rollout.history-window", "1", "--rollout.max-turns", "4", "--rollout.max-total-tokens", "512"]  # fmt: skip
 
 

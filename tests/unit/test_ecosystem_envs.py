@@ -5,7 +5,6 @@ line naming what was found; splits never share a question."""
 import asyncio
 import json
 
-import pandas as pd
 import pytest
 
 import envs
@@ -13,6 +12,7 @@ from envs.ecosystem.mathreward import math_reward
 from envs.ecosystem.rows import DataError
 
 pytest.importorskip("datasets", reason="the gyms extra (make test installs it)")
+pd = pytest.importorskip("pandas")
 
 MALFORMED = ["", "\\boxed{", "<answer>", "\x00\xff" * 50, "}}}{{{"]
 
