@@ -279,3 +279,30 @@ def test_skyrl_gym_lcb_runs_the_models_code_in_the_sandbox(tmp_path):
     server.close()
     if run_sandboxed(["true"]).isolation == "namespaces":  # an empty network namespace: no loopback service
         assert r.reward == 1.0
+
+
+def test_a_users_skyrl_env_registered_in_a_plugin_works(tmp_path, monkeypatch):
+    from nanosky.config import import_plugins
+
+    monkeypatch.syspath_prepend(str(__import__("pathlib").Path(__file__).parents[1] / "scripts"))
+    import_plugins(["my_skyrl_env"])  # what --plugins my_skyrl_env does
+    rows = [{"prompt": [{"role": "user", "content": f"Say w{i}."}], "env_class": "echo_twice",
+             "reward_spec": {"ground_truth": f"w{i}"}} for i in range(6)]  # fmt: skip
+    pd.DataFrame(rows).to_parquet(tmp_path / "mine.parquet")
+    env = envs.make("skyrl_gym", "train", 1, data_path=str(tmp_path / "mine.parquet"))
+    word = env.row["reward_spec"]["ground_truth"]
+    assert env.max_turns == 2 and env.reset() == env.task.prompt
+    first = env.step(word)
+    assert first.observations == [{"role": "user", "content": "Again."}] and first.info["metadata"] == {
+        "turn": 1
+    }
+    last = env.step(word)
+    assert last.done and last.reward == 0.5 and first.reward + last.reward == 1.0
+
+
+def test_reasoning_gym_weights_pick_the_tasks():
+    picked = {envs.make("reasoning_gym", "train", s, tasks="basic_arithmetic,chain_sum", weights="0,1").task
+              for s in range(30)}  # fmt: skip
+    assert picked == {"chain_sum"}
+    with pytest.raises(ValueError, match="weights: 2 non-negative numbers"):
+        envs.make("reasoning_gym", tasks="basic_arithmetic,chain_sum", weights="1")
