@@ -141,10 +141,18 @@ def load(path: str, max_bytes: int = MAX_BYTES) -> dict:
         "records": recs,
         "scalars": scalars(root) if kind == "run" else {},
         "vocab": vocab(recs, model),
-        "config": {k: config.get(k) for k in ("env", "algo", "seed", "steps") if k in config},
+        "config": header(config),
         "summary": _json(root / ("summary.json" if kind == "run" else "report.json")),
         "notes": notes,
     }
+
+
+def header(config: dict) -> dict:
+    """What the page's header shows of a run's config.json: env, algorithm (`algorithm.name`), seed, steps."""
+    algo = config.get("algorithm")
+    out = {"env": config.get("env"), "algo": algo.get("name") if isinstance(algo, dict) else None,
+           "seed": config.get("seed"), "steps": config.get("steps")}  # fmt: skip
+    return {k: v for k, v in out.items() if v is not None}
 
 
 def _json(p: Path) -> dict:

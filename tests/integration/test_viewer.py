@@ -139,3 +139,11 @@ def test_serve_rereads_a_running_run_and_answers_bad_paths_plainly(tmp_path):
             assert gone.status == 404 and "no such directory" in await gone.text()
 
     asyncio.run(go())
+
+
+def test_the_header_names_the_algorithm_from_config_json(tmp_path):
+    """config.json holds the algorithm as `algorithm.name` (dataclasses.asdict of TrainConfig), not `algo`."""
+    path = _run(tmp_path, "run", [json.dumps(_record(1, 0, 12, random.Random(0))) + "\n"])
+    config = {"env": "math", "seed": 3, "steps": 40, "algorithm": {"name": "dapo", "clip_high": 0.28}}
+    (tmp_path / "run" / "config.json").write_text(json.dumps(config))
+    assert load(path)["config"] == {"env": "math", "algo": "dapo", "seed": 3, "steps": 40}
