@@ -388,11 +388,15 @@ def check_judge(cfg: TrainConfig) -> None:
         )
     if r.judge == "off":
         return
-    if r.judge_url == "self":
-        from nanosky.judge.prompt import budget_error
+    from nanosky.judge import SEPARATOR_SLACK
+    from nanosky.judge.prompt import JudgeError, bounded_schema
 
-        if err := budget_error(cfg.rollout.group_size if r.judge == "group" else None, r.judge_max_tokens):
-            raise UsageError(err)
+    try:  # one judgement of a whole group must fit the budget, whoever judges (a server may add spaces)
+        bounded_schema(cfg.rollout.group_size if r.judge == "group" else None, r.judge_max_tokens,
+                       slack=0 if r.judge_url == "self" else SEPARATOR_SLACK)  # fmt: skip
+    except JudgeError as e:
+        raise UsageError(str(e)) from None
+    if r.judge_url == "self":
         if r.judge_max_tokens >= cfg.engine.max_model_len:
             raise UsageError(
                 f"--reward.judge-max-tokens {r.judge_max_tokens} leaves no room for the judge's prompt in "

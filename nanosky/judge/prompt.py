@@ -72,6 +72,21 @@ def strict_schema(n: int | None, chars: int) -> dict:
     return {"type": "object", "properties": {"scores": scores}, "required": ["scores"]}
 
 
+_NUMBER_01 = r"(0(\.[0-9]{1,6})?|1(\.0{1,6})?)"  # a score in [0, 1], at most 8 characters as _SCORE_MAX
+
+
+def strict_regex(n: int | None, chars: int) -> str:
+    """`strict_schema(n, chars)` as one regular expression over the compact JSON (no whitespace at all): what a vLLM
+    server is asked under (`structured_outputs.regex`), since its JSON mode lets a model write whitespace between
+    any two tokens without end unless the server was started with `disable_any_whitespace`. Its answers parse as
+    the schema's do, and are never longer than `answer_chars(n, chars)`."""
+    entry = f'"explanation":"{_PLAIN}{{0,{chars}}}","score":{_NUMBER_01}'
+    if n is None:
+        return r"\{" + entry + r"\}"
+    items = ",".join(r'\{"trajectory_id":' + str(k) + "," + entry + r"\}" for k in range(n))
+    return r'\{"scores":\[' + items + r"\]\}"
+
+
 def answer_chars(n: int | None, chars: int) -> int:
     """The longest answer `strict_schema(n, chars)` admits (no free whitespace: vLLM's disable_any_whitespace)."""
     x = "x" * chars
@@ -96,6 +111,24 @@ def budget_error(n: int | None, max_tokens: int) -> str | None:
         f"--reward.judge-max-tokens {max_tokens} cannot hold one judgement of {n or 1} attempts "
         f"(at least {answer_chars(n, 0) + 1} tokens)"
     )
+
+
+def bounded_chars(n: int | None, max_tokens: int, slack: int = 0) -> int:
+    """The longest explanation that keeps a judgement of `n` attempts (None: one) within `max_tokens`, less `slack`
+    tokens per attempt (a server that lets the model put a space after each separator: 8 of them an entry).
+    JudgeError where not even an empty judgement fits."""
+    budget = max_tokens - slack * (n or 1)
+    if err := budget_error(n, budget):
+        raise JudgeError(
+            err if not slack else err.replace("tokens)", f"tokens, {slack * (n or 1)} more for spaces)")
+        )
+    return explanation_chars(n, budget)
+
+
+def bounded_schema(n: int | None, max_tokens: int, slack: int = 0) -> dict:
+    """`strict_schema` with explanations as long as `bounded_chars` allows: every judge that takes a JSON schema is
+    asked with it, so the longest answer it admits finishes within `max_tokens`."""
+    return strict_schema(n, bounded_chars(n, max_tokens, slack))
 
 
 def rubric(path: str | None) -> str:

@@ -69,7 +69,8 @@ def _judge(cfg: RewardConfig, backend) -> tuple[HTTPJudge | SelfJudge, str]:
                 raise ValueError("--reward.judge-url self needs the run's engine (an EngineBackend)")
             judge = SelfJudge(backend, cfg.judge_max_tokens)
         else:
-            judge = HTTPJudge(cfg.judge_url, cfg.judge_model, cfg.judge_key_env, cfg.judge_timeout_s)
+            judge = HTTPJudge(cfg.judge_url, cfg.judge_model, cfg.judge_key_env, cfg.judge_timeout_s,
+                              cfg.judge_max_tokens)  # fmt: skip
         _JUDGES[key] = (judge, rubric(cfg.rubric), backend)
     return _JUDGES[key][:2]
 

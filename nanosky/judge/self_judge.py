@@ -13,7 +13,7 @@ group is masked, like any judge error). Self-judging can be gamed: see docs/judg
 from __future__ import annotations
 
 from nanosky.agent.backends import BackendError, EngineBackend, Request
-from nanosky.judge.prompt import JudgeError, budget_error, explanation_chars, strict_schema
+from nanosky.judge.prompt import JudgeError, bounded_schema
 from nanosky.rollout.chat import prompt_ids
 
 
@@ -29,10 +29,9 @@ class SelfJudge:
         return self.backend.version
 
     def schema(self, n: int | None) -> dict:
-        """The strict schema for a group of `n` attempts (None: one), its explanations as long as the budget allows."""
-        if err := budget_error(n, self.max_tokens):
-            raise JudgeError(err)
-        return strict_schema(n, explanation_chars(n, self.max_tokens))
+        """The strict schema for a group of `n` attempts (None: one), its explanations as long as the budget allows
+        (the engine writes JSON with no free whitespace)."""
+        return bounded_schema(n, self.max_tokens)
 
     async def __call__(self, messages: list[dict], schema: dict) -> str:
         ids = prompt_ids(self.tok, messages)  # rendered as every prompt of the run is

@@ -33,7 +33,16 @@ def _skyrl(tmp_path) -> list[str]:
              "env_class": "gsm8k_multi_turn", "reward_spec": {"method": "rule", "ground_truth": str(2 * i)},
              "extra_info": {"index": i, "max_turns": 3}} for i in range(60)]  # fmt: skip
     pd.DataFrame(rows).to_parquet(tmp_path / "skyrl.parquet")
-    return ["--env", "skyrl_gym", "--env-data", str(tmp_path / "skyrl.parquet"), "--algo", "dapo"]
+    return [
+        "--env",
+        "skyrl_gym",
+        "--env-data",
+        str(tmp_path / "skyrl.parquet"),
+        "--algo",
+        "dapo",
+        "--algorithm.overlong-cache-len",
+        "8",
+    ]
 
 
 def _textarena(tmp_path) -> list[str]:

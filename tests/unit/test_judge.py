@@ -114,6 +114,32 @@ def test_the_key_goes_only_in_the_header_and_structured_outputs_are_asked(monkey
     assert headers["Authorization"] == "Bearer sk-secret-123"
     assert "sk-secret" not in json.dumps(body) and "sk-secret" not in repr(vars(judge))
     assert body["temperature"] == 0.0 and body["response_format"]["type"] == "json_schema"
+    # the bounded schema, as the self-judge's: its longest answer, spaces after separators included, fits the budget
+    from nanosky.judge import SEPARATOR_SLACK
+    from nanosky.judge.prompt import bounded_schema
+
+    assert body["max_tokens"] == judge.max_tokens == 1024
+    assert body["response_format"]["json_schema"]["schema"] == bounded_schema(1, 1024, slack=SEPARATOR_SLACK)
+    assert judge.mode == "json_schema"  # not a vLLM server (no /models owned by vllm): the standard constraint
+
+
+def test_an_answer_cut_at_max_tokens_masks_its_group_with_the_reason():
+    from aiohttp import web
+    from aiohttp.test_utils import TestServer
+
+    async def chat(request):
+        cut = {"role": "assistant", "content": '{"scores": [{"trajectory_id": 0, "explanation": "a very lo'}
+        return web.json_response({"choices": [{"message": cut, "finish_reason": "length"}]})
+
+    async def go():
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", chat)
+        async with TestServer(app) as server:
+            judge = HTTPJudge(str(server.make_url("/v1")), "judge", max_tokens=300)
+            return await judge_groups(judge, [(TASK, ["4"])], "group", RUBRIC)
+
+    [v] = asyncio.run(go())
+    assert v.scores is None and "ran past 300 tokens (--reward.judge-max-tokens)" in v.error
 
 
 def test_calls_run_concurrently_under_the_limit():
