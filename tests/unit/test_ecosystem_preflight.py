@@ -42,7 +42,7 @@ def files(tmp_path):
     (["--env", "dataset", "--env-data", "{d}/rows.jsonl", "--env-kwargs.prompt-key", "text"], "--env dataset: {d}/rows.jsonl: no answer column for the math reward"),
     (["--env", "dataset", "--env-data", "{d}/rows.jsonl", "--env-kwargs.prompt-key", "text", "--env-kwargs.reward", "nope:fn"], "--env dataset: reward 'nope:fn': no module named 'nope'"),
     (["--env", "dataset", "--env-data", "{d}/rows.jsonl", "--env-kwargs.promt-key", "text"], "unexpected keyword argument 'promt_key'"),
-    (["--env", "skyrl_gym", "--env-data", "{d}/sk.parquet", "--env-kwargs.env-class", "nope"], "skyrl_gym: unknown env class 'nope'; registered: aime, gsm8k"),
+    (["--env", "skyrl_gym", "--env-data", "{d}/sk.parquet", "--env-kwargs.env-class", "nope"], "skyrl_gym: unknown env class 'nope'; registered: aime, "),
     (["--env", "reasoning_gym", "--env-kwargs.tasks", "basic_arithmetc"], "reasoning_gym: unknown task 'basic_arithmetc'; valid: ab, acre"),
     (["--env", "textarena", "--env-kwargs.game", "Wordle-v0"], "textarena game 'Wordle-v0' needs an nltk download ('words')"),
     (["--env", "dataset", "--env-data", "{d}/same.jsonl"], "2 row(s) with 1 distinct prompt(s): a held-out split needs at least 2 (or pass --env-kwargs.test-data FILE)"),
