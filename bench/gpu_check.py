@@ -3,7 +3,7 @@ attention. Three parts, each printing its figures:
 
 1. families: packed vs unpacked max |Δlogp| of every architecture in tests/families.py under bf16, with the dense
    mask and with prefix-grouped attention (on CUDA: the flash varlen kernel), and for the sliding-window ones what
-   the probe gives when the mask forgets the window. The build-time check (`trainer.check_packing`, tolerance
+   the probe gives when the mask forgets the window. The build-time check (`nanosky.train.plan.decide`, tolerance
    `packing.BUILD_TOL`) must pass the first two and refuse the third.
 2. gradients: the bundled tiny model's gradient through `update.logprobs`, packed (dense mask, grouped) vs padded.
 3. speed: forward + backward time, peak memory and MFU, padded vs prefix-packed with the dense mask vs

@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 import envs
+from nanosky import dist
 from nanosky.rollout.chat import encode_conversation
 from nanosky.rollout.engine import StaleWeightsError, held_back
 from nanosky.train.lora import base_model, iter_merged_params
@@ -138,6 +139,18 @@ class Probe:
             self.build_gap = gap
             self.tol = max(PROBE_FLOOR.get(dtype, PROBE_FLOOR["bfloat16"]), CALIBRATION * gap)
         self.built = True
+
+
+def build_sync(policy, engine, version: int, probe_: Probe) -> dict[str, float]:
+    """The build's first push (the engine held placeholder weights): calibrates the probe on identical weights, or
+    refuses an engine that computes another model. A refusal on any rank is raised on every rank, alike."""
+    try:
+        m, refused = sync_weights(policy, engine, version, probe_), None
+    except BuildRefused as e:
+        m, refused = {}, str(e)
+    if refused := next((v for v in dist.all_gather_objects(refused) if v), None):
+        raise BuildRefused(refused)
+    return m
 
 
 def sync_weights(policy, engine, version: int, probe_: Probe, push: bool = True) -> dict[str, float]:

@@ -25,7 +25,7 @@ from nanosky.agent import EngineBackend
 from nanosky.agent.player import Rollouts
 from nanosky.bundled import resolve_model_path
 from nanosky.collect import Rollout, collect
-from nanosky.config import TrainConfig
+from nanosky.config import OptimConfig, TrainConfig
 from nanosky.evaluate import Evaluator
 from nanosky.logger import RunLogger, command
 from nanosky.metrics import NoSignalWatch, Phases, step_metrics
@@ -33,13 +33,13 @@ from nanosky.rollout.chat import load_tokenizer
 from nanosky.rollout.engine import Engine
 from nanosky.rollout.envpool import EnvPool, InProcessPool, make_pool
 from nanosky.stop import GracefulStop, resume_command
-from nanosky.sync import BuildRefused, Probe, build_probe, sync_weights
-from nanosky.train import grouped_attention, head, packing
+from nanosky.sync import Probe, build_probe, build_sync, sync_weights
 from nanosky.train.batch import Batch, compute_advantages, split_groups, to_batch, token_rewards
 from nanosky.train.checkpointer import Checkpointer
 from nanosky.train.constrain import ChoiceMasker
-from nanosky.train.critic import Critic, CriticUpdate, critic_forward, forward_values, load_critic
+from nanosky.train.critic import Critic, CriticUpdate, forward_values, load_critic
 from nanosky.train.lora import adapters_off, check_platform, load_lora_model, load_reference
+from nanosky.train.plan import Plan, decide
 from nanosky.train.policy import checkpoint_dtype, load_model
 from nanosky.train.step_credit import anchor_metrics, step_info
 from nanosky.train.stepwise import assign_advantages, split_rows
@@ -74,6 +74,8 @@ class Run:
     acc0: float | None = None  # held-out accuracy before training
     n_params: int = 0  # the policy's parameters (all of them, LoRA's base too)
     masker: ChoiceMasker | None = None  # --rollout.constrain-actions: the constrained turns' masks
+    plan: Plan | None = None  # what the build decided the models can do (packing, attention, head, probe)
+    optim: OptimConfig | None = None  # cfg.optim as the plan runs it (the update's, the critic's, prepare's)
     no_signal: NoSignalWatch = dataclasses.field(
         default_factory=NoSignalWatch
     )  # every advantage 0, 3 steps running
@@ -113,12 +115,15 @@ def build(cfg: TrainConfig, resources: contextlib.ExitStack) -> Run:
     resources.callback(rollout.close)  # the player (the endpoint), then the rank's event loop
     log = RunLogger(cfg.run_dir, info.is_main, cfg.steps, cfg.log.tqdm)
     resources.callback(log.close)
+    # what the models can do (the chunked head, packing and its attention), checked on them: a value, cfg untouched
+    plan = decide(cfg.optim, info.device.type, policy, ref if ref is not policy else None, critic, log.print)
+    optim = plan.optim(cfg.optim)
     run = Run(
         cfg=cfg,
         info=info,
         tok=tok,
         policy=policy,
-        update=PolicyUpdate(cfg.optim, cfg.algorithm, policy),
+        update=PolicyUpdate(optim, cfg.algorithm, policy),
         engine=engine,
         pool=pool,
         rollout=rollout,
@@ -127,19 +132,20 @@ def build(cfg: TrainConfig, resources: contextlib.ExitStack) -> Run:
         probe=build_probe(cfg, tok, policy.config),
         ref=ref,
         critic=critic,
-        critic_update=CriticUpdate(cfg.optim, cfg.algorithm, critic) if critic is not None else None,
+        critic_update=CriticUpdate(optim, cfg.algorithm, critic) if critic is not None else None,
         masker=ChoiceMasker(tok, policy.config.vocab_size) if cfg.rollout.constrain_actions else None,
+        plan=plan,
+        optim=optim,
     )
     export = checkpoint_dtype(path)  # exports in the checkpoint's dtype (a bf16 base: bf16)
     run.ckpt = Checkpointer(cfg, info, tok, policy, run.update, run.critic, run.critic_update, export)
-    check_packing(run)
     run.log.write_json("config.json", dataclasses.asdict(cfg))
     P, n, r = cfg.rollout.prompts_per_step, cfg.rollout.group_size, cfg.rollout
     run.n_params = sum(p.numel() for p in policy.parameters())
     run.log.print(  # the derived values, once
         f"nanosky: {cfg.algorithm.name} on {cfg.env} | world {info.world} ({info.backend}, {info.device.type}) | model {path} "
         f"({run.n_params / 1e6:.1f}M params) | {P} prompts x {n} = {P * n} trajectories/step ({P * n // info.world}/rank) | "
-        f"micro-batch {cfg.optim.describe()} | tokens/turn {r.max_new_tokens}, total {r.max_total_tokens} | "
+        f"micro-batch {optim.describe()} | tokens/turn {r.max_new_tokens}, total {r.max_total_tokens} | "
         f"engine {run.engine.dtype} | env pool {cfg.envpool.workers} workers/rank | run dir {cfg.run_dir}"
     )
     if cfg.resume:  # model, optimizer, schedule, RNG states, step, weight version; bad configs refused
@@ -148,58 +154,11 @@ def build(cfg: TrainConfig, resources: contextlib.ExitStack) -> Run:
         run.log.resumed_at(run.step)
         run.log.print(f"resumed from {state['path']} at step {run.step}")
     # The engine holds placeholder weights until this first push; the probe then calibrates on identical weights.
-    try:  # calibrates the probe's tolerance, or refuses an engine that computes another model
-        m, refused = sync_weights(policy, run.engine, run.version, run.probe), None
-    except BuildRefused as e:
-        refused = str(e)
-    if refused := next((v for v in dist.all_gather_objects(refused) if v), None):  # every rank stops alike
-        raise BuildRefused(refused)
+    m = build_sync(policy, run.engine, run.version, run.probe)  # or BuildRefused, on every rank alike
+    run.plan = plan.calibrated(run.probe.tol)
+    run.log.write_json("plan.json", dataclasses.asdict(run.plan))  # beside config.json: what ran, as decided
     run.log.scalars(run.step, m | {"rollout/probe_tol": run.probe.tol})
     return run
-
-
-def _dense_mask(run: Run, ref, why: str) -> None:
-    """Grouped attention off on the policy and the reference: the run packs under the dense mask, saying `why`."""
-    for model in (run.policy, ref):
-        grouped_attention.disable(model) if model is not None else None
-    run.log.print(why)
-    run.cfg.optim.packed_attention = "mask"
-
-
-def check_packing(run: Run) -> None:
-    """Packing and the chunked LM head are checked once, at build, on every model that uses them: packed equals
-    unpacked on a probe longer than any sliding window, and the chunked head equals the model's own logits.
-    Otherwise the run trains on unpacked rows / with the plain head (exact), saying why in one line."""
-    tol = packing.BUILD_TOL[run.info.device.type]
-    ref = run.ref if run.ref is not run.policy else None  # LoRA's reference is the policy: checked once
-    for model in (run.policy, ref) if run.cfg.optim.head_chunk_tokens else ():
-        try:
-            if model is not None and head.installed(model):
-                head.verify(model, tol)
-        except head.HeadUnsupported as e:
-            run.log.print(f"nanosky: {e}; this run uses the plain LM head")
-            head.uninstall(model)
-    if run.cfg.optim.packing == "none":
-        return
-    grouped = run.cfg.optim.grouped(run.info.device.type)  # prefix-grouped attention, else the dense mask
-    for model in (run.policy, ref) if grouped else ():
-        if model is not None and not grouped_attention.enable(model):  # eager attention (soft-capped)
-            kind = getattr(getattr(model, "config", None), "model_type", type(model).__name__)
-            _dense_mask(run, ref, f"nanosky: {kind} runs eager attention (soft-capped), which grouped attention "
-                        "does not cover; packed rows use the dense mask")  # fmt: skip
-            grouped = False
-            break
-    models = ((run.policy, packing.lm_forward), (ref, packing.lm_forward), (run.critic, critic_forward))
-    try:
-        for model, forward in models:
-            if model is not None:
-                packing.verify(model, forward(model), tol)
-    except packing.PackingUnsupported as e:
-        if grouped:  # the dense mask next: the reference the grouped path is tested against
-            _dense_mask(run, ref, f"nanosky: {e} with grouped attention; this run uses the dense mask")
-            return check_packing(run)
-        run.log.print(f"nanosky: {e}; this run uses --optim.packing none (exact, slower)")
-        run.cfg.optim.packing = "none"
 
 
 def prepare(run: Run, rollouts: Rollouts) -> tuple[Batch, dict[str, float], list | None]:
@@ -207,7 +166,7 @@ def prepare(run: Run, rollouts: Rollouts) -> tuple[Batch, dict[str, float], list
     the update needs, and advantages. Returns it, a step-level estimator's metrics (GiGPO's anchors) and its rows'
     trajectories (None when step-wise: its rows are turns). The rows' layout is what the player said
     it produced (`Rollouts.layout`), never guessed from the data."""
-    info, a, optim = run.info, run.cfg.algorithm, run.cfg.optim
+    info, a, optim = run.info, run.cfg.algorithm, run.optim
     meta = ADV_ESTIMATORS.meta(a.adv_estimator)
     trajs, stepwise = rollouts.trajs, rollouts.layout == "stepwise"
     if stepwise:  # one row per turn; advantages come from the episodes, so rows may go to any rank

@@ -120,7 +120,9 @@ def test_the_key_goes_only_in_the_header_and_structured_outputs_are_asked(monkey
 
     assert body["max_tokens"] == judge.max_tokens == 1024
     assert body["response_format"]["json_schema"]["schema"] == bounded_schema(1, 1024, slack=SEPARATOR_SLACK)
-    assert judge.mode == "json_schema"  # not a vLLM server (no /models owned by vllm): the standard constraint
+    assert (
+        judge.mode == "json_schema"
+    )  # not a vLLM server (no /models owned by vllm): the standard constraint
 
 
 def test_an_answer_cut_at_max_tokens_masks_its_group_with_the_reason():

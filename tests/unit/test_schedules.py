@@ -71,11 +71,11 @@ def test_replacing_a_builtin_name_logs_a_warning(caplog):
 
 def test_packing_checked_at_build_falls_back_to_unpacked_rows(monkeypatch):
     """A model whose packed forward differs from its unpacked one trains unpacked (exact), with one line saying
-    why; the check runs on every model that sees packed rows (policy, reference, critic)."""
-    from types import SimpleNamespace
+    why; the check runs on every model that sees packed rows (policy, reference, critic). The decision is the plan's
+    (nanosky/train/plan.py): the config is not written."""
+    import copy
 
-    from nanosky import trainer
-    from nanosky.train import packing
+    from nanosky.train import packing, plan
 
     seen, lines = [], []
 
@@ -89,17 +89,22 @@ def test_packing_checked_at_build_falls_back_to_unpacked_rows(monkeypatch):
 
     monkeypatch.setattr(packing, "verify", verify)
     monkeypatch.setattr(packing, "lm_forward", lambda m: None)
-    monkeypatch.setattr(trainer, "critic_forward", lambda m: None)
+    monkeypatch.setattr(plan, "critic_forward", lambda m: None)
+    monkeypatch.setattr(plan.head, "installed", lambda m: False)
     cfg = _cfg()
-    run = SimpleNamespace(cfg=cfg, info=SimpleNamespace(device=SimpleNamespace(type="cpu")), policy="policy", ref="ref", critic="critic",
-                          log=SimpleNamespace(print=lines.append))  # fmt: skip
-    trainer.check_packing(run)
-    assert seen == ["policy", "ref", "critic"] and cfg.optim.packing == "none"
-    assert lines == ["nanosky: packed and unpacked forwards differ by 0.5 (> 0.0001) on Critic; this run uses "
-                     "--optim.packing none (exact, slower)"]  # fmt: skip
+    before = copy.deepcopy(cfg)
+    p = plan.decide(cfg.optim, "cpu", "policy", "ref", "critic", say=lines.append)
+    assert seen == ["policy", "ref", "critic"] and p.packing == "none" and p.attention is None
+    assert (
+        cfg == before and p.optim(cfg.optim).packing == "none"
+    )  # the plan says what runs; cfg stays as parsed
+    assert lines == list(p.notes) == ["nanosky: packed and unpacked forwards differ by 0.5 (> 0.0001) on Critic; "
+                                      "this run uses --optim.packing none (exact, slower)"]  # fmt: skip
     seen.clear()
-    trainer.check_packing(run)  # already unpacked: nothing to check
-    assert seen == []
+    assert (
+        plan.decide(p.optim(cfg.optim), "cpu", "policy", "ref", "critic", say=lines.append).packing == "none"
+    )
+    assert seen == []  # unpacked: nothing to check
 
 
 def test_no_signal_warning_after_three_steps_in_a_row_and_once():
@@ -117,24 +122,56 @@ def test_no_signal_warning_after_three_steps_in_a_row_and_once():
 
 def test_a_soft_capped_model_packs_under_the_dense_mask_and_says_so(tmp_path):
     """Gemma 2 trains on eager attention (soft-capping), which grouped attention does not cover: on CUDA (faked) the
-    build check keeps it on the dense mask, records that in the config, and says so in one line."""
-    from types import SimpleNamespace
+    build check keeps it on the dense mask, says so in one line, and the plan records it (the config is not
+    written)."""
+    import copy
 
     from families import build
     from transformers import AutoModelForCausalLM
 
-    from nanosky import trainer
-    from nanosky.train import grouped_attention
+    from nanosky.train import grouped_attention, plan
     from nanosky.train.policy import attn_implementation
 
     path = build("gemma2", str(tmp_path))
     model = AutoModelForCausalLM.from_pretrained(path, attn_implementation=attn_implementation(path))
     cfg, lines = _cfg(), []
-    run = SimpleNamespace(cfg=cfg, info=SimpleNamespace(device=SimpleNamespace(type="cuda")), policy=model, ref=None,
-                          critic=None, log=SimpleNamespace(print=lines.append))  # fmt: skip
+    before = copy.deepcopy(cfg)
     assert cfg.optim.grouped("cuda")  # auto: grouped on CUDA
-    trainer.check_packing(run)
-    assert not grouped_attention.enabled(model) and cfg.optim.packed_attention == "mask"
-    assert cfg.optim.packing == "prefix"  # packed, under the mask: the check passed on it
+    p = plan.decide(cfg.optim, "cuda", model, say=lines.append)
+    assert not grouped_attention.enabled(model) and p.attention == "mask"
+    assert p.packing == "prefix"  # packed, under the mask: the check passed on it
+    assert cfg == before and not p.optim(cfg.optim).grouped("cuda")  # what the update runs: the mask
     assert lines == ["nanosky: gemma2 runs eager attention (soft-capped), which grouped attention does not cover; "
                      "packed rows use the dense mask"]  # fmt: skip
+
+
+def test_a_model_grouped_attention_cannot_reproduce_falls_back_to_the_dense_mask(tmp_path, monkeypatch):
+    """The grouped check failing (faked) sends packed rows to the dense mask, which is checked in turn: the plan is
+    prefix-packed under the mask, grouped attention off on the model, and the config untouched."""
+    import copy
+
+    from families import build
+    from transformers import AutoModelForCausalLM
+
+    from nanosky.train import grouped_attention, packing, plan
+
+    path = build("qwen2", str(tmp_path))
+    model = AutoModelForCausalLM.from_pretrained(path, attn_implementation="sdpa")
+    checked = []
+
+    def verify(m, forward, tol):
+        checked.append("grouped" if grouped_attention.enabled(m) else "mask")
+        if grouped_attention.enabled(m):
+            raise packing.PackingUnsupported(
+                "packed and unpacked forwards differ by 2.1 (> 0.1) on Qwen2ForCausalLM"
+            )
+        return 0.0
+
+    monkeypatch.setattr(packing, "verify", verify)
+    cfg, lines = _cfg(), []
+    before = copy.deepcopy(cfg)
+    p = plan.decide(cfg.optim, "cuda", model, say=lines.append)
+    assert checked == ["grouped", "mask"] and (p.packing, p.attention) == ("prefix", "mask")
+    assert not grouped_attention.enabled(model) and cfg == before
+    assert lines == ["nanosky: packed and unpacked forwards differ by 2.1 (> 0.1) on Qwen2ForCausalLM with grouped "
+                     "attention; this run uses the dense mask"]  # fmt: skip

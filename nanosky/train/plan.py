@@ -1,0 +1,114 @@
+"""The build's decisions, returned as a value: what the trainer's models can do, checked once, on the models
+themselves, before step 1. The update, the critic and the checkpoints take the plan; the config stays as parsed.
+
+    plan = decide(cfg.optim, device_type, policy, ref, critic, say=log.print)   # Plan(packing="prefix", ...)
+    update = PolicyUpdate(plan.optim(cfg.optim), cfg.algorithm, policy)
+    plan = plan.calibrated(probe.tol)          # after the build sync; recorded as plan.json beside config.json
+
+Checked: the chunked LM head equals the model's own logits (else the plain head, installed per model); packed rows
+equal unpacked ones on a probe longer than any sliding window, under grouped attention where the device runs it
+(else under the dense mask, else unpacked: exact, slower). Each fallback is one line, through `say`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from nanosky.config.model import OptimConfig
+from nanosky.train import grouped_attention, head, packing
+from nanosky.train.critic import critic_forward
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What the run does, as decided at build (recorded in the run dir's plan.json)."""
+
+    packing: str  # "prefix" | "none": packed rows (each prompt once), or one padded row per sequence
+    attention: str | None  # packed rows' attention: "grouped" (by segment) | "mask" (the dense ancestor mask)
+    chunked_head: bool  # the policy scores target tokens through the chunked LM head
+    probe_tol: float | None = None  # the weight-sync probe's tolerance, calibrated at the build sync
+    notes: tuple[str, ...] = ()  # the fallbacks taken, as printed
+
+    def optim(self, optim: OptimConfig) -> OptimConfig:
+        """`optim` as this plan runs it (its packing and packed attention): a copy; the run's config is not touched."""
+        return dataclasses.replace(optim, packing=self.packing, packed_attention=self.attention or "mask")
+
+    def calibrated(self, tol: float | None) -> Plan:
+        return dataclasses.replace(self, probe_tol=tol)
+
+
+def _kind(model) -> str:
+    return getattr(getattr(model, "config", None), "model_type", type(model).__name__)
+
+
+def decide(
+    optim: OptimConfig, device_type: str, policy, ref=None, critic=None, say: Callable[[str], None] = print
+) -> Plan:
+    """Check the head and packing on every model that uses them (the policy, a separate reference, the critic) and
+    return what the run can do. Models are changed only as the plan says (the head uninstalled, grouped attention
+    on or off); `optim` is read, never written."""
+    notes: list[str] = []
+
+    def note(line: str) -> None:
+        notes.append(line)
+        say(line)
+
+    try:
+        return _decide(optim, device_type, policy, ref, critic, note, notes)
+    finally:  # a check's forward leaves FSDP2's root unsharded: what is built next (the optimizer) needs the shards
+        for model in (policy, ref, critic):
+            _reshard(model)
+
+
+def _reshard(model) -> None:
+    from torch.distributed.fsdp import FSDPModule
+
+    for m in model.modules() if hasattr(model, "modules") else ():
+        if isinstance(m, FSDPModule):
+            m.reshard()
+
+
+def _decide(optim: OptimConfig, device_type: str, policy, ref, critic, note, notes: list[str]) -> Plan:
+    """`decide`'s checks; `note` says a fallback (and adds it to `notes`)."""
+    tol = packing.BUILD_TOL[device_type]
+    for model in (policy, ref) if optim.head_chunk_tokens else ():
+        try:
+            if model is not None and head.installed(model):
+                head.verify(model, tol)
+        except head.HeadUnsupported as e:
+            note(f"nanosky: {e}; this run uses the plain LM head")
+            head.uninstall(model)
+    chunked = bool(optim.head_chunk_tokens) and head.installed(policy)
+    if optim.packing == "none":
+        return Plan("none", None, chunked, notes=tuple(notes))
+    models = ((policy, packing.lm_forward), (ref, packing.lm_forward), (critic, critic_forward))
+    grouped = optim.grouped(device_type)  # prefix-grouped attention, else the dense mask
+    if grouped and not all(m is None or grouped_attention.enable(m) for m in (policy, ref)):
+        # eager attention (soft-capped): grouped attention does not cover it
+        kind = _kind(policy)
+        note(f"nanosky: {kind} runs eager attention (soft-capped), which grouped attention does not cover; "
+             "packed rows use the dense mask")  # fmt: skip
+        grouped = _dense(policy, ref)
+    for attempt in ("grouped", "mask") if grouped else ("mask",):
+        try:
+            for model, forward in models:
+                if model is not None:
+                    packing.verify(model, forward(model), tol)
+            return Plan(optim.packing, attempt, chunked, notes=tuple(notes))
+        except packing.PackingUnsupported as e:
+            if attempt == "grouped":  # the dense mask next: the reference the grouped path is tested against
+                note(f"nanosky: {e} with grouped attention; this run uses the dense mask")
+                _dense(policy, ref)
+                continue
+            note(f"nanosky: {e}; this run uses --optim.packing none (exact, slower)")
+    return Plan("none", None, chunked, notes=tuple(notes))
+
+
+def _dense(policy, ref) -> bool:
+    """Grouped attention off on the policy and the reference (packed rows then use the dense mask). False."""
+    for model in (policy, ref):
+        if model is not None:
+            grouped_attention.disable(model)
+    return False
