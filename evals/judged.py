@@ -24,7 +24,7 @@ import envs
 from evals import common, models
 from nanosky.agent.trajectory import success_rate
 from nanosky.config.reward import RewardConfig
-from nanosky.judge.rewards import judge_held_out
+from nanosky.judge.rewards import Judging
 
 
 @dataclass(kw_only=True)
@@ -79,7 +79,7 @@ def evaluate(model, tok, cfg: JudgedEvalConfig) -> tuple[dict, list[dict]]:
     for j, t in enumerate(trajs):
         t.env_seed = j // cfg.n_samples  # the judge's groups: the samples of one episode
     backend = model if cfg.reward.judge_url == "self" else None
-    total, scored, masked = judge_held_out(cfg.reward, trajs, asyncio.run, backend)
+    total, scored, masked = Judging(cfg.reward, backend).held_out(trajs, asyncio.run)
     records = []
     for j, t in enumerate(trajs):
         i, s = divmod(j, cfg.n_samples)

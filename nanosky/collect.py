@@ -24,8 +24,9 @@ from nanosky import dist
 from nanosky.agent import AgentRunner, EngineBackend, PooledEnvTask, Trajectory
 from nanosky.agent.player import Player, Rollouts
 from nanosky.config import RolloutConfig
+from nanosky.config.reward import RewardConfig
 from nanosky.env_rewards import env_metrics, score_groups
-from nanosky.judge.rewards import judge_step
+from nanosky.judge.rewards import Judging
 from nanosky.rollout.loop import RankLoop
 from nanosky.seeds import derive_seed
 from nanosky.train.step_credit import action_spans
@@ -52,8 +53,11 @@ def make_player(cfg: RolloutConfig, backend: EngineBackend, tok, log_dir: str | 
 
 
 class Rollout:
-    def __init__(self, cfg: RolloutConfig, backend: EngineBackend, pool, tok, log_dir: str | None = None):
+    def __init__(self, cfg: RolloutConfig, backend: EngineBackend, pool, tok, log_dir: str | None = None,
+                 reward: RewardConfig | None = None):  # fmt: skip
         self.cfg, self.backend, self.pool, self.tok = cfg, backend, pool, tok
+        # --reward.judge: the run's one judge (a server, or this rank's engine), built here, used by every phase
+        self.judging = Judging(reward, backend) if reward is not None and reward.judge != "off" else None
         self.player = make_player(cfg, backend, tok, log_dir, dist.get_info().rank)
         self.loop = RankLoop()  # every phase of the run, and the endpoint, on this one loop
         self.metrics: dict[str, float] = {}
@@ -121,8 +125,8 @@ def collect(cfg: TrainConfig, rollout: Rollout, step: int, version: int) -> tupl
         out = gather(rollout.run(cfg.env, cfg.env_args(), "train", seeds, version, groups, sample_seed))
         new = out.trajs
         parts.append(out)
-        if cfg.reward.judge != "off":  # the judge's scores into the rewards, before any filter reads them
-            judged.append(judge_step(cfg.reward, new, rollout.loop.run, rollout.backend))
+        if rollout.judging is not None:  # the judge's scores into the rewards, before any filter reads them
+            judged.append(rollout.judging.step(new, rollout.loop.run))
         if a.overlong_cache_len:
             overlong_penalty(new, cfg.rollout.max_new_tokens, a.overlong_cache_len)
         if not a.dynamic_sampling:

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING
 
 import envs
 from nanosky import dist
-from nanosky.judge.rewards import judge_held_out
 from nanosky.seeds import derive_seed
 
 if TYPE_CHECKING:
@@ -82,10 +81,10 @@ class Evaluator:
             ).trajs  # fmt: skip
 
         def judge_fn(trajs: list) -> tuple[float, float, float]:
-            return judge_held_out(cfg.reward, trajs, self.rollout.loop.run, self.rollout.backend)
+            return self.rollout.judging.held_out(trajs, self.rollout.loop.run)
 
         m, trajs = evaluate(rollout_fn, cfg.eval.limit, cfg.eval.n_samples,
-                            judge_fn if cfg.reward.judge != "off" else None)  # fmt: skip
+                            judge_fn if self.rollout.judging is not None else None)  # fmt: skip
         self.log.scalars(step, m)
         self.log.rollouts(step, trajs, self.rollout.tok, cfg.log.eval_samples, tag="eval")
         self.log.print(

@@ -1,7 +1,8 @@
 """The judge in training: a step's groups judged (each rank its share, the verdicts gathered so every rank applies
 the same), the scores combined with the env's rewards, masked groups given no gradient, and the judge/* metrics.
 
-    m = judge_step(cfg.reward, trajs, loop.run, backend)   # trajs: the step's gathered trajectories, changed in place
+    judging = Judging(cfg.reward, backend)           # once, by the rollout phase (backend: the rank's, for `self`)
+    m = judging.step(trajs, loop.run)                # trajs: the step's gathered trajectories, changed in place
 
 reward = env reward + w · score (`--reward.judge-weight`), or the score alone (`--reward.judge-only`). Each
 trajectory keeps `info["judge"]` = {score, explanation} (or {error}) for rollouts.jsonl and the viewer; a
@@ -56,45 +57,49 @@ def _spearman(a: list[float], b: list[float]) -> float | None:
     return sum((x - ma) * (y - mb) for x, y in zip(ra, rb)) / math.sqrt(va * vb)
 
 
-_JUDGES: dict[tuple[str, int], tuple] = {}
+class Judging:
+    """The run's judge, built once by whoever owns the run's rollouts (`collect.Rollout`, `evals.judged`): the judge
+    (a server, or `self`: the rank's engine through `backend`) and the rubric's text. A server found to refuse
+    structured outputs is asked plainly from then on, since the judge lives as long as the run."""
 
-
-def _judge(cfg: RewardConfig, backend) -> tuple[HTTPJudge | SelfJudge, str]:
-    """One judge and rubric text per run's settings (and engine): a server found to refuse structured outputs is
-    asked plainly from then on, and the rubric file is read once."""
-    key = (repr(cfg), id(backend))  # the entry holds `backend`, so its id is not reused while cached
-    if key not in _JUDGES:
+    def __init__(self, cfg: RewardConfig, backend=None):
         if cfg.judge_url == "self":
             if backend is None:
                 raise ValueError("--reward.judge-url self needs the run's engine (an EngineBackend)")
-            judge = SelfJudge(backend, cfg.judge_max_tokens)
+            self.judge: HTTPJudge | SelfJudge = SelfJudge(backend, cfg.judge_max_tokens)
         else:
-            judge = HTTPJudge(cfg.judge_url, cfg.judge_model, cfg.judge_key_env, cfg.judge_timeout_s,
-                              cfg.judge_max_tokens)  # fmt: skip
-        _JUDGES[key] = (judge, rubric(cfg.rubric), backend)
-    return _JUDGES[key][:2]
+            self.judge = HTTPJudge(cfg.judge_url, cfg.judge_model, cfg.judge_key_env, cfg.judge_timeout_s,
+                                   cfg.judge_max_tokens)  # fmt: skip
+        self.cfg, self.rubric = cfg, rubric(cfg.rubric)
+
+    def verdicts(self, groups: list[list], run: Callable) -> list[Verdict]:
+        """Each group's verdict (a group: the attempts at one task), judged from this rank. A self-judge's verdicts
+        carry the weight version that judged them."""
+        asks = []
+        for members in groups:
+            texts = [attempt_text(t) for t in members]
+            asks.append((texts[0][0], [a for _, a in texts]))
+        cfg, judge = self.cfg, self.judge
+        # a server takes --reward.judge-concurrency calls at once; the self-judge all of them (the engine batches them)
+        limit = max(1, len(asks)) if isinstance(judge, SelfJudge) else cfg.judge_concurrency
+        out = run(judge_groups(judge, asks, cfg.judge, self.rubric, limit, 2.5 * cfg.judge_timeout_s))
+        for v in out:
+            v.version = getattr(judge, "version", None)
+        return out
+
+    def step(self, trajs: list, run: Callable) -> dict[str, float]:
+        """`judge_step` with this judge."""
+        return judge_step(self, trajs, run)
+
+    def held_out(self, trajs: list, run: Callable) -> tuple[float, float, float]:
+        """`judge_held_out` with this judge."""
+        return judge_held_out(self, trajs, run)
 
 
-def verdicts(cfg: RewardConfig, groups: list[list], run: Callable, backend=None) -> list[Verdict]:
-    """Each group's verdict (a group: the attempts at one task), judged from this rank. A self-judge's verdicts
-    carry the weight version that judged them."""
-    judge, rubric_text = _judge(cfg, backend)
-    asks = []
-    for members in groups:
-        texts = [attempt_text(t) for t in members]
-        asks.append((texts[0][0], [a for _, a in texts]))
-    # a server takes --reward.judge-concurrency calls at once; the self-judge all of them (the engine batches them)
-    limit = max(1, len(asks)) if isinstance(judge, SelfJudge) else cfg.judge_concurrency
-    out = run(judge_groups(judge, asks, cfg.judge, rubric_text, limit, 2.5 * cfg.judge_timeout_s))
-    for v in out:
-        v.version = getattr(judge, "version", None)
-    return out
-
-
-def judge_step(cfg: RewardConfig, trajs: list, run: Callable, backend=None) -> dict[str, float]:
+def judge_step(judging: Judging, trajs: list, run: Callable) -> dict[str, float]:
     """Judge the step's groups and fold the scores into `trajs` (in place, the same on every rank). `run(coro)`
-    runs a coroutine on the rank's event loop; `backend` is the rank's EngineBackend (for `self`). Returns the
-    judge/* metrics (NaN where nothing was scored)."""
+    runs a coroutine on the rank's event loop. Returns the judge/* metrics (NaN where nothing was scored)."""
+    cfg = judging.cfg
     t0 = time.perf_counter()
     info = dist.get_info()
     groups: dict[int, list] = {}
@@ -103,9 +108,7 @@ def judge_step(cfg: RewardConfig, trajs: list, run: Callable, backend=None) -> d
     keys = sorted(groups)
     mine = keys[info.rank :: info.world]  # each rank judges its share of the groups
     got: dict[int, Verdict] = {}
-    for part in dist.all_gather_objects(
-        list(zip(mine, verdicts(cfg, [groups[g] for g in mine], run, backend)))
-    ):
+    for part in dist.all_gather_objects(list(zip(mine, judging.verdicts([groups[g] for g in mine], run)))):
         got.update(part)
     scores, agree, errors = [], [], 0
     for g in keys:
@@ -145,7 +148,7 @@ def _record(v: Verdict, i: int) -> dict:
     return out if v.version is None else out | {"weight_version": v.version}
 
 
-def judge_held_out(cfg: RewardConfig, trajs: list, run: Callable, backend=None) -> tuple[float, float, float]:
+def judge_held_out(judging: Judging, trajs: list, run: Callable) -> tuple[float, float, float]:
     """Judge held-out episodes on this rank, the samples of one episode as a group (their `env_seed`): each keeps
     its verdict in `info["judge"]`; rewards are left as the env gave them. Returns (score sum, scored, masked
     groups) for the caller to sum over ranks."""
@@ -154,7 +157,7 @@ def judge_held_out(cfg: RewardConfig, trajs: list, run: Callable, backend=None) 
         by_seed.setdefault(t.env_seed, []).append(t)
     groups = list(by_seed.values())
     total = scored = masked = 0.0
-    for members, v in zip(groups, verdicts(cfg, groups, run, backend)):
+    for members, v in zip(groups, judging.verdicts(groups, run)):
         masked += v.scores is None
         for i, t in enumerate(members):
             t.info["judge"] = _record(v, i)

@@ -12,7 +12,6 @@ from nanosky.agent import EngineBackend
 from nanosky.agent.trajectory import Trajectory
 from nanosky.config.reward import RewardConfig
 from nanosky.judge import judge_groups, rewards
-from nanosky.judge.rewards import judge_step
 from nanosky.judge.self_judge import SelfJudge
 
 RUBRIC = "Score each attempt from 0 (bad) to 1 (good)."
@@ -76,12 +75,9 @@ def test_scores_land_on_the_trajectories_they_judge(backend, tmp_path, dist_info
     cfg = RewardConfig(
         judge=mode, judge_url="self", judge_only=True, rubric=str(rubric), judge_max_tokens=200
     )
-    judge, text = rewards._judge(
-        cfg, backend
-    )  # the run's judge, spied on: which answer came for which prompt
-    spy = Spy(judge)
-    rewards._JUDGES[(repr(cfg), id(backend))] = (spy, text, backend)
-    m = judge_step(cfg, trajs, asyncio.run, backend)
+    judging = rewards.Judging(cfg, backend)
+    judging.judge = spy = Spy(judging.judge)  # the run's judge, spied on: which answer came for which prompt
+    m = judging.step(trajs, asyncio.run)
     assert m["judge/errors"] == 0.0
     for t in trajs:
         prompt, answer = next((msgs, a) for msgs, a in spy.seen

@@ -1,4 +1,4 @@
-"""The judge in training (`nanosky.judge.rewards.judge_step`), one process, against the scripted server: known
+"""The judge in training (`nanosky.judge.rewards.Judging.step`), one process, against the scripted server: known
 scores reach the rewards exactly (added with a weight, or alone), a malformed answer masks only its group (no loss
 token left), the metrics, and the key in neither the config nor the records."""
 
@@ -13,7 +13,7 @@ import pytest
 from evals.scripted import ScriptedServer
 from nanosky.agent.trajectory import Trajectory
 from nanosky.config.reward import RewardConfig
-from nanosky.judge.rewards import attempt_text, judge_step
+from nanosky.judge.rewards import Judging, attempt_text
 
 
 def oracle(messages) -> str:
@@ -47,7 +47,7 @@ def test_scores_reach_the_rewards_and_a_bad_group_is_masked(dist_info, only):
         cfg = RewardConfig(
             judge="group", judge_url=url, judge_weight=0.5, judge_only=only, judge_timeout_s=10
         )
-        m = judge_step(cfg, trajs, lambda coro: asyncio.new_event_loop().run_until_complete(coro))
+        m = Judging(cfg).step(trajs, lambda coro: asyncio.new_event_loop().run_until_complete(coro))
     want = [0.2, 0.9, 0.5] if only else [0.0 + 0.1, 1.0 + 0.45, 0.0 + 0.25]
     assert [t.reward for t in trajs[:3]] == pytest.approx(want, abs=1e-12)
     assert trajs[1].info["judge"] == {"score": 0.9, "explanation": "said 9"}
@@ -63,8 +63,9 @@ def test_scores_reach_the_rewards_and_a_bad_group_is_masked(dist_info, only):
 def test_a_step_with_nothing_scored_reports_nan_not_zero(dist_info):
     trajs = [t for t in _trajs() if t.group == 1]
     with ScriptedServer(oracle) as url:
-        m = judge_step(RewardConfig(judge="pointwise", judge_url=url), trajs,
-                       lambda coro: asyncio.new_event_loop().run_until_complete(coro))  # fmt: skip
+        m = Judging(RewardConfig(judge="pointwise", judge_url=url)).step(
+            trajs, lambda coro: asyncio.new_event_loop().run_until_complete(coro)
+        )
     assert math.isnan(m["judge/score_mean"]) and math.isnan(m["judge/agreement_with_env"])
     assert m["judge/errors"] == 1.0
 
