@@ -1,9 +1,8 @@
 """The step's token trace for the rollout viewer (`python -m nanosky.view`): a bounded sample of whole groups, each
 trajectory with its per-token values from the step itself (written to rollouts.jsonl by rank 0).
 
-    rows = trace.pick(batch, cfg.log.samples_per_step)     # rank 0's rows to trace: whole groups
-    update.trace_rows = rows                               # the update keeps their log p and entropy
-    trajs, fields = trace.sample(trajs, local, batch, rows, update.traced, n, max_tokens)
+    update(batch)        # its tracer (nanosky/train/tracer.py) picks rank 0's whole groups and keeps their values
+    trajs, fields = trace.sample(trajs, local, batch, update.tracer, n=n, max_tokens=max_tokens)
 
 Per token t of a trajectory's `ids` (position t − 1 predicts it): `mask` (1 = sampled), `lp` (the engine's log p),
 `lp_train` (the trainer's, in the update's first pass), `adv` (the advantage) and `ent` (the trainer's entropy at
@@ -15,35 +14,19 @@ rounded to 4 decimals. The tokens traced per step are capped (`--log.sample-toke
 from __future__ import annotations
 
 from nanosky.train.batch import Batch
-
-
-def _whole_groups(groups: list, n: int) -> list[int]:
-    """Indices of the items of the first groups (in order of appearance; None: in no group) that hold >= n items."""
-    out: list[int] = []
-    for g in dict.fromkeys(x for x in groups if x is not None) if n > 0 else ():
-        if len(out) >= n:
-            break
-        out += [i for i, x in enumerate(groups) if x == g]
-    return out
-
-
-def pick(batch: Batch, n: int) -> list[int]:
-    """Rows of `batch` (real ones, in order) making up whole groups, the fewest groups holding at least n rows."""
-    real = batch.row_mask.tolist()
-    return _whole_groups(
-        [g if g >= 0 and r > 0 else None for g, r in zip(batch.group_index.tolist(), real)], n
-    )
+from nanosky.train.tracer import Tracer, whole_groups
 
 
 def _r(x: float) -> float:
     return round(float(x), 4)
 
 
-def sample(trajs: list, local: list, batch: Batch, rows: list[int], traced: dict, n: int, max_tokens: int):
-    """The step's logged sample: (trajectories, their token fields or None once `max_tokens` is spent). Traced rows
-    (rank 0's whole groups of `local`, the batch's rows) with the trainer's values too; without them (step-wise rows)
-    the step's first whole groups, with the engine's side only (the trainer's rows are turns, spread over ranks)."""
-    src, chosen = (local, rows) if rows else (trajs, _whole_groups([t.group for t in trajs], n))
+def sample(trajs: list, local: list | None, batch: Batch, tracer: Tracer, *, n: int, max_tokens: int):
+    """The step's logged sample: (trajectories, their token fields or None once `max_tokens` is spent). The tracer's
+    rows (rank 0's whole groups of `local`, the batch's rows) with the trainer's values too; without them (step-wise
+    rows) the step's first whole groups, with the engine's side only (the trainer's rows are turns, over ranks)."""
+    rows, traced = tracer.rows, tracer.kept
+    src, chosen = (local, rows) if rows else (trajs, whole_groups([t.group for t in trajs], n))
     fields, used = [], 0
     for i in chosen:
         t = src[i]

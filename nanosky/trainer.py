@@ -44,6 +44,7 @@ from nanosky.train.policy import checkpoint_dtype, load_model
 from nanosky.train.step_credit import anchor_metrics, step_info
 from nanosky.train.stepwise import assign_advantages, split_rows
 from nanosky.train.stepwise import samples as stepwise_samples
+from nanosky.train.tracer import Tracer
 from nanosky.train.update import PolicyUpdate, forward_logprobs
 
 if TYPE_CHECKING:
@@ -125,7 +126,7 @@ def build(cfg: TrainConfig, resources: contextlib.ExitStack) -> Run:
         info=info,
         tok=tok,
         policy=policy,
-        update=PolicyUpdate(optim, cfg.algorithm, policy),
+        update=PolicyUpdate(optim, cfg.algorithm, policy, Tracer(cfg.log.samples_per_step, on=info.is_main)),
         engine=engine,
         pool=pool,
         rollout=rollout,
@@ -178,6 +179,7 @@ def prepare(run: Run, rollouts: Rollouts) -> tuple[Batch, dict[str, float], list
     else:
         local = [trajs[i] for i in split_groups(trajs, info.world)[info.rank]]
     batch = to_batch(local, run.tok.pad_token_id, info.device, run.masker)
+    batch.layout = rollouts.layout  # what a row is: the tracer traces episodes' rows only
     if run.ref is not None:
         with adapters_off(run.ref):  # under LoRA the reference is the policy, adapters off
             batch.ref_logprobs = forward_logprobs(run.ref, batch, optim)
@@ -239,12 +241,6 @@ def train(cfg: TrainConfig) -> dict:
             trajs = rollouts.trajs
             with ph(step, "logprob"):  # this rank's rows, old/ref logprobs, values, KL-in-reward, advantages
                 batch, adv_m, local = prepare(run, rollouts)
-            traced = (
-                trace.pick(batch, cfg.log.samples_per_step) if run.info.is_main and local is not None else []
-            )
-            run.update.trace_rows = set(
-                traced
-            )  # rank 0's whole groups: their per-token values, for the viewer
             with ph(step, "train"):  # critic + policy optimizer steps
                 upd = update(run, batch, step)
             with ph(
@@ -266,8 +262,8 @@ def train(cfg: TrainConfig) -> dict:
             if "timing/judge_s" in gen_m:  # --reward.judge: the judge's share of the step
                 gen_m["judge/step_share"] = gen_m["timing/judge_s"] / times["step"]
             run.log.scalars(step, m | ph.metrics() | gen_m | sync_m | upd_m | adv_m)
-            logged, fields = trace.sample(trajs, local, batch, traced, run.update.traced, cfg.log.samples_per_step,
-                                          cfg.log.sample_tokens)  # fmt: skip
+            logged, fields = trace.sample(trajs, local, batch, run.update.tracer, n=cfg.log.samples_per_step,
+                                          max_tokens=cfg.log.sample_tokens)  # fmt: skip
             run.log.rollouts(step, logged, run.tok, len(logged), tokens=fields)
             if run.evaluator.due(step):
                 with ph(step, "eval"):

@@ -48,6 +48,9 @@ class Batch:
         torch.Tensor
     )  # [B] 1 = a sample, 0 = a padding row (step-wise rows do not split evenly over ranks)
     advantages: torch.Tensor | None = None  # [B, L-1]
+    layout: str = (
+        "concat"  # what a row is: an episode ("concat") or one turn ("stepwise", `train/stepwise.py`)
+    )
     returns: torch.Tensor | None = None  # [B, L-1]
     old_logprobs: torch.Tensor | None = None  # [B, L-1]
     ref_logprobs: torch.Tensor | None = None  # [B, L-1]

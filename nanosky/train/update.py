@@ -24,6 +24,7 @@ from nanosky.train import grouped_attention, head, packing
 from nanosky.train.batch import Batch, micro_slices
 from nanosky.train.lora import trainable_parameters
 from nanosky.train.policy import token_logprobs
+from nanosky.train.tracer import Tracer
 
 
 def train_perf(upd: dict[str, float], n_params: int, seconds: float) -> dict[str, float]:
@@ -177,19 +178,19 @@ def make_optimizer(params, lr: float, optim: OptimConfig):
 class PolicyUpdate:
     """The policy's optimizer, schedule and loss (the registered `algo.policy_loss`, + KL and entropy terms)."""
 
-    def __init__(self, optim: OptimConfig, algo: AlgoConfig, model):
+    def __init__(self, optim: OptimConfig, algo: AlgoConfig, model, tracer: Tracer | None = None):
         self.optim, self.algo, self.model = optim, algo, model
         self.opt, self.sched = make_optimizer(trainable_parameters(model), optim.lr, optim)
         self.loss_fn = algos.get_policy_loss(algo.policy_loss)
         self.skip = skips_exactly(optim, algo)
-        # the rows whose per-token log p and entropy the next call keeps (`nanosky.trace`), first pass only
-        self.trace_rows: set[int] = set()
-        self.traced: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self.tracer = (
+            tracer or Tracer()
+        )  # the step's traced rows and their first pass's values, for the viewer
 
     def __call__(self, batch: Batch) -> dict[str, float]:
         """Optimizer steps over this rank's share of the batch. Returns metrics averaged over micro-batches/ranks."""
         a, sums, grad_norms = self.algo, defaultdict(float), []
-        self.traced = {}
+        self.tracer.begin(batch)
         tokens = [0.0, 0.0]  # tokens the forward passes computed, and what they would have computed unpacked
         trained = 0.0  # rows passed on to forward / backward (all epochs)
         for step in minibatches(batch, a, self.optim, self.skip):
@@ -232,7 +233,7 @@ class PolicyUpdate:
             self.model, m, self.optim, with_entropy=True, entropy_grad=a.entropy_coef > 0
         )
         mask = m.loss_mask[:, :T]  # [b, T]
-        self._trace(m, lp, ent)
+        self.tracer.keep(m, lp, ent)
         n_tok = int(m.attention_mask.sum())
         computed = p.unique_tokens if p is not None else n_tok
         # On-policy single pass: the behaviour policy is the current one, so old = current (r = 1 exactly).
@@ -266,11 +267,3 @@ class PolicyUpdate:
         out |= {k: float(v) for k, v in metrics.items()}
         out |= {"mismatch/" + k: float(v) for k, v in algos.mismatch_metrics(old, rollout_lp, mask).items()}
         return out, computed, n_tok
-
-    def _trace(self, m: Batch, lp: torch.Tensor, ent: torch.Tensor) -> None:
-        """Keep the traced rows' log p and entropy [T] from their first pass (before any optimizer step)."""
-        if not self.trace_rows or m.row_id is None:
-            return
-        for j, (rid, real) in enumerate(zip(m.row_id.tolist(), m.row_mask.tolist())):
-            if real and rid in self.trace_rows and rid not in self.traced:
-                self.traced[rid] = (lp[j].detach().float().cpu(), ent[j].detach().float().cpu())

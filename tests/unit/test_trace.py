@@ -5,6 +5,13 @@ import torch
 from nanosky import trace
 from nanosky.agent.trajectory import Trajectory
 from nanosky.train.batch import to_batch
+from nanosky.train.tracer import Tracer, pick
+
+
+def _tracer(rows, kept=None) -> Tracer:
+    t = Tracer()
+    t.rows, t.kept = rows, kept or {}
+    return t
 
 
 def _batch():
@@ -23,16 +30,30 @@ def _batch():
 
 def test_pick_keeps_whole_groups_and_skips_padding_rows():
     _, b = _batch()
-    assert trace.pick(b, 1) == [0, 1, 2] and trace.pick(b, 3) == [0, 1, 2]
-    assert trace.pick(b, 4) == [0, 1, 2, 3, 4] and trace.pick(b, 100) == [0, 1, 2, 3, 4]
-    assert trace.pick(b, 0) == []
+    assert pick(b, 1) == [0, 1, 2] and pick(b, 3) == [0, 1, 2]
+    assert pick(b, 4) == [0, 1, 2, 3, 4] and pick(b, 100) == [0, 1, 2, 3, 4]
+    assert pick(b, 0) == []
+
+
+def test_the_tracer_picks_episodes_rows_on_rank_0_only():
+    _, b = _batch()
+    t = Tracer(n=3, on=True)
+    t.begin(b)
+    assert t.rows == [0, 1, 2] and t.kept == {}
+    b.layout = "stepwise"  # rows are turns, spread over ranks: nothing to trace
+    t.begin(b)
+    assert t.rows == []
+    off = Tracer(n=3, on=False)
+    b.layout = "concat"
+    off.begin(b)
+    assert off.rows == []
 
 
 def test_token_fields_align_with_the_ids():
     trajs, b = _batch()
     lp = torch.tensor([0.0, 0.0, -0.9, -1.1, 0.0])  # [T]: position t predicts token t + 1
     ent = torch.tensor([0.0, 0.0, 0.3, 0.0, 0.7])
-    got, f = trace.sample(trajs, trajs, b, [3, 4], {3: (lp, ent)}, 1, max_tokens=100)
+    got, f = trace.sample(trajs, trajs, b, _tracer([3, 4], {3: (lp, ent)}), n=1, max_tokens=100)
     assert got == trajs[3:5]
     x = f[0]
     assert x["ids"] == trajs[3].ids and x["mask"] == trajs[3].loss_mask
@@ -43,19 +64,21 @@ def test_token_fields_align_with_the_ids():
     assert (
         f[1]["lp_train"] == [None] * 6 and f[1]["adv"][3] == 4.0
     )  # not traced by the update: no trainer values
-    _, f = trace.sample(trajs, trajs, b, [3, 4], {}, 1, max_tokens=11)
+    _, f = trace.sample(trajs, trajs, b, _tracer([3, 4]), n=1, max_tokens=11)
     assert f[0] is not None and f[1] is None  # the budget: 6 + 6 tokens > 11
 
 
 def test_sample_without_traced_rows_takes_the_first_whole_groups():
     trajs, b = _batch()
     real = [t for t in trajs if t is not None]
-    got, fields = trace.sample(real[3:] + real[:3], None, b, [], {}, 1, 100)
+    got, fields = trace.sample(real[3:] + real[:3], None, b, _tracer([]), n=1, max_tokens=100)
     assert [t.group for t in got] == [5, 5]  # step-wise rows: the episodes carry the engine's side only
     assert fields[0]["lp"] == [None, None, None, -1.0, None, -2.0] and fields[0]["adv"] == [None] * 6
     assert fields[1]["ids"] == real[4].ids and fields[1]["lp_train"] == [None] * 6
-    assert trace.sample(real[3:], None, b, [], {}, 1, 7)[1][1] is None  # past the token budget
-    got, fields = trace.sample(real, real, b, [0, 1, 2], {}, 1, 100)
+    assert (
+        trace.sample(real[3:], None, b, _tracer([]), n=1, max_tokens=7)[1][1] is None
+    )  # past the token budget
+    got, fields = trace.sample(real, real, b, _tracer([0, 1, 2]), n=1, max_tokens=100)
     assert got == real[:3] and all(f is not None for f in fields)
 
 
