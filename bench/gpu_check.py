@@ -153,8 +153,9 @@ def speed(info, shape: str, groups: int, row_tokens: list[int], reps: int, padde
         settings += [(f"prefix, grouped (varlen), rows of {row}", optim, True)]
     batch = to_batch(trajs, 0, info.device)
     for name, optim, varlen in settings:
-        grouped_attention.enable(model) if varlen is not None else grouped_attention.disable(model)
-        grouped_attention.VARLEN = bool(varlen)
+        grouped_attention.enable(model, varlen=varlen) if varlen is not None else grouped_attention.disable(
+            model
+        )
         runs = []
         try:
             for _rep in range(reps):  # the first pass warms up kernels and the allocator
@@ -187,7 +188,6 @@ def speed(info, shape: str, groups: int, row_tokens: list[int], reps: int, padde
             f"| {name} | {len(mbs)} | {s:.3f} | {peak:.1f} | {tokens / s:,.0f} | {mfu:.1%} | {loss:.5f} |",
             flush=True,
         )
-    grouped_attention.VARLEN = True
     del model
     torch.cuda.empty_cache() if info.is_cuda else None
 

@@ -32,6 +32,7 @@ import torch
 from torch.nn.functional import scaled_dot_product_attention as sdpa
 
 NAME = "nanosky_grouped"
+NAME_SDPA = NAME + "_sdpa"  # the same, one SDPA call per segment on CUDA too (the varlen kernel never)
 KWARG = "nanosky_segments"
 
 
@@ -118,12 +119,9 @@ def varlen_kernel():
     return varlen_attn
 
 
-VARLEN = True  # False: CUDA runs one SDPA call per segment (bench/gpu_check.py compares the two)
-
-
 def use_varlen(query: torch.Tensor) -> bool:
     """The varlen kernel is flash's: CUDA, half precision."""
-    return VARLEN and query.is_cuda and query.dtype in (torch.bfloat16, torch.float16)
+    return query.is_cuda and query.dtype in (torch.bfloat16, torch.float16)
 
 
 @functools.cache
@@ -218,8 +216,11 @@ def _plan(segs, device, window: int | None) -> tuple[list[_Single], list[_Batch]
     return singles, batches
 
 
-def attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
-    """transformers' attention signature: query [R, H, Lp, d], key / value [R, Hkv, Lp, d] -> ([R, Lp, H, d], None)."""
+def attention(
+    module, query, key, value, attention_mask, scaling=None, dropout=0.0, varlen: bool = True, **kwargs
+):
+    """transformers' attention signature: query [R, H, Lp, d], key / value [R, Hkv, Lp, d] -> ([R, Lp, H, d], None).
+    `varlen` False (registered as NAME_SDPA): one SDPA call per segment on CUDA too, never the varlen kernel."""
     segments: Segments | None = kwargs.pop(KWARG, None)
     if segments is None:
         from transformers.integrations.sdpa_attention import sdpa_attention_forward
@@ -236,7 +237,7 @@ def attention(module, query, key, value, attention_mask, scaling=None, dropout=0
     )
     gqa = query.shape[1] != key.shape[1]
     p = dropout if module.training else 0.0
-    kernel = varlen_kernel() if use_varlen(query) and p == 0.0 else None
+    kernel = varlen_kernel() if varlen and use_varlen(query) and p == 0.0 else None
     kw = varlen_kwargs(kernel, window, scaling, query.shape[-1]) if kernel is not None else None
     if kw is not None:
         return _varlen_attention(kernel, kw, segments.varlen(query.device), query, key, value), None
@@ -272,16 +273,20 @@ def register() -> None:
     from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
     AttentionInterface.register(NAME, attention)
-    AttentionMaskInterface.register(NAME, sdpa_mask)
+    AttentionInterface.register(NAME_SDPA, functools.partial(attention, varlen=False))
+    for name in (NAME, NAME_SDPA):
+        AttentionMaskInterface.register(name, sdpa_mask)
 
 
-def enable(model) -> bool:
-    """Switch an SDPA model (peft-wrapped too) to grouped attention; False (unchanged) for other implementations."""
+def enable(model, varlen: bool = True) -> bool:
+    """Switch an SDPA model (peft-wrapped too) to grouped attention, through the varlen kernel where the device has
+    it (`varlen` False: one SDPA call per segment, as bench/gpu_check.py compares); False (unchanged) for other
+    implementations."""
     hf = model.get_base_model() if hasattr(model, "get_base_model") else model
-    if getattr(hf.config, "_attn_implementation", None) != "sdpa":
+    if getattr(hf.config, "_attn_implementation", None) not in ("sdpa", NAME, NAME_SDPA):
         return False
     register()
-    hf.set_attn_implementation(NAME)
+    hf.set_attn_implementation(NAME if varlen else NAME_SDPA)
     return True
 
 
@@ -294,4 +299,4 @@ def disable(model) -> None:
 
 def enabled(model) -> bool:
     hf = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return getattr(getattr(hf, "config", None), "_attn_implementation", None) == NAME
+    return getattr(getattr(hf, "config", None), "_attn_implementation", None) in (NAME, NAME_SDPA)

@@ -30,6 +30,7 @@ from nanosky import dist
 from nanosky.train import constrain, head
 from nanosky.train.grouped_attention import KWARG, Segments, enabled
 from nanosky.train.grouped_attention import NAME as GROUPED
+from nanosky.train.grouped_attention import NAME_SDPA as GROUPED_SDPA
 
 
 @dataclass
@@ -216,7 +217,7 @@ def check_attention(model) -> None:
     and other kinds (chunked, linear, ...) would compute the wrong thing silently, so they are refused."""
     cfg = model_config(model)
     impl = getattr(cfg, "_attn_implementation", "sdpa")
-    if impl not in ("sdpa", "eager", GROUPED):
+    if impl not in ("sdpa", "eager", GROUPED, GROUPED_SDPA):
         raise PackingUnsupported(
             f"optim.packing needs attn_implementation 'sdpa' or 'eager', the model uses {impl!r}: "
             "use --optim.packing none"

@@ -164,3 +164,30 @@ def test_the_varlen_path_equals_the_dense_mask(models, kernel, monkeypatch):
         assert bool(calls) == (packing.FULL in kinds) and all(kw == {"is_causal": True} for kw in calls)
     else:
         assert len(calls) >= dense.config.num_hidden_layers
+
+
+def test_the_kernel_is_chosen_by_argument(models, monkeypatch):
+    """`enable(model, varlen=False)` runs one SDPA call per segment even where the varlen kernel would run (what
+    bench/gpu_check.py compares), with the same log p; `enable(model)` goes back to the kernel. No global flips."""
+    calls = []
+
+    @functools.wraps(_reference_varlen)
+    def counted(*a, **kw):
+        calls.append(kw)
+        return _reference_varlen(*a, **kw)
+
+    monkeypatch.setattr(grouped_attention, "use_varlen", lambda q: True)
+    monkeypatch.setattr(grouped_attention, "varlen_kernel", lambda: counted)
+    dense, grouped = models
+    seqs, T, keep = _workload(dense.config.vocab_size)
+    p = packing.pack(seqs, T, row_tokens=40)
+    adv = torch.randn(keep.shape, generator=torch.Generator().manual_seed(1))
+    try:
+        assert grouped_attention.enable(grouped, varlen=False) and grouped_attention.enabled(grouped)
+        per_segment = logprobs_and_grads(grouped, p, keep, adv, chunk=8)
+        assert calls == []
+        assert grouped_attention.enable(grouped)
+        assert_same(per_segment, logprobs_and_grads(grouped, p, keep, adv, chunk=8), keep)
+        assert calls
+    finally:
+        grouped_attention.enable(grouped)
