@@ -357,6 +357,11 @@ class Engine:
         self.llm.reset_prefix_cache()
         self.version = version
 
+    def skip_load(self, version: int) -> None:
+        """Testing only (`--debug.skip-sync`): take the version without its weights, as an engine that missed a push
+        would; the probe after the sync must catch it."""
+        self.version = version
+
     # ---- memory --------------------------------------------------------------------------------------------
     def sleep(self) -> None:
         """Level 1: the weights go to host memory and the KV cache is dropped (level 2 discards the weights and has
