@@ -1,7 +1,9 @@
 """Held-out evaluation during training (`eval/*` tags; `Evaluator` decides when), played by the run's player.
 
 evaluator = Evaluator(cfg, rollout, log, rank)
-if evaluator.due(step): acc = evaluator(step, version)     # --eval.every k; the run's close evaluates the end
+acc0 = evaluator.initial(version)                          # step 0 (a dry run without evals: skipped)
+if evaluator.due(step): acc = evaluator(step, version)     # --eval.every k
+acc = evaluator.final(version, acc0)                       # the run's end
 
 With `--reward.judge`, the held-out episodes are judged too (`eval/judge_score`, the samples of an episode as a
 group); for an env without a checker (`Env.checker`) that is the headline, and `eval/accuracy` is NaN.
@@ -63,6 +65,14 @@ class Evaluator:
         self.headline = "accuracy" if envs.has_checker(cfg.env) else "judge_score"
         # Same sampling seeds at every eval (common random numbers): accuracy changes come from the weights.
         self.sample_seed = derive_seed(cfg.seed, "eval", rank)
+
+    def initial(self, version: int) -> float:
+        """The held-out headline before training (step 0); a dry run without evals skips it (0.0)."""
+        return self(0, version) if self.cfg.eval.every or not self.cfg.dry_run else 0.0
+
+    def final(self, version: int, initial: float) -> float:
+        """The headline at the end of the run (the last step's eval); a dry run or a run of no steps keeps `initial`."""
+        return self(self.cfg.steps, version) if self.cfg.steps and not self.cfg.dry_run else initial
 
     def due(self, step: int) -> bool:
         """`--eval.every k`: every k steps; step 0 and the last step are evaluated by the run's start and close."""

@@ -79,15 +79,14 @@ class Run:
     optim: OptimConfig | None = None  # cfg.optim as the plan runs it (the update's, the critic's, prepare's)
     no_signal: NoSignalWatch = dataclasses.field(
         default_factory=NoSignalWatch
-    )  # every advantage 0, 3 steps running
+    )  # every advantage 0, 3 steps on
 
 
 def build(cfg: TrainConfig, resources: contextlib.ExitStack) -> Run:
     """Every component of the run; what holds processes, threads, sockets or files is closed by `resources` when the
     run ends, however it ends (torchtitan's one close in a finally)."""
-    info = dist.init_distributed(
-        cfg.dist.timeout_s
-    )  # run.py may have joined already; train(cfg) alone must too
+    # run.py may have joined already; train(cfg) alone must too
+    info = dist.init_distributed(cfg.dist.timeout_s)
     cfg.validate_for_world(info.world)
     hf_logging.disable_progress_bar()  # transformers' load / save bars, per model and checkpoint, broke into ours
     dist.seed_everything(cfg.seed + info.rank)
@@ -225,7 +224,7 @@ def train(cfg: TrainConfig) -> dict:
         ph = Phases(cfg.run_dir, run.info.rank)
         if run.acc0 is None:
             with ph(0, "eval"):
-                run.acc0 = run.evaluator(0, run.version) if cfg.eval.every or not cfg.dry_run else 0.0
+                run.acc0 = run.evaluator.initial(run.version)
         acc = run.acc0
         step_times: list[float] = []
         for step in range(run.step + 1, cfg.steps + 1):
@@ -243,9 +242,8 @@ def train(cfg: TrainConfig) -> dict:
                 batch, adv_m, local = prepare(run, rollouts)
             with ph(step, "train"):  # critic + policy optimizer steps
                 upd = update(run, batch, step)
-            with ph(
-                step, "sync"
-            ):  # wake the weights → full tensors → vLLM, version += 1 → wake the cache → probe
+            # wake the weights → full tensors → vLLM, version += 1 → wake the cache → probe
+            with ph(step, "sync"):
                 run.version += 1
                 push = not cfg.debug.skip_sync  # testing only: a stale engine the probe must catch
                 sync_m = sync_weights(run.policy, run.engine, run.version, run.probe, push)
@@ -277,8 +275,7 @@ def train(cfg: TrainConfig) -> dict:
                     run.ckpt.save(step, run.version, run.acc0)
         if cfg.dry_run:
             run.log.print(f"dry run ok: {ph.metrics()}")
-            return close(run, run.acc0, step_times)
-        return close(run, run.evaluator(cfg.steps, run.version) if cfg.steps else run.acc0, step_times)
+        return close(run, run.evaluator.final(run.version, run.acc0), step_times)
 
 
 def stopped(run: Run, ph: Phases, step: int, signal_name: str) -> dict:
