@@ -28,12 +28,6 @@ def reply_text(t: Trajectory) -> str:
     return next((m.get("content") or "" for m in reversed(t.messages) if m.get("role") == "assistant"), "")
 
 
-def _mask(t: Trajectory) -> None:
-    t.loss_mask = [0] * len(t.loss_mask)
-    for s in t.steps:
-        s.loss_mask = [0] * len(s.ids)
-
-
 def score_groups(scorer, trajs: list[Trajectory], by: str = "group") -> int:
     """Score each group of `trajs` (keyed by `by`: "group" in training, "env_seed" in the eval) with `scorer`, in
     place. Returns the number of groups masked because the scorer failed."""
@@ -52,7 +46,7 @@ def score_groups(scorer, trajs: list[Trajectory], by: str = "group") -> int:
             for t in members:
                 t.info["reward_error"] = str(e)[:500]
                 t.reward, t.success = 0.0, None
-                _mask(t)
+                t.mask_out()
             continue
         for t, r, s in zip(live, rewards, successes):
             t.reward, t.success = (0.0, None) if r is None else (r, s)

@@ -80,6 +80,13 @@ class Trajectory:
         default_factory=dict
     )  # the env's info (later steps overwrite), "calls" added up
 
+    def mask_out(self) -> None:
+        """No token of this episode is trained (its agent failed, its judgement or reward function did): every loss
+        mask 0, the step-wise rows' too."""
+        self.loss_mask = [0] * len(self.loss_mask)
+        for s in self.steps:
+            s.loss_mask = [0] * len(s.ids)
+
     @property
     def n_policy_tokens(self) -> int:
         return sum(self.loss_mask)

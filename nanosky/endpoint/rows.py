@@ -71,7 +71,5 @@ def mask_failed(trajs: list[Trajectory], failed: tuple[str, ...]) -> list[Trajec
         if t.stop_reason in failed:
             ok = groups.get(t.group, [])
             t.reward, t.success = (sum(ok) / len(ok) if ok else 0.0), False
-            t.loss_mask = [0] * len(t.ids)
-            for s in t.steps:
-                s.loss_mask = [0] * len(s.ids)
+            t.mask_out()
     return trajs

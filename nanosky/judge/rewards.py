@@ -118,9 +118,7 @@ def judge_step(judging: Judging, trajs: list, run: Callable) -> dict[str, float]
             errors += 1
             for t in members:  # masked: no token of it is trained
                 t.info["judge"] = {"error": v.error}
-                t.loss_mask = [0] * len(t.loss_mask)
-                for s in t.steps:
-                    s.loss_mask = [0] * len(s.ids)
+                t.mask_out()
             continue
         for i, t in enumerate(members):
             s = v.scores[i]

@@ -31,6 +31,8 @@ from typing import NamedTuple
 import torch
 from torch.nn.functional import scaled_dot_product_attention as sdpa
 
+from nanosky.train.unwrap import base_model
+
 NAME = "nanosky_grouped"
 NAME_SDPA = NAME + "_sdpa"  # the same, one SDPA call per segment on CUDA too (the varlen kernel never)
 KWARG = "nanosky_segments"
@@ -282,7 +284,7 @@ def enable(model, varlen: bool = True) -> bool:
     """Switch an SDPA model (peft-wrapped too) to grouped attention, through the varlen kernel where the device has
     it (`varlen` False: one SDPA call per segment, as bench/gpu_check.py compares); False (unchanged) for other
     implementations."""
-    hf = model.get_base_model() if hasattr(model, "get_base_model") else model
+    hf = base_model(model)
     if getattr(hf.config, "_attn_implementation", None) not in ("sdpa", NAME, NAME_SDPA):
         return False
     register()
@@ -293,10 +295,10 @@ def enable(model, varlen: bool = True) -> bool:
 def disable(model) -> None:
     """Back to transformers' SDPA with the dense mask."""
     if enabled(model):
-        hf = model.get_base_model() if hasattr(model, "get_base_model") else model
+        hf = base_model(model)
         hf.set_attn_implementation("sdpa")
 
 
 def enabled(model) -> bool:
-    hf = model.get_base_model() if hasattr(model, "get_base_model") else model
+    hf = base_model(model)
     return getattr(getattr(hf, "config", None), "_attn_implementation", None) in (NAME, NAME_SDPA)

@@ -22,12 +22,14 @@ import types
 import torch
 from torch.distributed.fsdp import register_fsdp_forward_method
 
+from nanosky.train.unwrap import base_model
+
 METHOD = "nanosky_scored"
 
 
 def _causal_lm(model):
     """The HF causal LM (inside a peft wrapper too)."""
-    return model.get_base_model() if hasattr(model, "get_base_model") else model
+    return base_model(model)
 
 
 def install(model) -> bool:

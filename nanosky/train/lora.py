@@ -44,6 +44,7 @@ from nanosky.train.policy import (
     load_sharded,
     shard_model,
 )
+from nanosky.train.unwrap import base_model  # noqa: F401 - lora.base_model, as its callers name it
 
 _ADAPTER = "default"  # peft's name for the single adapter we train
 _PEFT_PREFIX = "base_model.model."  # PeftModel state_dict keys = this + the base model's keys
@@ -118,11 +119,6 @@ def apply_lora(model, cfg: LoraConfig):
         task_type="CAUSAL_LM",
     )
     return peft.get_peft_model(model, pcfg, adapter_name=_ADAPTER)
-
-
-def base_model(model):
-    """The HF model inside a peft wrapper (adapters injected in its modules), or `model` itself."""
-    return model.get_base_model() if hasattr(model, "get_base_model") else model
 
 
 def load_lora_model(path: str, cfg: LoraConfig, info: DistInfo, activation_checkpointing: bool = False):
