@@ -46,19 +46,19 @@ class Segments:
         self.segs, self.rows, self.width = [s for s in segs if s[2] > 0], rows, width
         self._plans: dict = {}
 
+    def _cached(self, key: tuple, build):
+        """A plan built once per key (every layer of a forward asks for the same one)."""
+        if key not in self._plans:
+            self._plans[key] = build()
+        return self._plans[key]
+
     def plan(self, device, window: int | None) -> tuple[list[_Single], list[_Batch]]:
         """The SDPA calls for this device and window: segments run one by one, and batches of segments."""
-        key = (str(device), window)
-        if key not in self._plans:
-            self._plans[key] = _plan(self.segs, device, window)
-        return self._plans[key]
+        return self._cached((str(device), window), lambda: _plan(self.segs, device, window))
 
     def varlen(self, device) -> _Varlen:
         """Every segment in one varlen call: where its queries and keys sit in the rows, and their offsets."""
-        key = (str(device), "varlen")
-        if key not in self._plans:
-            self._plans[key] = _varlen_plan(self.segs, device)
-        return self._plans[key]
+        return self._cached((str(device), "varlen"), lambda: _varlen_plan(self.segs, device))
 
 
 class _Single(NamedTuple):

@@ -84,6 +84,26 @@ def _lcp(a: list[int], b: list[int]) -> int:
     return i
 
 
+def fill(seqs: list[list[int]], cap: float, share: bool) -> tuple[list[list[int]], list[list[int]]]:
+    """Bins of `seqs` (rows of a pack, or micro-batches): in sorted order (sharers neighbours; `share` False: as
+    given), each sequence adds its tokens past the longest common prefix with its predecessor in the bin, and opens a
+    new bin where that would pass `cap` (a sequence longer than `cap` gets one to itself). Returns (the sequence
+    indices per bin, each one's shared prefix length with its predecessor in the bin: 0 for a bin's first)."""
+    order = sorted(range(len(seqs)), key=lambda i: seqs[i]) if share else list(range(len(seqs)))
+    bins: list[list[int]] = []
+    lcps: list[list[int]] = []
+    used = 0
+    for i in order:
+        lcp = _lcp(seqs[bins[-1][-1]], seqs[i]) if share and bins else 0
+        if not bins or used + len(seqs[i]) - lcp > cap:
+            bins.append([]), lcps.append([])
+            lcp, used = 0, 0
+        bins[-1].append(i)
+        lcps[-1].append(lcp)
+        used += len(seqs[i]) - lcp
+    return bins, lcps
+
+
 def pack(
     seqs: list[list[int]],
     T: int,
@@ -99,19 +119,8 @@ def pack(
     packing with a block-diagonal causal mask). T is the width of the [B, T] outputs (≥ longest sequence − 1).
     """
     B = len(seqs)
-    order = sorted(range(B), key=lambda i: seqs[i]) if share else list(range(B))
     cap = max(row_tokens, max(len(s) for s in seqs)) if row_tokens is not None else float("inf")
-    rows: list[list[int]] = []  # sequence indices per row, in sorted order
-    lcps: list[list[int]] = []  # each one's shared prefix length with its predecessor in the row
-    fill = 0
-    for i in order:
-        lcp = _lcp(seqs[rows[-1][-1]], seqs[i]) if share and rows else 0
-        if not rows or fill + len(seqs[i]) - lcp > cap:
-            rows.append([]), lcps.append([])
-            lcp, fill = 0, 0
-        rows[-1].append(i)
-        lcps[-1].append(lcp)
-        fill += len(seqs[i]) - lcp
+    rows, lcps = fill(seqs, cap, share)
     lengths = [sum(len(seqs[i]) - lcp for i, lcp in zip(r, ls)) for r, ls in zip(rows, lcps)]
     R, Lp = len(rows), max(lengths)
     ids = torch.full((R, Lp), pad_id, dtype=torch.long)
@@ -376,20 +385,6 @@ def logprobs(
     return lp, ent
 
 
-def _fill_by_tokens(seqs: list[list[int]], max_tokens: int, share: bool) -> list[list[int]]:
-    order = sorted(range(len(seqs)), key=lambda i: seqs[i]) if share else list(range(len(seqs)))
-    plan: list[list[int]] = []
-    fill, prev = 0, None
-    for i in order:
-        add = len(seqs[i]) - (_lcp(seqs[prev], seqs[i]) if share and prev is not None else 0)
-        if not plan or fill + add > max_tokens:
-            plan.append([])
-            fill, add = 0, len(seqs[i])
-        plan[-1].append(i)
-        fill, prev = fill + add, i
-    return plan
-
-
 def plan_micro_batches(seqs: list[list[int]], max_rows: int, max_tokens: int, share: bool) -> list[list[int]]:
     """Index lists of the micro-batches over `seqs`, the same number on every rank (a collective: FSDP needs every
     rank to run the same number of forward passes).
@@ -402,7 +397,7 @@ def plan_micro_batches(seqs: list[list[int]], max_rows: int, max_tokens: int, sh
     if max_tokens <= 0:
         plan = [list(range(i, min(i + max_rows, len(seqs)))) for i in range(0, len(seqs), max_rows)]
     else:
-        plan = _fill_by_tokens(seqs, max_tokens, share)
+        plan = fill(seqs, max_tokens, share)[0]
     # Ranks may differ (token budgets, or rows skipped for having no advantage): equalise.
     want = int(dist.all_reduce_max([float(len(plan))])[0])
     while len(plan) < want:

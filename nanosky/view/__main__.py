@@ -8,6 +8,8 @@ from typing import Annotated
 
 import tyro
 
+from nanosky.view.data import MAX_MIB
+
 
 @dataclass
 class ViewConfig:
@@ -21,8 +23,8 @@ class ViewConfig:
     """The address --serve binds (this machine only, unless told otherwise)."""
     port: int = 8765
     """--serve's port (0: any free one)."""
-    max_mb: int = 25
-    """The most episode data one page embeds: past it, older steps lose token values, then steps are thinned."""
+    max_mb: int = MAX_MIB
+    """The most episode data one page embeds, in MiB: past it, older steps lose token values, then steps thin."""
 
 
 def main(argv: list[str] | None = None) -> int:

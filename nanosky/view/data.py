@@ -13,7 +13,8 @@ from pathlib import Path
 
 SCALARS = ("train/reward_mean", "train/success_rate", "eval/accuracy", "train/entropy")
 """The TensorBoard tags the steps chart draws, where the run logged them."""
-MAX_BYTES = 25_000_000
+MAX_MIB = 25
+MAX_BYTES = MAX_MIB << 20
 """The most record bytes one page embeds: past it, the oldest steps lose their token values first, then whole
 steps are thinned evenly (both said in `notes`). A browser opens a page of this size in a few seconds."""
 
@@ -66,7 +67,7 @@ def fit(recs: list[dict], max_bytes: int) -> tuple[list[dict], list[str]]:
         stripped += 1
     if stripped:
         notes.append(
-            f"{stripped} older episodes are shown without token values (the page keeps {max_bytes >> 20} MB)"
+            f"{stripped} older episodes are shown without token values (the page keeps {max_bytes >> 20} MiB)"
         )
     if total > max_bytes:
         steps = sorted({r.get("step", 0) for r in recs})
@@ -76,7 +77,7 @@ def fit(recs: list[dict], max_bytes: int) -> tuple[list[dict], list[str]]:
         recs = [r for r in recs if r.get("step", 0) in keep]
         notes.append(
             f"{n - len(recs)} episodes of {len(steps) - len(keep)} steps not shown: every {k}th step is kept "
-            f"(the page keeps {max_bytes >> 20} MB)"
+            f"(the page keeps {max_bytes >> 20} MiB)"
         )
     return recs, notes
 

@@ -10,7 +10,7 @@ import pytest
 from browser import driver, open_page
 
 from nanosky.view import write
-from nanosky.view.data import load
+from nanosky.view.data import MAX_BYTES, load
 
 
 def _record(step: int, group: int, n_tokens: int, rng: random.Random) -> dict:
@@ -73,7 +73,7 @@ def test_a_50_mb_run_opens_within_the_page_budget(tmp_path, chrome):
     size = os.path.getsize(os.path.join(path, "rollouts.jsonl"))
     assert size > 50e6
     page = write(path)
-    assert os.path.getsize(page) < 30e6  # the embedded data is capped (MAX_BYTES), the rest said in the notes
+    assert os.path.getsize(page) < 1.2 * MAX_BYTES  # the embedded data is capped, the rest said in the notes
     seconds = open_page(chrome, str(page))
     notes = chrome.find_element("css selector", "#notes").text
     assert "shown without token values" in notes
