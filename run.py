@@ -10,9 +10,7 @@ import sys
 from nanosky import dist, startup
 
 if __name__ == "__main__":
-    cfg = (
-        startup.start()
-    )  # flags, paths, data, resume, run dir, disk: a bad one is one line, printed once, exit 2
+    cfg = startup.start()  # flags, paths, data, resume, run dir, disk: a bad one is one line, printed once, exit 2
     # the trainer's imports (transformers, DTensor, peft: ~2 s a rank) after the checks: a bad flag fails fast
     from nanosky.sync import BuildRefused
     from nanosky.trainer import train

@@ -54,9 +54,7 @@ def _group_mean_std(scores: torch.Tensor, group_index: torch.Tensor) -> tuple[to
 
 
 def _group_size(group_index: torch.Tensor, device: torch.device) -> torch.Tensor:
-    _, inv, counts = torch.unique(
-        torch.as_tensor(group_index, device=device), return_inverse=True, return_counts=True
-    )
+    _, inv, counts = torch.unique(torch.as_tensor(group_index, device=device), return_inverse=True, return_counts=True)
     return counts[inv]  # [B]
 
 
@@ -175,9 +173,7 @@ def gae(
     token is 0. returns = A + V; advantages are then whitened over valid tokens.
     """
     if values is None:
-        raise ValueError(
-            "adv_estimator 'gae' needs `values` from a critic (use the 'ppo' preset or pass values=)"
-        )
+        raise ValueError("adv_estimator 'gae' needs `values` from a critic (use the 'ppo' preset or pass values=)")
     m = response_mask.to(token_rewards.dtype)
     token_rewards = _valid(token_rewards, response_mask)  # [B, T]
     values = _valid(values.to(token_rewards.dtype), response_mask)  # [B, T]

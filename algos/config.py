@@ -156,9 +156,7 @@ PRESETS: dict[str, AlgoConfig] = {
     # token-mean is verl's default. KL is off as in DAPO/Dr. GRPO; set kl_coef (e.g. 0.001) to turn it on.
     "grpo": AlgoConfig(adv_estimator="grpo", policy_loss="ppo", loss_agg_mode="token-mean"),
     # No std division and a constant normaliser: removes GRPO's length and difficulty biases (arXiv 2503.20783).
-    "dr_grpo": AlgoConfig(
-        adv_estimator="dr_grpo", policy_loss="ppo", loss_agg_mode="seq-mean-token-sum-norm"
-    ),
+    "dr_grpo": AlgoConfig(adv_estimator="dr_grpo", policy_loss="ppo", loss_agg_mode="seq-mean-token-sum-norm"),
     "rloo": AlgoConfig(adv_estimator="rloo", policy_loss="ppo", loss_agg_mode="token-mean"),
     # REINFORCE++ puts a token-level k1 KL into the rewards; that is what makes its reward-to-go differ per token.
     "reinforce_pp": AlgoConfig(

@@ -31,9 +31,7 @@ def mismatch_metrics(
         "mismatch_abs_max": float(abs_diff[m].max()) if m.any() else 0.0,
         "mismatch_abs_p99": masked_quantile(abs_diff, m, 0.99),
         # k3 with log_prob = vLLM (the sampler), ref = trainer: exp(old − vllm) − (old − vllm) − 1.
-        "mismatch_k3": float(
-            masked_mean(kl_penalty(rollout_log_prob.float(), old_log_prob.float(), "k3"), m)
-        ),
+        "mismatch_k3": float(masked_mean(kl_penalty(rollout_log_prob.float(), old_log_prob.float(), "k3"), m)),
     }
 
 
@@ -62,9 +60,7 @@ def rollout_correction(
     if level == "none":
         return m.clone(), {**metrics, "frac_corrected": 0.0}
 
-    log_rho = torch.where(
-        response_mask.bool(), old_log_prob - rollout_log_prob, torch.zeros_like(m)
-    )  # [B, T]
+    log_rho = torch.where(response_mask.bool(), old_log_prob - rollout_log_prob, torch.zeros_like(m))  # [B, T]
     if level == "token":
         units_valid = response_mask.bool()  # [B, T]
     else:

@@ -44,14 +44,10 @@ def step_group_advantages(returns: Tensor, keys: Sequence[Hashable], mode: str, 
         raise ValueError(f"unknown GiGPO mode {mode!r}; valid modes: {', '.join(GIGPO_MODES)}")
     returns = torch.as_tensor(returns)
     if returns.ndim != 1 or returns.shape[0] != len(keys):
-        raise ValueError(
-            f"returns must be [N] with one key each; got {tuple(returns.shape)} and {len(keys)} keys"
-        )
+        raise ValueError(f"returns must be [N] with one key each; got {tuple(returns.shape)} and {len(keys)} keys")
     dtype = returns.dtype if returns.is_floating_point() else torch.float32
     ids: dict[Hashable, int] = {}
-    inv = torch.tensor(
-        [ids.setdefault(k, len(ids)) for k in keys], dtype=torch.long, device=returns.device
-    )  # [N]
+    inv = torch.tensor([ids.setdefault(k, len(ids)) for k in keys], dtype=torch.long, device=returns.device)  # [N]
     x = returns.double()  # float64: an all-equal group gives x − mean = 0 exactly
     G = len(ids)
     count = x.new_zeros(G).index_add_(0, inv, torch.ones_like(x))  # [G]
@@ -97,8 +93,9 @@ def gigpo_advantages(
             q[k] = v
         R[e], ep_group[e] = sum(r[k] for k in ks), gr[ks[0]]
     eps_ids = list(rows)
-    a_ep = step_group_advantages(torch.tensor([R[e] for e in eps_ids], dtype=torch.float64),
-                                 [ep_group[e] for e in eps_ids], mode, eps)  # [E]  # fmt: skip
+    a_ep = step_group_advantages(
+        torch.tensor([R[e] for e in eps_ids], dtype=torch.float64), [ep_group[e] for e in eps_ids], mode, eps
+    )  # [E]
     a_ep_of = dict(zip(eps_ids, a_ep.tolist()))
     a_step = step_group_advantages(torch.tensor(q, dtype=torch.float64), list(zip(gr, state_keys)), mode, eps)
     out = torch.tensor([a_ep_of[ep[k]] for k in range(N)], dtype=torch.float64) + omega * a_step  # [N]

@@ -81,9 +81,7 @@ def register_adv_estimator(
     needs_steps: the estimator also takes `steps=` (`algos.gigpo.StepInfo`: each row's step spans, rewards and state
     keys) and `omega=`, `mode=` (AlgoConfig.step_adv_weight / step_adv_mode), as GiGPO does.
     """
-    return ADV_ESTIMATORS.register(
-        name, per_group=per_group, needs_values=needs_values, needs_steps=needs_steps
-    )
+    return ADV_ESTIMATORS.register(name, per_group=per_group, needs_values=needs_values, needs_steps=needs_steps)
 
 
 def get_adv_estimator(name: str) -> Callable[..., Any]:

@@ -34,15 +34,17 @@ def overlong_penalty(response_lengths: torch.Tensor, max_len: int, cache_len: in
         raise ValueError(f"overlong cache_len ({cache_len}) must be smaller than max_len ({max_len})")
     start = float(max_len - cache_len)
     band = (start - lengths) / cache_len  # [B], in [-1, 0] inside the band
-    return torch.where(
-        lengths <= start, torch.zeros_like(lengths), torch.where(lengths <= max_len, band, -1.0)
-    )
+    return torch.where(lengths <= start, torch.zeros_like(lengths), torch.where(lengths <= max_len, band, -1.0))
 
 
 def kl_in_reward(
-    token_rewards: torch.Tensor, log_prob: torch.Tensor, ref_log_prob: torch.Tensor, response_mask: torch.Tensor,
-    coef: float, kind: str = "k1",
-) -> torch.Tensor:  # fmt: skip
+    token_rewards: torch.Tensor,
+    log_prob: torch.Tensor,
+    ref_log_prob: torch.Tensor,
+    response_mask: torch.Tensor,
+    coef: float,
+    kind: str = "k1",
+) -> torch.Tensor:
     """Token rewards `(B, T)` minus coef · KL(π ‖ π_ref) on the response tokens, as REINFORCE++ and PPO-RLHF shape
     them (`kind` k1 by default: the per-token log-ratio, so its sum over a response is the sequence KL)."""
     return token_rewards - coef * kl_penalty(log_prob, ref_log_prob, kind) * response_mask

@@ -27,9 +27,7 @@ for name, kw in [("alfworld_lite", {}), ("webshop_lite", {"page_size": 3})]:
         msgs = env.reset()
         for _ in range(env.max_turns):
             ids = prompt_ids(tok, window(msgs, 2))
-            out = m.generate(
-                torch.tensor([ids]), max_new_tokens=32, do_sample=True, temperature=1.0, top_p=1.0
-            )
+            out = m.generate(torch.tensor([ids]), max_new_tokens=32, do_sample=True, temperature=1.0, top_p=1.0)
             a = tok.decode(out[0, len(ids) :], skip_special_tokens=True).strip()
             total += 1
             valid += extract_action(a).strip().lower() in [x.lower() for x in env.available_actions()]

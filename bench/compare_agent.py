@@ -50,10 +50,19 @@ def main() -> None:
                 sys.exit(f"{name} seed {seed} failed:\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}")
             summary = json.load(open(os.path.join(ROOT, run_dir, "summary.json")))
             s = scalars(os.path.join(ROOT, run_dir))
-            rows.append((name, seed, summary["eval_accuracy_initial"], summary["eval_accuracy_final"],
-                         summary["median_step_s"], mean_of(s, "agent/calls_per_episode"),
-                         mean_of(s, "agent/segments_per_episode"), mean_of(s, "train/mismatch/mismatch_abs_mean"),
-                         mean_of(s, "rollout/turns_mean")))  # fmt: skip
+            rows.append(
+                (
+                    name,
+                    seed,
+                    summary["eval_accuracy_initial"],
+                    summary["eval_accuracy_final"],
+                    summary["median_step_s"],
+                    mean_of(s, "agent/calls_per_episode"),
+                    mean_of(s, "agent/segments_per_episode"),
+                    mean_of(s, "train/mismatch/mismatch_abs_mean"),
+                    mean_of(s, "rollout/turns_mean"),
+                )
+            )
             print(f"{name} seed {seed}: {rows[-1][2:5]}", flush=True)
     fmt = lambda v, p=3: "-" if v is None else f"{v:.{p}f}"  # noqa: E731
     # the loop's calls per episode are its turns (one engine call each); its rows are one segment each

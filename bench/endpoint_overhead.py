@@ -28,9 +28,7 @@ MAX_NEW, MAX_TOTAL = 64, 480  # the tool_use preset's budgets
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument(
-        "--episodes", type=int, default=128, help="one rank's episodes per step in the tool_use preset"
-    )
+    ap.add_argument("--episodes", type=int, default=128, help="one rank's episodes per step in the tool_use preset")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--profile", action="store_true")
     args = ap.parse_args()
@@ -46,8 +44,9 @@ def main() -> None:
 
     def loop(rep):
         backend = EngineBackend(engine, tok)
-        runner = AgentRunner(backend, tok=tok, max_parallel_agents=None, max_tokens_per_turn=MAX_NEW,
-                             max_total_tokens=MAX_TOTAL)  # fmt: skip
+        runner = AgentRunner(
+            backend, tok=tok, max_parallel_agents=None, max_tokens_per_turn=MAX_NEW, max_total_tokens=MAX_TOTAL
+        )
         return runner.run(tasks(), sample_seed=rep), backend
 
     def harness(agent):

@@ -133,9 +133,7 @@ def speed(info, shape: str, groups: int, row_tokens: list[int], reps: int, padde
     prompt, answer = (512, (128, 1024)) if info.is_cuda else (64, (16, 64))
     trajs = workload(cfg.vocab_size, groups if info.is_cuda else 2, 8, prompt, answer)
     tokens = sum(len(t.ids) for t in trajs)
-    print(
-        f"{len(trajs)} sequences, {tokens} tokens ({tokens - len(trajs) // 8 * 7 * prompt} after sharing prompts)"
-    )
+    print(f"{len(trajs)} sequences, {tokens} tokens ({tokens - len(trajs) // 8 * 7 * prompt} after sharing prompts)")
     # FLOPs per token: 6 x the parameters a token multiplies through (the input embedding is a lookup; tied, it is
     # the head). Attention's score FLOPs are left out, so MFU here is a floor.
     n_params = sum(p.numel() for p in model.parameters())
@@ -153,9 +151,7 @@ def speed(info, shape: str, groups: int, row_tokens: list[int], reps: int, padde
         settings += [(f"prefix, grouped (varlen), rows of {row}", optim, True)]
     batch = to_batch(trajs, 0, info.device)
     for name, optim, varlen in settings:
-        grouped_attention.enable(model, varlen=varlen) if varlen is not None else grouped_attention.disable(
-            model
-        )
+        grouped_attention.enable(model, varlen=varlen) if varlen is not None else grouped_attention.disable(model)
         runs = []
         try:
             for _rep in range(reps):  # the first pass warms up kernels and the allocator
@@ -213,9 +209,7 @@ def main() -> None:
 
     kernel = grouped_attention.varlen_kernel()
     sig = str(inspect.signature(kernel)) if kernel else "none"
-    print(
-        f"device {name} | torch {torch.__version__} | transformers {transformers.__version__} | world {info.world}"
-    )
+    print(f"device {name} | torch {torch.__version__} | transformers {transformers.__version__} | world {info.world}")
     print(f"varlen_attn{sig}", flush=True)
     for part in args.parts:
         t0 = time.perf_counter()

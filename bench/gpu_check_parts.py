@@ -16,15 +16,35 @@ from nanosky.train.batch import to_batch
 from nanosky.train.policy import shard_model
 from nanosky.train.update import OptimConfig, logprobs
 
-QWEN_7B = dict(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,
-               num_key_value_heads=4, vocab_size=152064, tie_word_embeddings=False)  # fmt: skip
+QWEN_7B = dict(
+    hidden_size=3584,
+    intermediate_size=18944,
+    num_hidden_layers=28,
+    num_attention_heads=28,
+    num_key_value_heads=4,
+    vocab_size=152064,
+    tie_word_embeddings=False,
+)
 SHAPES = {  # Qwen2.5 configs (no download); "7b-width" keeps 8 of the 7B's 28 layers so one GPU trains it in fp32
-    "0.5b": dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
-                 num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True),
+    "0.5b": dict(
+        hidden_size=896,
+        intermediate_size=4864,
+        num_hidden_layers=24,
+        num_attention_heads=14,
+        num_key_value_heads=2,
+        vocab_size=151936,
+        tie_word_embeddings=True,
+    ),
     "7b-width": QWEN_7B | {"num_hidden_layers": 8},
-}  # fmt: skip
-DRY = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-           vocab_size=4096)  # fmt: skip
+}
+DRY = dict(
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    vocab_size=4096,
+)
 """The CPU's dry run: the same code on a model it can afford, in place of any shape."""
 
 
@@ -43,9 +63,7 @@ def scaled_7b(info):
 
     torch.manual_seed(0)
     with torch.device(info.device):
-        model = Qwen2ForCausalLM(qwen_config(QWEN_7B, info)).to(
-            torch.bfloat16 if info.is_cuda else torch.float32
-        )
+        model = Qwen2ForCausalLM(qwen_config(QWEN_7B, info)).to(torch.bfloat16 if info.is_cuda else torch.float32)
     model.config.use_cache = False
     with torch.no_grad():
         h = model.model(input_ids=torch.randint(3, 1000, (1, 64), device=info.device)).last_hidden_state
@@ -136,9 +154,7 @@ def seven_b(info) -> None:
             batch = to_batch(trajs, 0, info.device)
             optim = OptimConfig(packing="none", micro_batch_size=len(trajs))
             try:  # forward + backward only: what one micro-batch holds (gradients included, no copies of them)
-                for _ in range(
-                    2
-                ):  # the second pass: gradients allocated, as in an update's later micro-batches
+                for _ in range(2):  # the second pass: gradients allocated, as in an update's later micro-batches
                     if info.is_cuda:
                         torch.cuda.synchronize()
                         torch.cuda.reset_peak_memory_stats()
@@ -214,16 +230,13 @@ def profile(info) -> None:
         model = Qwen2ForCausalLM(cfg)
     model.config.use_cache = False
     model = shard_model(model, info)
-    trajs = (
-        workload(cfg.vocab_size, 8, 8, 512, (128, 1024))
-        if info.is_cuda
-        else workload(4096, 2, 8, 64, (16, 64))
-    )
+    trajs = workload(cfg.vocab_size, 8, 8, 512, (128, 1024)) if info.is_cuda else workload(4096, 2, 8, 64, (16, 64))
     batch = to_batch(trajs, 0, info.device)
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if info.is_cuda else [])
-    for name, optim in (("padded", OptimConfig(packing="none", micro_batch_size=8)),
-                        ("grouped varlen, rows of 4096",
-                         OptimConfig(packing="prefix", micro_batch_tokens=8192, pack_row_tokens=4096))):  # fmt: skip
+    for name, optim in (
+        ("padded", OptimConfig(packing="none", micro_batch_size=8)),
+        ("grouped varlen, rows of 4096", OptimConfig(packing="prefix", micro_batch_tokens=8192, pack_row_tokens=4096)),
+    ):
         grouped_attention.enable(model) if optim.packing == "prefix" else grouped_attention.disable(model)
 
         def one_pass(model=model, optim=optim):

@@ -35,17 +35,20 @@ def worker(chunk: int, rows: int, tokens: int, prompt: int) -> dict:
 
     torch.manual_seed(0)
     cfg = Qwen2Config(
-        vocab_size=151936, hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=4096, tie_word_embeddings=True,
-    )  # fmt: skip
+        vocab_size=151936,
+        hidden_size=256,
+        intermediate_size=512,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=4096,
+        tie_word_embeddings=True,
+    )
     model = Qwen2ForCausalLM(cfg)
     head.install(model)
     g = torch.Generator().manual_seed(1)
     shared = torch.randint(3, cfg.vocab_size, (prompt,), generator=g).tolist()
-    seqs = [
-        shared + torch.randint(3, cfg.vocab_size, (tokens - prompt,), generator=g).tolist()
-        for _ in range(rows)
-    ]
+    seqs = [shared + torch.randint(3, cfg.vocab_size, (tokens - prompt,), generator=g).tolist() for _ in range(rows)]
     T = tokens - 1
     keep = torch.zeros(rows, T, dtype=torch.bool)
     keep[:, prompt - 1 :] = True  # the completion
@@ -84,9 +87,7 @@ def main() -> None:
             raise SystemExit(out.stderr[-3000:])
         res[name] = json.loads(out.stdout.strip().splitlines()[-1])
     n = res["plain"]["scored"]
-    print(
-        f"vocab 151936, {args.rows} rows x {args.tokens} tokens ({args.prompt} shared), {n} scored positions"
-    )
+    print(f"vocab 151936, {args.rows} rows x {args.tokens} tokens ({args.prompt} shared), {n} scored positions")
     full = n * 151936 * 4 / 2**20
     print(f"one [scored, vocab] fp32 tensor: {full:.0f} MiB")
     for name in ("plain", "chunked"):

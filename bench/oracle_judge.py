@@ -69,9 +69,7 @@ def main() -> None:
     args = ap.parse_args()
     cfg = PRESETS["demo"]()
     kinds = tuple(json.loads(cfg.env_kwargs["kinds"]))
-    print(
-        "| seed | reward from | held-out acc, step 0 → end | reward, last 5 steps | judge s/step | judge share |"
-    )
+    print("| seed | reward from | held-out acc, step 0 → end | reward, last 5 steps | judge s/step | judge share |")
     print("|---|---|---|---|---|---|")
     diffs = []
     for seed in args.seeds:
@@ -87,12 +85,12 @@ def main() -> None:
             finals[source] = acc[-1][1]
             reward = statistics.mean(v for _, v in m["train/reward_mean"][-5:])
             judge_s = statistics.median(v for _, v in m["timing/judge_s"]) if "timing/judge_s" in m else None
-            share = (
-                statistics.median(v for _, v in m["judge/step_share"]) if "judge/step_share" in m else None
+            share = statistics.median(v for _, v in m["judge/step_share"]) if "judge/step_share" in m else None
+            print(
+                f"| {seed} | {source} | {acc[0][1]:.3f} → {acc[-1][1]:.3f} | {reward:.3f} | "
+                f"{'-' if judge_s is None else f'{judge_s:.2f}'} | {'-' if share is None else f'{share:.1%}'} |",
+                flush=True,
             )
-            print(f"| {seed} | {source} | {acc[0][1]:.3f} → {acc[-1][1]:.3f} | {reward:.3f} | "
-                  f"{'-' if judge_s is None else f'{judge_s:.2f}'} | {'-' if share is None else f'{share:.1%}'} |",
-                  flush=True)  # fmt: skip
         if len(finals) == 2:
             diffs.append(abs(finals["env"] - finals["oracle judge"]))
     if diffs:

@@ -40,9 +40,7 @@ def main() -> None:
     torch.set_num_threads(1)
     trajs = workload(151936, args.groups, args.group_size, args.prompt, (128, 1024))
     batch = to_batch(trajs, 0, torch.device("cpu"))
-    print(
-        f"{len(trajs)} sequences, {sum(len(t.ids) for t in trajs)} tokens, micro-batches of 8,192 after sharing"
-    )
+    print(f"{len(trajs)} sequences, {sum(len(t.ids) for t in trajs)} tokens, micro-batches of 8,192 after sharing")
     print("| rows | packed rows / step | packing s / step | packing + dense mask s / step |")
     print("|---|---|---|---|")
     for cap in args.rows:

@@ -95,7 +95,7 @@ def main(args: Args) -> None:
             seed=args.seed + i,
             logprobs=0,
             skip_special_tokens=False,
-        )  # fmt: skip
+        )
         for i, (_, n) in enumerate(reqs)
     ]
     engine.llm.generate(prompts[:8], params[:8], use_tqdm=False)  # warm-up
@@ -112,9 +112,7 @@ def main(args: Args) -> None:
     turn_no = [k for traj in trajs for k in range(len(turns(traj)))]
     by_turn = [[i for i, k in enumerate(turn_no) if k == t] for t in range(max(turn_no) + 1)]
     turn_wall, turn_tokens = raw(by_turn)
-    min_steps = sum(
-        max(reqs[i][1] for i in ids) for ids in by_turn
-    )  # the longest turn of each call, in tokens
+    min_steps = sum(max(reqs[i][1] for i in ids) for ids in by_turn)  # the longest turn of each call, in tokens
     all_wall, all_tokens = raw([list(range(len(reqs)))])  # raw, all turns at once: no dependencies at all
     rollout.close()
     pool.shutdown()

@@ -30,9 +30,7 @@ def _rss_mib(pid: int) -> float:
 
 
 def _descendants(pid: int) -> list[int]:
-    out = subprocess.run(
-        ["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True
-    ).stdout.split()
+    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True).stdout.split()
     kids = [int(p) for p in out]
     return kids + [g for k in kids for g in _descendants(k)]
 
@@ -71,9 +69,7 @@ def run(method: str, path: str, nproc: int) -> dict:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc)]
     cmd += [__file__, "--worker", method, path, out]
     env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
-    proc = subprocess.Popen(
-        cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
-    )
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     peak_total = 0.0
 
     def sample():
@@ -99,9 +95,15 @@ def make_model(params_m: int, d: str) -> str:
 
     layers = max(2, round(params_m / 12.6))  # hidden 1024 / intermediate 2816 / GQA 16:2 ≈ 12.6M per layer
     cfg = Qwen2Config(
-        vocab_size=32000, hidden_size=1024, intermediate_size=2816, num_hidden_layers=layers,
-        num_attention_heads=16, num_key_value_heads=2, max_position_embeddings=2048, tie_word_embeddings=True,
-    )  # fmt: skip
+        vocab_size=32000,
+        hidden_size=1024,
+        intermediate_size=2816,
+        num_hidden_layers=layers,
+        num_attention_heads=16,
+        num_key_value_heads=2,
+        max_position_embeddings=2048,
+        tie_word_embeddings=True,
+    )
     torch.manual_seed(0)
     path = os.path.join(d, "model")
     Qwen2ForCausalLM(cfg).to(torch.bfloat16).save_pretrained(path)  # bf16 on disk, as Qwen ships

@@ -38,9 +38,7 @@ stages = {
     "resolved": 0,
 }
 for seed in range(args.n):
-    env = envs.make(
-        "swe", "test", seed=seed, level=args.level, test_suite="generated", max_turns=args.max_turns
-    )
+    env = envs.make("swe", "test", seed=seed, level=args.level, test_suite="generated", max_turns=args.max_turns)
     msgs, tools = env.reset(), [t.schema for t in env.tools]
     patch = env.instance["patch"].splitlines()
     added, removed = (
@@ -71,12 +69,10 @@ for seed in range(args.n):
         first.get("command") == "view" and first.get("path") == env.instance["bug"]["path"]
     )
     stages["copies the bug into old_str"] += any(
-        c.get("command") == "str_replace" and all(r in str(c.get("old_str", "")) for r in removed)
-        for c in calls
+        c.get("command") == "str_replace" and all(r in str(c.get("old_str", "")) for r in removed) for c in calls
     )
     stages["writes the fix in a new_str"] += any(
-        c.get("command") in ("str_replace", "replace_lines")
-        and all(a in str(c.get("new_str", "")) for a in added)
+        c.get("command") in ("str_replace", "replace_lines") and all(a in str(c.get("new_str", "")) for a in added)
         for c in calls
     )
     stages["an edit applied"] += applied

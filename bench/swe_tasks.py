@@ -44,23 +44,26 @@ def main() -> None:
 
     from envs.swe import mini_suite
 
-    rows = [
-        (f"train, level {lv}", [("train", s, {"level": lv}) for s in range(args.seeds)]) for lv in (1, 2, 3)
+    rows = [(f"train, level {lv}", [("train", s, {"level": lv}) for s in range(args.seeds)]) for lv in (1, 2, 3)]
+    rows += [
+        (
+            f"held-out generated, level {lv}",
+            [("test", s, {"level": lv, "test_suite": "generated"}) for s in range(args.seeds)],
+        )
+        for lv in (1, 2, 3)
     ]
-    rows += [(f"held-out generated, level {lv}",
-              [("test", s, {"level": lv, "test_suite": "generated"}) for s in range(args.seeds)]) for lv in (1, 2, 3)]  # fmt: skip
     rows += [("swe_mini (test split)", [("test", s, {}) for s in range(len(mini_suite()))])]
-    print(
-        "| instances | n | expert resolves | empty patch resolves | expert turns | s / expert episode | grading s |"
-    )
+    print("| instances | n | expert resolves | empty patch resolves | expert turns | s / expert episode | grading s |")
     print("|---|---|---|---|---|---|---|")
     with Pool(args.workers) as pool:
         for name, jobs in rows:
             res = pool.map(episode, jobs)
             n = len(res)
-            print(f"| {name} | {n} | {sum(r[0] for r in res) / n:.0%} | {sum(r[1] for r in res) / n:.0%} | "
-                  f"{sum(r[2] for r in res) / n:.1f} | {sum(r[3] for r in res) / n:.2f} | {sum(r[4] for r in res) / n:.2f} |",
-                  flush=True)  # fmt: skip
+            print(
+                f"| {name} | {n} | {sum(r[0] for r in res) / n:.0%} | {sum(r[1] for r in res) / n:.0%} | "
+                f"{sum(r[2] for r in res) / n:.1f} | {sum(r[3] for r in res) / n:.2f} | {sum(r[4] for r in res) / n:.2f} |",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

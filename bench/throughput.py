@@ -23,9 +23,7 @@ def run(script: list[str]) -> dict[str, float]:
         sys.exit(f"{' '.join(script)} failed:\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}")
     out = {}
     for line in r.stdout.splitlines():
-        if m := re.match(r"^(step_s)=([\d.]+)$", line) or re.match(
-            r"^(\S+(?: \([^)]*\))?)\s+([\d.]+)$", line
-        ):
+        if m := re.match(r"^(step_s)=([\d.]+)$", line) or re.match(r"^(\S+(?: \([^)]*\))?)\s+([\d.]+)$", line):
             out[m.group(1).split(" ")[0]] = float(m.group(2))
     return out
 

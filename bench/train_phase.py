@@ -29,19 +29,11 @@ def turn_rows(tok, episodes: int, group: int = 8, seed: int = 0) -> list[tuple[l
     """(prompt ids, action ids) for every turn of `episodes` episodes, `group` per task."""
     rng, rows = random.Random(seed), []
     for e in range(episodes):
-        env = envs.make(
-            "alfworld_lite", split="train", seed=e // group, show_actions=True, n_receptacles=[3, 5]
-        )
+        env = envs.make("alfworld_lite", split="train", seed=e // group, show_actions=True, n_receptacles=[3, 5])
         msgs = env.reset()
         for _ in range(env.max_turns):
             r = rng.random()  # the start model's mix: ~40 % of its commands are not admissible
-            a = (
-                env.expert_action()
-                if r < 0.3
-                else rng.choice(env.available_actions())
-                if r < 0.6
-                else "go to shelf 7"
-            )
+            a = env.expert_action() if r < 0.3 else rng.choice(env.available_actions()) if r < 0.6 else "go to shelf 7"
             rows.append(
                 (
                     prompt_ids(tok, window(msgs, 2)),
@@ -76,9 +68,7 @@ def train_phase(model, rows, budget: int, row_tokens: int, keep_only: bool) -> t
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument(
-        "--episodes", type=int, default=32, help="one rank's episodes (4 tasks x 8 in the preset)"
-    )
+    ap.add_argument("--episodes", type=int, default=32, help="one rank's episodes (4 tasks x 8 in the preset)")
     ap.add_argument("--budgets", type=int, nargs="+", default=[4096, 1024, 768])
     ap.add_argument("--row-tokens", type=int, default=1024, help="--optim.pack-row-tokens (its default)")
     args = ap.parse_args()

@@ -82,16 +82,12 @@ def math_reward(completions, answer, **kwargs) -> list[float]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=6)
-    ap.add_argument(
-        "--vllm", action="store_true", help="use_vllm=True, vllm_mode='colocate' (expected to fail on CPU)"
-    )
+    ap.add_argument("--vllm", action="store_true", help="use_vllm=True, vllm_mode='colocate' (expected to fail on CPU)")
     ap.add_argument("--shape", choices=sorted(SYSTEM), default="math")
     args = ap.parse_args()
     world = int(os.environ.get("WORLD_SIZE", 1))
     if (PROMPTS * GROUP) % (MICRO * 2 * world):
-        sys.exit(
-            f"world size {world}: {PROMPTS}x{GROUP} completions do not split into 2 micro-batches of {MICRO}"
-        )
+        sys.exit(f"world size {world}: {PROMPTS}x{GROUP} completions do not split into 2 micro-batches of {MICRO}")
     # Like nanosky.dist: ranks share the cores, one intra-op thread each or they fight over them.
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(os.environ.get("LOCAL_WORLD_SIZE", world))))
 

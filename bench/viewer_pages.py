@@ -28,9 +28,7 @@ def main() -> None:
         for run in args.runs:
             out = os.path.join(run, "view.html")
             t0 = time.perf_counter()
-            subprocess.run(
-                [sys.executable, "-m", "nanosky.view", run, "--out", out], check=True, capture_output=True
-            )
+            subprocess.run([sys.executable, "-m", "nanosky.view", run, "--out", out], check=True, capture_output=True)
             write_s = time.perf_counter() - t0
             render_s = open_page(d, out)
             name = os.path.basename(os.path.normpath(run))

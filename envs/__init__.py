@@ -34,9 +34,7 @@ def register_env(name: str):
     def deco(factory):
         own = f"{getattr(factory, '__module__', '')}:{getattr(factory, '__qualname__', '')}"
         if name in _BUILTIN and own != _BUILTIN[name]:  # (env workers register the built-in itself again)
-            log.warning(
-                "env %r: the built-in (%s) is replaced by %s", name, _BUILTIN[name], factory.__qualname__
-            )
+            log.warning("env %r: the built-in (%s) is replaced by %s", name, _BUILTIN[name], factory.__qualname__)
         _REGISTRY[name] = factory
         return factory
 

@@ -147,9 +147,7 @@ class AlfWorldEnv(Env):
 
     def step(self, action: str) -> StepResult:
         if self.done:
-            return StepResult(
-                [], 0.0, True, {"success": self.won, "won": self.won, "error": "episode is over"}
-            )
+            return StepResult([], 0.0, True, {"success": self.won, "won": self.won, "error": "episode is over"})
         self.steps += 1
         feedback = self._execute(normalize(extract_action(action if isinstance(action, str) else "")))
         self.won = self._goal_met()
@@ -172,9 +170,7 @@ class AlfWorldEnv(Env):
         if self.won or info["truncated"]:
             self.done = True
             return StepResult([], reward, True, info)
-        return StepResult(
-            [{"role": "user", "content": self._observe(info["observation"])}], reward, False, info
-        )
+        return StepResult([{"role": "user", "content": self._observe(info["observation"])}], reward, False, info)
 
     def _observe(self, text: str) -> str:
         """An observation, ending with the admissible actions when `show_actions` is on (text only: the rules and
@@ -268,15 +264,13 @@ class AlfWorldEnv(Env):
         return None
 
     def _do_inventory(self) -> str:
-        return (
-            f"You are carrying: {_listing(self.inventory)}."
-            if self.inventory
-            else "You are not carrying anything."
-        )
+        return f"You are carrying: {_listing(self.inventory)}." if self.inventory else "You are not carrying anything."
 
     def _do_look(self) -> str:
         if self.location is None:
-            return f"You are in the middle of a room. Looking quickly around you, you see {_listing(list(self.contents))}."
+            return (
+                f"You are in the middle of a room. Looking quickly around you, you see {_listing(list(self.contents))}."
+            )
         return f"You are facing the {self.location}. Next to it, you see nothing."
 
     # ------------------------------------------------------------------------------------------------ goal
@@ -366,19 +360,13 @@ class AlfWorldEnv(Env):
             *_, obj, r = min(seen)  # prefer one right here, then the first in the listing
             return self._expert_approach(r) or f"take {obj} from {r}"
         if t.target is None:
-            lamp_at = next(
-                (r for r in self.contents if r in self.observed and LAMP in self.contents[r]), None
-            )
+            lamp_at = next((r for r in self.contents if r in self.observed and LAMP in self.contents[r]), None)
             if lamp_at is None:  # lamps stand on open surfaces: no need to look inside anything
                 return self._expert_explore(surfaces_only=True)
             return self._expert_approach(lamp_at) or f"use {LAMP}"
         if t.state is not None and t.state not in self.states.get(held, ()):
             appliance = next(r for r in self.contents if kind(r) == APPLIANCE[t.type])
-            return (
-                f"go to {appliance}"
-                if loc != appliance
-                else f"{VERB[kind(appliance)]} {held} with {appliance}"
-            )
+            return f"go to {appliance}" if loc != appliance else f"{VERB[kind(appliance)]} {held} with {appliance}"
         target = next(r for r in self.contents if kind(r) == t.target)
         return self._expert_approach(target) or f"move {held} to {target}"
 

@@ -111,10 +111,10 @@ def _gen_arith(rng: random.Random, level: int) -> Problem:
 
 # ---------------------------------------------------------------------------------------------- word problems
 
-_NAMES = ("Ann", "Ben", "Cal", "Dan", "Eva", "Fay", "Gus", "Ivy", "Jon", "Kim",
-          "Leo", "Mia", "Ned", "Ola", "Pam", "Raj", "Sam", "Tom", "Uma", "Zoe")  # fmt: skip
-_ITEMS = ("apples", "pens", "stickers", "marbles", "cards", "books", "coins", "eggs",
-          "shells", "stamps", "cookies", "balls", "rocks", "beads", "toys", "plums")  # fmt: skip
+_NAMES = tuple("Ann Ben Cal Dan Eva Fay Gus Ivy Jon Kim Leo Mia Ned Ola Pam Raj Sam Tom Uma Zoe".split())
+_ITEMS = tuple(
+    "apples pens stickers marbles cards books coins eggs shells stamps cookies balls rocks beads toys plums".split()
+)
 _MAX_VALUE = 99  # every intermediate count stays below 100 so each step is easy
 
 
@@ -122,9 +122,7 @@ def _change(rng: random.Random, name: str, friend: str, cur: int) -> tuple[str, 
     """One add/subtract sentence applied to `cur`: (sentence, new value), or None if it would go below 1."""
     b = rng.randint(2, 20)
     if rng.random() < 0.5:
-        text = rng.choice(
-            (f"{name} buys {b} more.", f"{name} finds {b} more.", f"{friend} gives {name} {b} more.")
-        )
+        text = rng.choice((f"{name} buys {b} more.", f"{name} finds {b} more.", f"{friend} gives {name} {b} more."))
         return text, cur + b
     if b >= cur:
         return None
@@ -193,8 +191,24 @@ def _gen_word(rng: random.Random, level: int) -> Problem:
 # ---------------------------------------------------------------------------------------------- logic
 
 # Nonsense nouns (singular; plural adds "s"), all starting with a consonant so the article is always "a".
-_BLIPS = ("blip", "zork", "grib", "plonk", "wug", "fep", "tov", "quim", "snarg", "blik", "morp", "teem",
-          "voop", "jun", "krell", "norp")  # fmt: skip
+_BLIPS = (
+    "blip",
+    "zork",
+    "grib",
+    "plonk",
+    "wug",
+    "fep",
+    "tov",
+    "quim",
+    "snarg",
+    "blik",
+    "morp",
+    "teem",
+    "voop",
+    "jun",
+    "krell",
+    "norp",
+)
 
 
 def _gen_logic(rng: random.Random, level: int) -> Problem:
@@ -203,12 +217,8 @@ def _gen_logic(rng: random.Random, level: int) -> Problem:
             a, b = rng.sample(range(1, 100), 2)
             big, small = max(a, b), min(a, b)
             if rng.random() < 0.5:
-                return Problem(
-                    f"Which is larger, {a} or {b}?", str(big), "logic", 1, (f"{big} > {small}, so {big}",)
-                )
-            return Problem(
-                f"Which is smaller, {a} or {b}?", str(small), "logic", 1, (f"{small} < {big}, so {small}",)
-            )
+                return Problem(f"Which is larger, {a} or {b}?", str(big), "logic", 1, (f"{big} > {small}, so {big}",))
+            return Problem(f"Which is smaller, {a} or {b}?", str(small), "logic", 1, (f"{small} < {big}, so {small}",))
         n = rng.randint(10, 999)  # even / odd, via the last digit
         parity = "even" if n % 2 == 0 else "odd"
         steps = (f"the last digit of {n} is {n % 10}", f"{n % 10} is {parity}")
@@ -245,13 +255,9 @@ def _gen_logic(rng: random.Random, level: int) -> Problem:
         hi, md, lo = sorted(nums, reverse=True)
         if rng.random() < 0.5:
             steps = (f"{hi} > {md}", f"{hi} > {lo}, so {hi}")
-            return Problem(
-                f"Which is the largest of {nums[0]}, {nums[1]} and {nums[2]}?", str(hi), "logic", 3, steps
-            )
+            return Problem(f"Which is the largest of {nums[0]}, {nums[1]} and {nums[2]}?", str(hi), "logic", 3, steps)
         steps = (f"{lo} < {md}", f"{lo} < {hi}, so {lo}")
-        return Problem(
-            f"Which is the smallest of {nums[0]}, {nums[1]} and {nums[2]}?", str(lo), "logic", 3, steps
-        )
+        return Problem(f"Which is the smallest of {nums[0]}, {nums[1]} and {nums[2]}?", str(lo), "logic", 3, steps)
     raise ValueError(f"logic level must be 1..3, got {level}")
 
 
@@ -441,9 +447,7 @@ class TextMathEnv(Env):
 
     def step(self, action: str) -> StepResult:
         reward, info = score(action, self.problem.answer)
-        return StepResult(
-            observations=[], reward=reward, done=True, info={**info, "answer": self.problem.answer}
-        )
+        return StepResult(observations=[], reward=reward, done=True, info={**info, "answer": self.problem.answer})
 
 
 @functools.lru_cache(maxsize=8)

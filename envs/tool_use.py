@@ -177,9 +177,7 @@ def _gen_python(rng: random.Random, split: str) -> Question:
         m, a = r(7, 97), r(100, 900)
         b = a + r(5, 60)
         code, out = f"print(max(x % {m} for x in range({a}, {b})))", max(x % m for x in range(a, b))
-    return Question(
-        f"What does this Python code print? {code}", str(out), "python", (("python_exec", {"code": code}),)
-    )
+    return Question(f"What does this Python code print? {code}", str(out), "python", (("python_exec", {"code": code}),))
 
 
 def _pick_page(rng: random.Random, split: str, kinds: tuple[str, ...] = tuple(_WIKI_QUESTIONS)) -> Page:
@@ -191,9 +189,7 @@ def _pick_page(rng: random.Random, split: str, kinds: tuple[str, ...] = tuple(_W
 
 @functools.lru_cache(maxsize=32)
 def _entity_pool(split: str, kinds: tuple[str, ...]) -> list[Page]:
-    return [
-        p for p in pages().values() if p.kind in kinds and (split == "test" or not is_test_entity(p.title))
-    ]
+    return [p for p in pages().values() if p.kind in kinds and (split == "test" or not is_test_entity(p.title))]
 
 
 _GENERATORS = {
@@ -341,9 +337,7 @@ class ToolUseEnv(Env):
         """Each of the task's gold (expert) calls as the model would write it, with its results (the tools run)."""
         table = {t.name: t for t in self.tools}
         texts = [format_tool_call(name, args) for name, args in self.task.calls]
-        return [
-            (t, [run_tool_call(c, table, self.tool_timeout_s) for c in parse_tool_calls(t)]) for t in texts
-        ]
+        return [(t, [run_tool_call(c, table, self.tool_timeout_s) for c in parse_tool_calls(t)]) for t in texts]
 
     def gold_outputs(self) -> set[str]:
         """The stripped outputs of the task's gold calls (cached per env: they run once)."""

@@ -62,9 +62,7 @@ def extract_final(text: str) -> tuple[str | None, float | None]:
     from envs.text_math import extract_answer
 
     ans = extract_answer(text)
-    if ans is None and (
-        m := re.findall(r"^\s*\**answer\**\s*:\s*(.+)$", text, flags=re.IGNORECASE | re.MULTILINE)
-    ):
+    if ans is None and (m := re.findall(r"^\s*\**answer\**\s*:\s*(.+)$", text, flags=re.IGNORECASE | re.MULTILINE)):
         ans = m[-1].strip()
     conf = None
     m = re.findall(r"<confidence>\s*([\d.]+)\s*%?\s*</confidence>", text) or re.findall(
@@ -142,8 +140,10 @@ def calibration_error(confidence: list[float], correct: list[bool], bin_size: in
 
 def judge_answer(client, question: str, answer: str, response: str) -> bool:
     """Ask a judge model whether `response` gives `answer`; any failure counts as "no"."""
-    prompt = (f"Question: {question}\nCorrect answer: {answer}\nResponse: {response}\n"
-              "Does the response's final answer mean the same as the correct answer? Reply with yes or no.")  # fmt: skip
+    prompt = (
+        f"Question: {question}\nCorrect answer: {answer}\nResponse: {response}\n"
+        "Does the response's final answer mean the same as the correct answer? Reply with yes or no."
+    )
     try:
         text = client.chat([{"role": "user", "content": prompt}], max_tokens=8, temperature=0.0)
     except Exception:  # noqa: BLE001
@@ -169,8 +169,7 @@ def load_rows(spec: str | None, limit: int | None = None) -> tuple[list[dict], l
             bad.append(common.bad_row(r, f"answer_type {r['answer_type']!r} not in {ANSWER_TYPES}"))
         else:
             rows.append(
-                {k: r[k] for k in ("id", "question", "answer", "answer_type")}
-                | {"category": r.get("category")}
+                {k: r[k] for k in ("id", "question", "answer", "answer_type")} | {"category": r.get("category")}
             )
     return common.take(rows, limit), bad
 
@@ -180,8 +179,15 @@ class AgentQAEnv(Env):
 
     name = "agent_qa"
 
-    def __init__(self, row: dict, max_turns: int = 6, tools: tuple[str, ...] = ("search", "wiki", "python_exec"),
-                 ask_confidence: bool = False, tool_timeout_s: float = 10.0, max_calls_per_turn: int = 4):  # fmt: skip
+    def __init__(
+        self,
+        row: dict,
+        max_turns: int = 6,
+        tools: tuple[str, ...] = ("search", "wiki", "python_exec"),
+        ask_confidence: bool = False,
+        tool_timeout_s: float = 10.0,
+        max_calls_per_turn: int = 4,
+    ):
         self.row, self.max_turns, self.tool_timeout_s = row, max_turns, tool_timeout_s
         self.max_calls_per_turn = max_calls_per_turn
         self.tools = [get_tool(n) for n in tools]
@@ -204,9 +210,7 @@ class AgentQAEnv(Env):
     def _step(self, action: str) -> StepResult:
         self.turn += 1
         last = self.turn >= self.max_turns
-        if calls := parse_tool_calls(
-            action
-        ):  # tool calls win over an answer in the same turn (it was a guess)
+        if calls := parse_tool_calls(action):  # tool calls win over an answer in the same turn (it was a guess)
             table = {t.name: t for t in self.tools}
             results = [run_tool_call(c, table, self.tool_timeout_s) for c in calls[: self.max_calls_per_turn]]
             self.n_calls += len(results)
@@ -236,9 +240,7 @@ def evaluate(
 
     t0 = time.time()
     envs = [
-        AgentQAEnv(r, cfg.max_steps, tuple(cfg.tools), cfg.ask_confidence)
-        for r in rows
-        for _ in range(cfg.n_samples)
+        AgentQAEnv(r, cfg.max_steps, tuple(cfg.tools), cfg.ask_confidence) for r in rows for _ in range(cfg.n_samples)
     ]
     trajs = rollout(model, tok, envs, cfg, desc="agent")
     judge = OpenAIBackend(cfg.judge_base_url, cfg.judge_model) if cfg.judge_base_url else None
@@ -252,8 +254,19 @@ def evaluate(
         correct.setdefault(row["id"], []).append(ok)
         if conf is not None:
             confs.append((conf, ok))
-        records.append(common.record(row["id"], s, t, correct=ok, pred=pred, answer=row["answer"],
-                                     answer_type=row["answer_type"], confidence=conf, judged=judged))  # fmt: skip
+        records.append(
+            common.record(
+                row["id"],
+                s,
+                t,
+                correct=ok,
+                pred=pred,
+                answer=row["answer"],
+                answer_type=row["answer_type"],
+                confidence=conf,
+                judged=judged,
+            )
+        )
     pm = common.pass_metrics(correct)
     acc = pm.pop(f"mean@{cfg.n_samples}", 0.0)
     extra: dict[str, Any] = {"accuracy": acc, **pm}
@@ -274,9 +287,7 @@ def evaluate_env(model, tok, cfg: AgentEvalConfig) -> tuple[dict, list[dict]]:
 
     t0, n = time.time(), cfg.limit or 100
     kwargs = json.loads(cfg.env_kwargs)
-    episodes = [
-        envs.make(cfg.env, split="test", seed=i, **kwargs) for i in range(n) for _ in range(cfg.n_samples)
-    ]
+    episodes = [envs.make(cfg.env, split="test", seed=i, **kwargs) for i in range(n) for _ in range(cfg.n_samples)]
     trajs = rollout(model, tok, episodes, cfg, desc=cfg.env)
     if (
         scorer := envs.group_scorer(cfg.env, "test", **kwargs)
@@ -294,9 +305,7 @@ def evaluate_env(model, tok, cfg: AgentEvalConfig) -> tuple[dict, list[dict]]:
         records.append(common.record(i, s, t, correct=bool(t.success), reward=t.reward))
     pm = common.pass_metrics(correct)
     acc = pm.pop(f"mean@{cfg.n_samples}", 0.0)
-    report = common.finish_report(
-        f"agent/{cfg.env}", records, [], time.time() - t0, "accuracy", accuracy=acc, **pm
-    )
+    report = common.finish_report(f"agent/{cfg.env}", records, [], time.time() - t0, "accuracy", accuracy=acc, **pm)
     return report, records
 
 

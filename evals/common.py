@@ -87,9 +87,7 @@ class BaseEvalConfig:
         if self.ckpt and self.base_url:
             raise ValueError("give either --ckpt or --base-url, not both")
         if self.agent and self.base_url:
-            raise ValueError(
-                "--agent needs --ckpt: the endpoint serves the checkpoint from the in-process engine"
-            )
+            raise ValueError("--agent needs --ckpt: the endpoint serves the checkpoint from the in-process engine")
         if self.constrain_actions and self.base_url:
             raise ValueError("--constrain-actions needs --ckpt (the in-process engine's structured outputs)")
         if self.limit is not None and self.limit < 1:
@@ -109,9 +107,7 @@ class BaseEvalConfig:
         if self.history_window is not None and self.history_window < 1:
             raise ValueError(f"history_window must be >= 1, got {self.history_window}")
         if self.n_samples > 1 and self.temperature == 0.0:
-            raise ValueError(
-                "n_samples > 1 with temperature 0 draws the same sample n times; set --temperature"
-            )
+            raise ValueError("n_samples > 1 with temperature 0 draws the same sample n times; set --temperature")
 
 
 # ---------------------------------------------------------------------------------------------- data
@@ -138,8 +134,12 @@ def read_jsonl(path: str | Path) -> tuple[list[dict], list[dict]]:
 
 def bad_row(row: dict, error: str, id_key: str = "id") -> dict:
     """A skipped example as reported in the JSONL and report.json."""
-    return {"id": row.get(id_key) if isinstance(row, dict) else None, "line": row.get("_line"), "error": error,
-            "skipped": True}  # fmt: skip
+    return {
+        "id": row.get(id_key) if isinstance(row, dict) else None,
+        "line": row.get("_line"),
+        "error": error,
+        "skipped": True,
+    }
 
 
 def take(items: list, limit: int | None) -> list:
@@ -187,12 +187,17 @@ def record(example_id: Any, sample: int, traj, **grading: Any) -> dict:
     d = traj.to_json(with_ids=False)
     d.pop("env_seed", None)
     d.pop("group", None)
-    return {"id": example_id, "sample": sample, **grading, "prompt_tokens": prompt_tokens,
-            "completion_tokens": completion_tokens, **d}  # fmt: skip
+    return {
+        "id": example_id,
+        "sample": sample,
+        **grading,
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        **d,
+    }
 
 
-def finish_report(name: str, records: list[dict], bad: list[dict], wall_s: float, headline: str,
-                  **extra: Any) -> dict:  # fmt: skip
+def finish_report(name: str, records: list[dict], bad: list[dict], wall_s: float, headline: str, **extra: Any) -> dict:
     """The numbers every eval reports, from its graded records; `headline` names the main metric in `extra`."""
     recs = [r for r in records if not r.get("skipped")]
     n = max(len(recs), 1)
@@ -218,11 +223,7 @@ def finish_report(name: str, records: list[dict], bad: list[dict], wall_s: float
 
 def metrics(report: dict, prefix: str) -> dict[str, float]:
     """The report's scalar numbers as TensorBoard tags, e.g. {"eval/math/accuracy": 0.4, ...}."""
-    return {
-        f"{prefix}/{k}": float(v)
-        for k, v in report.items()
-        if isinstance(v, (int, float)) and k != "n_skipped"
-    }
+    return {f"{prefix}/{k}": float(v) for k, v in report.items() if isinstance(v, (int, float)) and k != "n_skipped"}
 
 
 # ---------------------------------------------------------------------------------------------- output

@@ -72,9 +72,7 @@ def evaluate(model, tok, cfg: JudgedEvalConfig) -> tuple[dict, list[dict]]:
     """(report, records): the env's first `limit` test episodes, played and judged."""
     t0, n = time.time(), cfg.limit or 100
     kwargs = json.loads(cfg.env_kwargs)
-    episodes = [
-        envs.make(cfg.env, split="test", seed=i, **kwargs) for i in range(n) for _ in range(cfg.n_samples)
-    ]
+    episodes = [envs.make(cfg.env, split="test", seed=i, **kwargs) for i in range(n) for _ in range(cfg.n_samples)]
     trajs = models.rollout(model, tok, episodes, cfg, desc=f"{cfg.env} (judged)")
     for j, t in enumerate(trajs):
         t.env_seed = j // cfg.n_samples  # the judge's groups: the samples of one episode
@@ -84,8 +82,18 @@ def evaluate(model, tok, cfg: JudgedEvalConfig) -> tuple[dict, list[dict]]:
     for j, t in enumerate(trajs):
         i, s = divmod(j, cfg.n_samples)
         judge = t.info.get("judge", {})
-        records.append(common.record(i, s, t, score=judge.get("score"), explanation=judge.get("explanation"),
-                                     judge_error=judge.get("error"), correct=t.success, reward=t.reward))  # fmt: skip
+        records.append(
+            common.record(
+                i,
+                s,
+                t,
+                score=judge.get("score"),
+                explanation=judge.get("explanation"),
+                judge_error=judge.get("error"),
+                correct=t.success,
+                reward=t.reward,
+            )
+        )
     extra = {
         "score": total / scored if scored else float("nan"),
         "judge_errors": int(masked),

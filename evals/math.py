@@ -60,9 +60,7 @@ def extract_answer(text: str) -> str | None:
         return a
     if m := re.findall(r"####\s*([^\n]+)", text):
         return m[-1].strip()
-    if m := re.findall(
-        r"answer is[:\s]*\$?([^\n$]+?)\$?\s*(?:\.\s|\.?$)", text, flags=re.IGNORECASE | re.MULTILINE
-    ):
+    if m := re.findall(r"answer is[:\s]*\$?([^\n$]+?)\$?\s*(?:\.\s|\.?$)", text, flags=re.IGNORECASE | re.MULTILINE):
         return m[-1].strip()
     if m := re.findall(_NUM, text):
         return m[-1].rstrip(".")
@@ -95,8 +93,21 @@ def _strip_latex(s: str) -> str:
     s = re.sub(r"\\[dt]frac", r"\\frac", s)
     s = re.sub(r"\\frac(\d)(\d)", r"\\frac{\1}{\2}", s)  # \frac12
     s = re.sub(r"\\sqrt(\w)", r"\\sqrt{\1}", s)
-    for junk in ("\\left", "\\right", "\\!", "\\,", "\\;", "\\:", "\\ ", "\\$", "^\\circ", "^{\\circ}", "\\%", "%",
-                 "\\displaystyle"):  # fmt: skip
+    for junk in (
+        "\\left",
+        "\\right",
+        "\\!",
+        "\\,",
+        "\\;",
+        "\\:",
+        "\\ ",
+        "\\$",
+        "^\\circ",
+        "^{\\circ}",
+        "\\%",
+        "%",
+        "\\displaystyle",
+    ):
         s = s.replace(junk, "")
     s = re.sub(r"^[a-zA-Z]\s*=\s*", "", s)  # "x = 5" -> "5"
     s = re.sub(r"\s+", "", s).rstrip(".")
@@ -160,9 +171,7 @@ def dataset_file(spec: str) -> bool:
     return bool(first) and "prompt" in first[0]
 
 
-def load_dataset_rows(
-    spec: str, limit: int | None, prompt_key=None, answer_key=None
-) -> tuple[list[dict], list]:
+def load_dataset_rows(spec: str, limit: int | None, prompt_key=None, answer_key=None) -> tuple[list[dict], list]:
     """Every row of a file `--env dataset` reads, as eval rows with their chat prompt and math-verify gold."""
     from envs.ecosystem.mathreward import gold_answer
     from envs.ecosystem.rows import DataError, read_rows, to_task
@@ -173,16 +182,22 @@ def load_dataset_rows(
             task = to_task(raw, prompt_key, answer_key)
             if task.answer is None:
                 raise DataError("no answer column")
-            rows.append({"id": f"{Path(spec).stem}/{i}", "messages": task.prompt, "question": task.prompt[-1]["content"],
-                         "answer": gold_answer(task.answer), "source": task.source, "reward": "math-verify"})  # fmt: skip
+            rows.append(
+                {
+                    "id": f"{Path(spec).stem}/{i}",
+                    "messages": task.prompt,
+                    "question": task.prompt[-1]["content"],
+                    "answer": gold_answer(task.answer),
+                    "source": task.source,
+                    "reward": "math-verify",
+                }
+            )
         except DataError as e:
             bad.append(common.bad_row({"_line": i}, str(e)))
     return common.take(rows, limit), bad
 
 
-def load_rows(
-    spec: str | None, limit: int | None = None, prompt_key=None, answer_key=None
-) -> tuple[list, list]:
+def load_rows(spec: str | None, limit: int | None = None, prompt_key=None, answer_key=None) -> tuple[list, list]:
     """(rows {"id", "question", "answer", "source"}, bad rows). `spec`: a shipped name or a JSONL path; a file in
     `--env dataset`'s layouts keeps its chat prompt and is scored with math-verify, as in training."""
     spec = spec or "text_math"
@@ -191,8 +206,10 @@ def load_rows(
     if spec == "text_math":
         from envs.text_math import test_problems
 
-        rows = [{"id": f"text_math/{i}", "question": p.question, "answer": p.answer, "source": "text_math"}
-                for i, p in enumerate(test_problems())]  # fmt: skip
+        rows = [
+            {"id": f"text_math/{i}", "question": p.question, "answer": p.answer, "source": "text_math"}
+            for i, p in enumerate(test_problems())
+        ]
         return common.take(rows, limit), []
     path = SHIPPED.get(spec) or Path(spec)
     raw, bad = common.read_jsonl(path)
@@ -203,8 +220,14 @@ def load_rows(
             if not question:
                 raise ValueError("no 'question' or 'problem'")
             source = "math" if "problem" in r else "gsm8k" if "####" in str(r.get("answer", "")) else "qa"
-            rows.append({"id": r.get("id", f"{Path(path).stem}/{r['_line']}"), "question": question,
-                         "answer": gold_answer(r), "source": source})  # fmt: skip
+            rows.append(
+                {
+                    "id": r.get("id", f"{Path(path).stem}/{r['_line']}"),
+                    "question": question,
+                    "answer": gold_answer(r),
+                    "source": source,
+                }
+            )
         except (KeyError, ValueError, TypeError) as e:
             bad.append(common.bad_row(r, f"{type(e).__name__}: {e}"))
     return common.take(rows, limit), bad
@@ -247,9 +270,7 @@ def evaluate(
 
     t0 = time.time()
     envs = [
-        MathQAEnv(r["question"], r["answer"], messages=r.get("messages"))
-        for r in rows
-        for _ in range(cfg.n_samples)
+        MathQAEnv(r["question"], r["answer"], messages=r.get("messages")) for r in rows for _ in range(cfg.n_samples)
     ]
     trajs = rollout(model, tok, envs, cfg, desc="math")
     records, correct = [], {}
@@ -257,16 +278,28 @@ def evaluate(
         row, s = rows[j // cfg.n_samples], j % cfg.n_samples
         ok = bool(t.info.get("success", False))
         correct.setdefault(row["id"], []).append(ok)
-        records.append(common.record(row["id"], s, t, correct=ok, pred=t.info.get("pred"), answer=row["answer"],
-                                     source=row["source"]))  # fmt: skip
+        records.append(
+            common.record(
+                row["id"], s, t, correct=ok, pred=t.info.get("pred"), answer=row["answer"], source=row["source"]
+            )
+        )
     pm = common.pass_metrics(correct)
     acc = pm.pop(f"mean@{cfg.n_samples}", 0.0)
     by_source = {}
     for src in sorted({r["source"] for r in rows}):
         rs = [r for r in records if r["source"] == src]
         by_source[src] = sum(r["correct"] for r in rs) / max(len(rs), 1)
-    report = common.finish_report("math", records, bad or [], time.time() - t0, "accuracy", accuracy=acc,
-                                  **{f"mean@{cfg.n_samples}": acc}, **pm, accuracy_by_source=by_source)  # fmt: skip
+    report = common.finish_report(
+        "math",
+        records,
+        bad or [],
+        time.time() - t0,
+        "accuracy",
+        accuracy=acc,
+        **{f"mean@{cfg.n_samples}": acc},
+        **pm,
+        accuracy_by_source=by_source,
+    )
     return report, records
 
 

@@ -44,18 +44,14 @@ def rollout(model, tok, envs: list[Env], cfg: BaseEvalConfig, desc: str = "eval"
         return runner.run(tasks, sample_seed=cfg.seed)
 
 
-def external_rollout(
-    model: EngineBackend, tok, tasks: list[EnvTask], cfg: BaseEvalConfig, bar
-) -> list[Trajectory]:
+def external_rollout(model: EngineBackend, tok, tasks: list[EnvTask], cfg: BaseEvalConfig, bar) -> list[Trajectory]:
     """`--agent MODULE:FN`: every episode played by the user's agent against the endpoint over `model`'s engine,
     sampled with the eval's temperature and budgets."""
     from nanosky.endpoint.harness import Harness
     from nanosky.endpoint.server import Sampling
 
     sampling = Sampling(cfg.temperature, 1.0, cfg.max_new_tokens, cfg.max_model_len)
-    harness = Harness(
-        model, tok, sampling, cfg.agent, timeout_s=cfg.agent_timeout_s, concurrency=cfg.agent_concurrency
-    )
+    harness = Harness(model, tok, sampling, cfg.agent, timeout_s=cfg.agent_timeout_s, concurrency=cfg.agent_concurrency)
     harness.on_episode_done = lambda _: bar.update(1)
     try:
         return harness.run(tasks, seeds=list(range(len(tasks))), sample_seed=cfg.seed)
@@ -80,9 +76,7 @@ def open_model(cfg: BaseEvalConfig, log_path: str | None = None) -> tuple[Any, A
         except Exception as e:  # noqa: BLE001 - a dead URL is a usage error, not a traceback
             raise SystemExit(f"--base-url {cfg.base_url}: {e}") from None
     if not cfg.ckpt:
-        raise SystemExit(
-            "give the model: --ckpt PATH (HF checkpoint dir) or --base-url URL (OpenAI-compatible)"
-        )
+        raise SystemExit("give the model: --ckpt PATH (HF checkpoint dir) or --base-url URL (OpenAI-compatible)")
     from nanosky.bundled import resolve_model_path
     from nanosky.train.checkpointer import find_export
 
@@ -97,9 +91,7 @@ def open_model(cfg: BaseEvalConfig, log_path: str | None = None) -> tuple[Any, A
 
     info = dist.init_distributed()
     engine_cfg = EngineConfig(max_model_len=cfg.max_model_len, seed=cfg.seed)
-    engine = Engine(
-        engine_cfg, cfg.ckpt, info, log_path=log_path
-    )  # vLLM's lines: to the file, as in training
+    engine = Engine(engine_cfg, cfg.ckpt, info, log_path=log_path)  # vLLM's lines: to the file, as in training
     tok = AutoTokenizer.from_pretrained(cfg.ckpt)
     return EngineBackend(engine, tok), tok, cfg.ckpt
 

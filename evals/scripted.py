@@ -52,12 +52,18 @@ class ScriptedServer:
                 server.requests.append(body)
                 text = server.reply(body["messages"])
                 n_prompt = sum(len(str(m.get("content", "")).split()) for m in body["messages"])
-                self._send(200, {
-                    "id": "chatcmpl-scripted", "object": "chat.completion", "model": server.model,
-                    "choices": [{"index": 0, "finish_reason": "stop",
-                                 "message": {"role": "assistant", "content": text}}],
-                    "usage": {"prompt_tokens": n_prompt, "completion_tokens": len(text.split())},
-                })  # fmt: skip
+                self._send(
+                    200,
+                    {
+                        "id": "chatcmpl-scripted",
+                        "object": "chat.completion",
+                        "model": server.model,
+                        "choices": [
+                            {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}
+                        ],
+                        "usage": {"prompt_tokens": n_prompt, "completion_tokens": len(text.split())},
+                    },
+                )
 
         self.httpd = _Server(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"

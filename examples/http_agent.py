@@ -13,8 +13,15 @@ import operator
 import os
 import urllib.request
 
-OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv,
-       ast.Mod: operator.mod, ast.Pow: operator.pow, ast.USub: operator.neg}  # fmt: skip
+OPS = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+    ast.Pow: operator.pow,
+    ast.USub: operator.neg,
+}
 
 
 def calculate(expression: str) -> str:
@@ -61,11 +68,7 @@ def main() -> None:
                 args = json.loads(f["arguments"])
             except json.JSONDecodeError:
                 args = {}
-            out = (
-                calculate(str(args.get("expression", "")))
-                if f["name"] == "calculator"
-                else "Error: no such tool"
-            )
+            out = calculate(str(args.get("expression", ""))) if f["name"] == "calculator" else "Error: no such tool"
             messages.append({"role": "tool", "tool_call_id": call["id"], "content": out})
 
 

@@ -23,9 +23,7 @@ async def solve(client, task) -> float | None:
     messages, total = list(task.messages), 0.0
     while True:
         try:
-            r = await client.chat.completions.create(
-                model="policy", messages=messages, tools=task.tools or None
-            )
+            r = await client.chat.completions.create(model="policy", messages=messages, tools=task.tools or None)
         except openai.BadRequestError as e:
             if e.code == "context_length_exceeded":  # the run's --rollout.max-total-tokens: the episode ends
                 return total
@@ -41,6 +39,4 @@ async def solve(client, task) -> float | None:
             return total
         # the env's tool results answer the calls in order; a nudge is a user message of its own
         ids = iter(c.id for c in calls)
-        messages += [
-            {**m, "tool_call_id": next(ids, None)} if m["role"] == "tool" else m for m in res.observations
-        ]
+        messages += [{**m, "tool_call_id": next(ids, None)} if m["role"] == "tool" else m for m in res.observations]

@@ -36,9 +36,7 @@ def sdk_tools(task) -> list[FunctionTool]:
 
         async def invoke(ctx, arguments: str) -> str:
             # the call as the model wrote it; bad arguments come back as the env's error message, not raised
-            res = await task.step(
-                f'<tool_call>{{"name": "{name}", "arguments": {arguments or "{}"}}}</tool_call>'
-            )
+            res = await task.step(f'<tool_call>{{"name": "{name}", "arguments": {arguments or "{}"}}}</tool_call>')
             return "\n".join(m["content"] for m in res.observations) or "(the episode is over)"
 
         f = schema["function"]

@@ -54,8 +54,13 @@ class EvalArgs:
 
 def evaluate(args: EvalArgs, base_url: str) -> dict:
     backend = OpenAIBackend(base_url, model=args.model, logprobs=False)
-    runner = AgentRunner(backend, max_parallel_agents=args.max_parallel_agents, max_turns=args.max_turns,
-                         max_tokens_per_turn=args.max_tokens_per_turn, temperature=args.temperature)  # fmt: skip
+    runner = AgentRunner(
+        backend,
+        max_parallel_agents=args.max_parallel_agents,
+        max_turns=args.max_turns,
+        max_tokens_per_turn=args.max_tokens_per_turn,
+        temperature=args.temperature,
+    )
     t0 = time.perf_counter()
     trajs = runner.run([EnvTask.make(args.env, args.split, seed=i) for i in range(args.n)])
     summary = summarize(trajs) | {"wall_s": round(time.perf_counter() - t0, 2), "model": backend.model}

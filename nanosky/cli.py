@@ -33,9 +33,7 @@ def _moved_flags(argv: list[str]) -> None:
         if a.startswith("--"):
             name = a[2:].partition("=")[0].replace("-", "_")
             if name in MOVED:
-                raise UsageError(
-                    f"{a.partition('=')[0]} has moved: use --{MOVED[name]} (a testing-only setting)"
-                )
+                raise UsageError(f"{a.partition('=')[0]} has moved: use --{MOVED[name]} (a testing-only setting)")
 
 
 def _env_kwargs_flags(base: TrainConfig, argv: list[str]) -> tuple[TrainConfig, list[str]]:
@@ -110,8 +108,10 @@ def _tyro_failure(event) -> None:
     if isinstance(event, e.UnrecognizedArgs):
         flag = next((t for t in event.tokens if t.startswith("-")), None)
         if flag is None:  # a value with no flag to take it: `--log.tqdm 3` (a switch), or a missing `--`
-            raise UsageError(f"unexpected value {event.tokens[0]!r}: no flag takes it (a switch such as "
-                             "--log.tqdm takes no value; --log.no-tqdm turns it off)")  # fmt: skip
+            raise UsageError(
+                f"unexpected value {event.tokens[0]!r}: no flag takes it (a switch such as "
+                "--log.tqdm takes no value; --log.no-tqdm turns it off)"
+            )
         raise UsageError(f"unknown flag {flag}{_suggest(flag)}; run.py --help lists every flag")
     name = getattr(getattr(event, "argument", None), "display_name", lambda: None)()
     if isinstance(event, e.InstantiationFailure):
@@ -152,16 +152,18 @@ def import_user_plugins(modules: list[str]) -> None:
 
 def help_text() -> str:
     """run.py's own flags, read before tyro's (which lists every config field)."""
-    return "\n".join([
-        "run.py also takes (before every other flag is read):",
-        f"  --preset {{{','.join(sorted(PRESETS))}}}",
-        "        the base config (default: `default`; `--env NAME` alone starts from NAME's preset where one exists)",
-        f"  --algo {{{','.join(sorted(algos.PRESETS))}}}",
-        "        the algorithm preset (from algos.PRESETS); every --algorithm.* flag still overrides it",
-        "  --plugins MODULE [MODULE ...]",
-        "        modules imported first (from the working directory too), whose registered envs, losses and",
-        "        estimators become valid --env / --algorithm.* values",
-    ])  # fmt: skip
+    return "\n".join(
+        [
+            "run.py also takes (before every other flag is read):",
+            f"  --preset {{{','.join(sorted(PRESETS))}}}",
+            "        the base config (default: `default`; `--env NAME` alone starts from NAME's preset where one exists)",
+            f"  --algo {{{','.join(sorted(algos.PRESETS))}}}",
+            "        the algorithm preset (from algos.PRESETS); every --algorithm.* flag still overrides it",
+            "  --plugins MODULE [MODULE ...]",
+            "        modules imported first (from the working directory too), whose registered envs, losses and",
+            "        estimators become valid --env / --algorithm.* values",
+        ]
+    )
 
 
 def parse_args(argv: list[str] | None = None, console: bool = True) -> TrainConfig:
@@ -190,13 +192,9 @@ def _parse(argv: list[str], console: bool) -> TrainConfig:
     known, rest = pre.parse_known_args(argv)
     if known.preset is not None and known.preset not in PRESETS:
         raise UsageError(f"--preset {known.preset!r}: unknown; valid: {', '.join(sorted(PRESETS))}")
-    plugins = argparse.ArgumentParser(
-        add_help=False
-    )  # --plugins stays in `rest`: tyro records it in the config
+    plugins = argparse.ArgumentParser(add_help=False)  # --plugins stays in `rest`: tyro records it in the config
     plugins.add_argument("--plugins", nargs="*", default=[])
-    import_user_plugins(
-        plugins.parse_known_args(rest)[0].plugins
-    )  # first: --algo and tyro's checks look names up
+    import_user_plugins(plugins.parse_known_args(rest)[0].plugins)  # first: --algo and tyro's checks look names up
     # `--env tool_use` alone starts from that env's preset (its model, context and budgets), as the agent envs need
     # the agent models; an explicit --preset always wins. --env itself is left for tyro to parse.
     env = argparse.ArgumentParser(add_help=False)

@@ -43,18 +43,42 @@ def make_player(cfg: RolloutConfig, backend: EngineBackend, tok, log_dir: str | 
         from nanosky.endpoint.server import Sampling
 
         sampling = Sampling(cfg.temperature, cfg.top_p, cfg.max_new_tokens, cfg.max_total_tokens)
-        return Harness(backend, tok, sampling, agent=cfg.agent, cmd=cfg.agent_cmd, timeout_s=cfg.agent_timeout_s,
-                       log_dir=log_dir, rank=rank, concurrency=cfg.agent_concurrency)  # fmt: skip
-    return AgentRunner(backend, tok=tok, max_parallel_agents=None, max_turns=cfg.max_turns,
-                       max_tokens_per_turn=cfg.max_new_tokens, max_total_tokens=cfg.max_total_tokens,
-                       temperature=cfg.temperature, top_p=cfg.top_p, ignore_eos=cfg.ignore_eos,
-                       constrain_actions=cfg.constrain_actions,
-                       history_window=cfg.history_window if cfg.mode == "stepwise" else None)  # fmt: skip
+        return Harness(
+            backend,
+            tok,
+            sampling,
+            agent=cfg.agent,
+            cmd=cfg.agent_cmd,
+            timeout_s=cfg.agent_timeout_s,
+            log_dir=log_dir,
+            rank=rank,
+            concurrency=cfg.agent_concurrency,
+        )
+    return AgentRunner(
+        backend,
+        tok=tok,
+        max_parallel_agents=None,
+        max_turns=cfg.max_turns,
+        max_tokens_per_turn=cfg.max_new_tokens,
+        max_total_tokens=cfg.max_total_tokens,
+        temperature=cfg.temperature,
+        top_p=cfg.top_p,
+        ignore_eos=cfg.ignore_eos,
+        constrain_actions=cfg.constrain_actions,
+        history_window=cfg.history_window if cfg.mode == "stepwise" else None,
+    )
 
 
 class Rollout:
-    def __init__(self, cfg: RolloutConfig, backend: EngineBackend, pool, tok, log_dir: str | None = None,
-                 reward: RewardConfig | None = None):  # fmt: skip
+    def __init__(
+        self,
+        cfg: RolloutConfig,
+        backend: EngineBackend,
+        pool,
+        tok,
+        log_dir: str | None = None,
+        reward: RewardConfig | None = None,
+    ):
         self.cfg, self.backend, self.pool, self.tok = cfg, backend, pool, tok
         # --reward.judge: the run's one judge (a server, or this rank's engine), built here, used by every phase
         self.judging = Judging(reward, backend) if reward is not None and reward.judge != "off" else None
@@ -78,9 +102,7 @@ class Rollout:
         self.backend.version = version
         busy0 = self.backend.busy_s
         tasks = [PooledEnvTask(self.pool, env, split, seed=s, **env_kwargs) for s in seeds]
-        play = self.player.play(
-            tasks, groups=groups, seeds=seeds, sample_seed=sample_seed, temperature=temperature
-        )
+        play = self.player.play(tasks, groups=groups, seeds=seeds, sample_seed=sample_seed, temperature=temperature)
         out = self.loop.run(play, threads=len(tasks))
         scorer = envs.group_scorer(env, split, **env_kwargs)
         self.scored = scorer is not None

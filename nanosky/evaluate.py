@@ -86,18 +86,22 @@ class Evaluator:
 
         def rollout_fn(seeds: list[int]) -> list:
             return self.rollout.run(
-                cfg.env, cfg.env_args(), "test", seeds, version,
-                sample_seed=self.sample_seed, temperature=cfg.eval.temperature,
-            ).trajs  # fmt: skip
+                cfg.env,
+                cfg.env_args(),
+                "test",
+                seeds,
+                version,
+                sample_seed=self.sample_seed,
+                temperature=cfg.eval.temperature,
+            ).trajs
 
         def judge_fn(trajs: list) -> tuple[float, float, float]:
             return self.rollout.judging.held_out(trajs, self.rollout.loop.run)
 
-        m, trajs = evaluate(rollout_fn, cfg.eval.limit, cfg.eval.n_samples,
-                            judge_fn if self.rollout.judging is not None else None)  # fmt: skip
+        m, trajs = evaluate(
+            rollout_fn, cfg.eval.limit, cfg.eval.n_samples, judge_fn if self.rollout.judging is not None else None
+        )
         self.log.scalars(step, m)
         self.log.rollouts(step, trajs, self.rollout.tok, cfg.log.eval_samples, tag="eval")
-        self.log.print(
-            f"step {step}: eval {self.headline.replace('_', ' ')} {m['eval/' + self.headline]:.3f}"
-        )
+        self.log.print(f"step {step}: eval {self.headline.replace('_', ' ')} {m['eval/' + self.headline]:.3f}")
         return m["eval/" + self.headline]

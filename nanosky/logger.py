@@ -44,9 +44,7 @@ class RunLogger:
             self.tb.add_scalar(k, v, step)
         self.tb.flush()
 
-    def rollouts(
-        self, step: int, trajs: list, tok, n: int, tag: str = "train", tokens: list | None = None
-    ) -> None:
+    def rollouts(self, step: int, trajs: list, tok, n: int, tag: str = "train", tokens: list | None = None) -> None:
         """The first n of `trajs` to rollouts.jsonl, each with its per-token values where `tokens` has them
         (`nanosky.trace`), and two of them to TensorBoard's text tab."""
         if not self.enabled or n <= 0:

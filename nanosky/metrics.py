@@ -25,24 +25,26 @@ class Phases:
 
     @contextmanager
     def __call__(self, step: int, name: str):
-        self.beat.write(
-            f"{time.strftime('%H:%M:%S')} rank {self.rank} pid {os.getpid()} step {step} {name}\n"
-        )
+        self.beat.write(f"{time.strftime('%H:%M:%S')} rank {self.rank} pid {os.getpid()} step {step} {name}\n")
         t0 = time.perf_counter()
         yield
         self.times[name] = time.perf_counter() - t0
         self.mem[name] = dist.memory_gib()
 
     def metrics(self) -> dict[str, float]:
-        return {f"timing/{k}_s": v for k, v in self.times.items()} | {
-            f"memory/{k}_gib": v for k, v in self.mem.items()
-        }
+        return {f"timing/{k}_s": v for k, v in self.times.items()} | {f"memory/{k}_gib": v for k, v in self.mem.items()}
 
 
 def step_metrics(
-    trajs: list[Trajectory], batch: Batch, times: dict[str, float], upd: dict[str, float], *,
-    envs_failed: int, version: int, n_params: int,
-) -> dict[str, float]:  # fmt: skip
+    trajs: list[Trajectory],
+    batch: Batch,
+    times: dict[str, float],
+    upd: dict[str, float],
+    *,
+    envs_failed: int,
+    version: int,
+    n_params: int,
+) -> dict[str, float]:
     """One step's scalars from its global batch `trajs`, this rank's `batch`, the phase `times` and the update's
     metrics `upd`; `envs_failed` is this rank's env pool count (summed over ranks here)."""
     n = len(trajs)

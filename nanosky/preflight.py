@@ -69,9 +69,7 @@ def check_model(flag: str, path: str) -> None:
         if not (p / "config.json").is_file():
             raise UsageError(f"{flag} {path}: no config.json in that directory")
         if not _weight_files(p):
-            raise UsageError(
-                f"{flag} {path}: no weights in that directory (*.safetensors or pytorch_model*.bin)"
-            )
+            raise UsageError(f"{flag} {path}: no weights in that directory (*.safetensors or pytorch_model*.bin)")
         return
     if path.startswith(("/", ".", "~")) or path.count("/") != 1:
         raise UsageError(f"{flag} {path}: no such directory (and not a hub id of the form org/name)")
@@ -85,9 +83,7 @@ def check_model(flag: str, path: str) -> None:
 
 
 GDN = "its Gated DeltaNet linear-attention layers"
-BF16_ONLY_ON_CPU = {
-    kind: GDN for kind in ("qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text")
-}
+BF16_ONLY_ON_CPU = {kind: GDN for kind in ("qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text")}
 """Architectures vLLM 0.32's CPU build runs only in bf16, by `model_type` (its CPU GDN kernel asserts "requires BF16");
 the CPU engine computes in fp32, where a correct engine matches the trainer to ~1e-6."""
 NOT_ON_CPU = {
@@ -134,9 +130,7 @@ def check_architecture(cfg: TrainConfig) -> None:
     why = cpu_refusal(conf, dtype)
     if why:
         arch = (conf.get("architectures") or [conf.get("model_type", "this model")])[0]
-        raise UsageError(
-            f"--model.path {cfg.model.path}: {arch} is not supported on the CPU: {why}; train it on a GPU"
-        )
+        raise UsageError(f"--model.path {cfg.model.path}: {arch} is not supported on the CPU: {why}; train it on a GPU")
 
 
 def check_chat_template(cfg: TrainConfig) -> None:
@@ -177,17 +171,17 @@ def check_agent(cfg: TrainConfig) -> None:
         except ValueError as e:
             raise UsageError(f"--rollout.agent-cmd {cmd!r}: {e}") from None
         if not program or (shutil.which(program) is None and not os.path.isfile(program)):
-            raise UsageError(
-                f"--rollout.agent-cmd {cmd!r}: no program {program!r} on PATH or in the working directory"
-            )
+            raise UsageError(f"--rollout.agent-cmd {cmd!r}: no program {program!r} on PATH or in the working directory")
 
 
 def check_env_data(env: str, path: str | None) -> None:
     """The file exists and its first rows parse and fit the env's schema (text_math: GSM8K rows)."""
     if path is None:
         if env in DATA_ENVS:
-            raise UsageError(f"--env {env} needs a data file: --env-data FILE (parquet, jsonl, json, csv or a "
-                             "folder written by Dataset.save_to_disk)")  # fmt: skip
+            raise UsageError(
+                f"--env {env} needs a data file: --env-data FILE (parquet, jsonl, json, csv or a "
+                "folder written by Dataset.save_to_disk)"
+            )
         return
     if env in DATA_ENVS:
         if not Path(path).expanduser().exists():
@@ -274,9 +268,11 @@ def check_prompt_lengths(cfg: TrainConfig) -> None:
         env.close()
         if lengths[-1] < limit:
             return
-    raise UsageError(f"--env-data {cfg.env_data}: none of the first {len(lengths)} rows' prompts fits "
-                     f"--rollout.max-total-tokens {limit} (the shortest takes {min(lengths)} tokens with the chat "
-                     "template); raise it, with --engine.max-model-len")  # fmt: skip
+    raise UsageError(
+        f"--env-data {cfg.env_data}: none of the first {len(lengths)} rows' prompts fits "
+        f"--rollout.max-total-tokens {limit} (the shortest takes {min(lengths)} tokens with the chat "
+        "template); raise it, with --engine.max-model-len"
+    )
 
 
 def check_run_dir(run_dir: str) -> None:
@@ -392,8 +388,11 @@ def check_judge(cfg: TrainConfig) -> None:
     from nanosky.judge.prompt import JudgeError, bounded_schema
 
     try:  # one judgement of a whole group must fit the budget, whoever judges (a server may add spaces)
-        bounded_schema(cfg.rollout.group_size if r.judge == "group" else None, r.judge_max_tokens,
-                       slack=0 if r.judge_url == "self" else SEPARATOR_SLACK)  # fmt: skip
+        bounded_schema(
+            cfg.rollout.group_size if r.judge == "group" else None,
+            r.judge_max_tokens,
+            slack=0 if r.judge_url == "self" else SEPARATOR_SLACK,
+        )
     except JudgeError as e:
         raise UsageError(str(e)) from None
     if r.judge_url == "self":

@@ -72,9 +72,7 @@ class GracefulStop:
         if not self.signum:
             self.signum, self._t = signum, now
             if self.announce:
-                print(
-                    f"nanosky: {name}: stopping after this step (send it again to stop at once)", flush=True
-                )
+                print(f"nanosky: {name}: stopping after this step (send it again to stop at once)", flush=True)
         elif now - self._t > self.debounce_s:  # a second, deliberate signal
             print(f"nanosky: {name} again: stopping now", flush=True)
             os._exit(128 + signum)

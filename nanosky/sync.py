@@ -18,9 +18,7 @@ from nanosky.train.packing import attention_kinds
 from nanosky.train.policy import token_logprobs
 
 
-def probe_sequence(
-    tok, env_name: str, env_kwargs: dict, cross: int = 0, max_len: int | None = None
-) -> list[int]:
+def probe_sequence(tok, env_name: str, env_kwargs: dict, cross: int = 0, max_len: int | None = None) -> list[int]:
     """A fixed token sequence to score with both the trainer and the engine after every sync. `cross` > 0 (the build
     probe of a model with a sliding window): its assistant turn alone is longer than `cross` tokens, so tokens late
     in the turn attend across the window's edge and an engine whose window is one position off shows there; at
@@ -93,9 +91,7 @@ class Probe:
     (`max(floor, 4 × the build gap)` by engine dtype) unless `--probe.max-mean-diff` fixes it. The build gap itself
     must stay under a ceiling: the calibration never absorbs an engine that did not load the weights."""
 
-    def __init__(
-        self, ids: list[int], max_mean_diff: float | None = None, build_ids: list[int] | None = None
-    ):
+    def __init__(self, ids: list[int], max_mean_diff: float | None = None, build_ids: list[int] | None = None):
         """`build_ids`: the build sync's sequence, when it must be longer (`probe_sequence(cross=window)`)."""
         self.ids, self.fixed, self.build_ids = ids, max_mean_diff, build_ids or ids
         self.tol: float | None = max_mean_diff  # None until the build sync
@@ -108,9 +104,14 @@ class Probe:
         return self.ids if self.built else self.build_ids
 
     def check(
-        self, m: dict[str, float], dtype: str, version: int, warned: list[str],
-        diffs: torch.Tensor | None = None, arch: str = "the model",
-    ) -> None:  # fmt: skip
+        self,
+        m: dict[str, float],
+        dtype: str,
+        version: int,
+        warned: list[str],
+        diffs: torch.Tensor | None = None,
+        arch: str = "the model",
+    ) -> None:
         """Raise StaleWeightsError when the engine does not serve the trainer's weights. At the build sync (nothing
         calibrated yet) also when any token of the probe is over the per-token ceiling, naming the architecture and
         the first position where they part."""

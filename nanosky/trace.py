@@ -67,5 +67,12 @@ def rollout_fields(t) -> dict[str, list]:
             while i < n and t.loss_mask[i]:
                 adv[i] = a
                 i += 1
-    return {"ids": list(t.ids), "mask": list(t.loss_mask), "lp": lp, "lp_train": [None] * n, "adv": adv,
-            "ent": [None] * n, "constrained": [start for start, _ in t.constraints]}  # fmt: skip
+    return {
+        "ids": list(t.ids),
+        "mask": list(t.loss_mask),
+        "lp": lp,
+        "lp_train": [None] * n,
+        "adv": adv,
+        "ent": [None] * n,
+        "constrained": [start for start, _ in t.constraints],
+    }

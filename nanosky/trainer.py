@@ -77,9 +77,7 @@ class Run:
     masker: ChoiceMasker | None = None  # --rollout.constrain-actions: the constrained turns' masks
     plan: Plan | None = None  # what the build decided the models can do (packing, attention, head, probe)
     optim: OptimConfig | None = None  # cfg.optim as the plan runs it (the update's, the critic's, prepare's)
-    no_signal: NoSignalWatch = dataclasses.field(
-        default_factory=NoSignalWatch
-    )  # every advantage 0, 3 steps on
+    no_signal: NoSignalWatch = dataclasses.field(default_factory=NoSignalWatch)  # every advantage 0, 3 steps on
 
 
 def build(cfg: TrainConfig, resources: contextlib.ExitStack) -> Run:
@@ -97,23 +95,20 @@ def build(cfg: TrainConfig, resources: contextlib.ExitStack) -> Run:
     tok = load_tokenizer(path, cfg.model.chat_template)  # --model.chat-template replaces the model's own
     check_platform(cfg.lora, info.device.type)  # e.g. QLoRA on CPU fails here, not at step 1
     ckpt_acts = cfg.optim.activation_checkpointing  # recompute each layer in backward
-    policy = (load_lora_model(path, cfg.lora, info, ckpt_acts) if cfg.lora.enabled
-              else load_model(path, info, activation_checkpointing=ckpt_acts))  # fmt: skip
+    policy = (
+        load_lora_model(path, cfg.lora, info, ckpt_acts)
+        if cfg.lora.enabled
+        else load_model(path, info, activation_checkpointing=ckpt_acts)
+    )
     # Every trainer model is built before the engine: vLLM's Transformers backend rewrites transformers classes in
     # place when it starts, and the trainer's models hold private copies of theirs (`private_classes`).
-    ref = (
-        load_reference(path, cfg.lora, info, policy) if cfg.algorithm.needs_ref else None
-    )  # LoRA: adapters off
+    ref = load_reference(path, cfg.lora, info, policy) if cfg.algorithm.needs_ref else None  # LoRA: adapters off
     critic = load_critic(path, info) if cfg.algorithm.needs_critic else None
     # the engine starts with placeholder weights: the build sync below pushes the trainer's (one read of the checkpoint)
-    engine = Engine(
-        cfg.engine, path, info, log_path=os.path.join(cfg.run_dir, "engine.log"), weights="pushed"
-    )
+    engine = Engine(cfg.engine, path, info, log_path=os.path.join(cfg.run_dir, "engine.log"), weights="pushed")
     pool = make_pool(cfg.envpool.workers, cfg.envpool.step_timeout_s)
     resources.callback(pool.shutdown)
-    rollout = Rollout(
-        cfg.rollout, EngineBackend(engine, tok), pool, tok, log_dir=cfg.run_dir, reward=cfg.reward
-    )
+    rollout = Rollout(cfg.rollout, EngineBackend(engine, tok), pool, tok, log_dir=cfg.run_dir, reward=cfg.reward)
     resources.callback(rollout.close)  # the player (the endpoint), then the rank's event loop
     log = RunLogger(cfg.run_dir, info.is_main, cfg.steps, cfg.log.tqdm)
     resources.callback(log.close)
@@ -249,19 +244,16 @@ def train(cfg: TrainConfig) -> dict:
                 sync_m = sync_weights(run.policy, run.engine, run.version, run.probe, push)
             run.step = step
             step_times.append(time.perf_counter() - t0)
-            times = {"step": step_times[-1]} | {
-                k: ph.times[k] for k in ("generate", "logprob", "train", "sync")
-            }
+            times = {"step": step_times[-1]} | {k: ph.times[k] for k in ("generate", "logprob", "train", "sync")}
             upd_m = {"train/" + k: v for k, v in upd.items() if not k.startswith("tokens_")}
             failed = run.pool.stats["failed"]
-            m = step_metrics(
-                trajs, batch, times, upd, envs_failed=failed, version=run.version, n_params=run.n_params
-            )
+            m = step_metrics(trajs, batch, times, upd, envs_failed=failed, version=run.version, n_params=run.n_params)
             if "timing/judge_s" in gen_m:  # --reward.judge: the judge's share of the step
                 gen_m["judge/step_share"] = gen_m["timing/judge_s"] / times["step"]
             run.log.scalars(step, m | ph.metrics() | gen_m | sync_m | upd_m | adv_m)
-            logged, fields = trace.sample(trajs, local, batch, run.update.tracer, n=cfg.log.samples_per_step,
-                                          max_tokens=cfg.log.sample_tokens)  # fmt: skip
+            logged, fields = trace.sample(
+                trajs, local, batch, run.update.tracer, n=cfg.log.samples_per_step, max_tokens=cfg.log.sample_tokens
+            )
             run.log.rollouts(step, logged, run.tok, len(logged), tokens=fields)
             if run.evaluator.due(step):
                 with ph(step, "eval"):

@@ -9,9 +9,7 @@ import time
 
 import pytest
 
-INSTALL = (
-    "apt-get install -y chromium chromium-driver && pip install selenium  (or: make test, which does both)"
-)
+INSTALL = "apt-get install -y chromium chromium-driver && pip install selenium  (or: make test, which does both)"
 
 
 def driver():
@@ -50,8 +48,6 @@ def open_page(d, path: str, timeout: float = 60.0) -> float:
 
 def artifact(name: str) -> str:
     """Where a test saves a screenshot: $NANOSKY_ARTIFACTS (CI can keep it), else runs/test-artifacts."""
-    out = os.environ.get("NANOSKY_ARTIFACTS") or os.path.join(
-        os.path.dirname(__file__), "..", "runs", "test-artifacts"
-    )
+    out = os.environ.get("NANOSKY_ARTIFACTS") or os.path.join(os.path.dirname(__file__), "..", "runs", "test-artifacts")
     os.makedirs(out, exist_ok=True)
     return os.path.join(out, name)

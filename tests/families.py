@@ -14,8 +14,14 @@ import torch
 
 from nanosky.bundled import resolve_model_path
 
-COMMON = dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
-              num_key_value_heads=2, max_position_embeddings=512)  # fmt: skip
+COMMON = dict(
+    hidden_size=128,
+    intermediate_size=256,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=512,
+)
 # family -> (transformers config class, model class, config overrides)
 FAMILIES = {
     "llama": ("LlamaConfig", "LlamaForCausalLM", {}),
@@ -67,26 +73,75 @@ FAMILIES = {
 # vLLM 0.32; on CUDA the build probe decides.
 REFUSED = {
     "apertus": ("ApertusConfig", "ApertusForCausalLM", {}, "xIELU", "xIELU's alphas in bf16 in vLLM"),
-    "deepseek_v3": ("DeepseekV3Config", "DeepseekV3ForCausalLM",
-                    {"kv_lora_rank": 256, "q_lora_rank": 64, "qk_rope_head_dim": 64, "qk_nope_head_dim": 32,
-                     "v_head_dim": 32, "num_key_value_heads": 4, "n_routed_experts": 4, "num_experts_per_tok": 2,
-                     "n_group": 1, "topk_group": 1, "first_k_dense_replace": 1, "moe_intermediate_size": 64,
-                     "n_shared_experts": 1, "topk_method": "noaux_tc", "scoring_func": "sigmoid"},
-                    "its multi-head latent attention", "MLA parts from transformers' after position 0"),
-    "gpt_oss": ("GptOssConfig", "GptOssForCausalLM",
-                {"head_dim": 32, "num_local_experts": 4, "num_experts_per_tok": 2, "sliding_window": 16,
-                 "layer_types": ["sliding_attention", "full_attention"]},
-                "takes no weight sync", "its engine takes no weight sync"),
-    "qwen3_next": ("Qwen3NextConfig", "Qwen3NextForCausalLM",
-                   {"head_dim": 32, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 64,
-                    "shared_expert_intermediate_size": 128, "linear_num_key_heads": 2, "linear_num_value_heads": 4,
-                    "linear_key_head_dim": 32, "linear_value_head_dim": 32, "full_attention_interval": 2},
-                   "Gated DeltaNet .* only in bf16", "in fp32: vLLM runs Gated DeltaNet in bf16 only"),
-    "qwen3_5": ("Qwen3_5TextConfig", "Qwen3_5ForCausalLM",
-                {"head_dim": 32, "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 32,
-                 "linear_value_head_dim": 32, "full_attention_interval": 2},
-                "Gated DeltaNet .* only in bf16", "in fp32: vLLM runs Gated DeltaNet in bf16 only"),
-}  # fmt: skip
+    "deepseek_v3": (
+        "DeepseekV3Config",
+        "DeepseekV3ForCausalLM",
+        {
+            "kv_lora_rank": 256,
+            "q_lora_rank": 64,
+            "qk_rope_head_dim": 64,
+            "qk_nope_head_dim": 32,
+            "v_head_dim": 32,
+            "num_key_value_heads": 4,
+            "n_routed_experts": 4,
+            "num_experts_per_tok": 2,
+            "n_group": 1,
+            "topk_group": 1,
+            "first_k_dense_replace": 1,
+            "moe_intermediate_size": 64,
+            "n_shared_experts": 1,
+            "topk_method": "noaux_tc",
+            "scoring_func": "sigmoid",
+        },
+        "its multi-head latent attention",
+        "MLA parts from transformers' after position 0",
+    ),
+    "gpt_oss": (
+        "GptOssConfig",
+        "GptOssForCausalLM",
+        {
+            "head_dim": 32,
+            "num_local_experts": 4,
+            "num_experts_per_tok": 2,
+            "sliding_window": 16,
+            "layer_types": ["sliding_attention", "full_attention"],
+        },
+        "takes no weight sync",
+        "its engine takes no weight sync",
+    ),
+    "qwen3_next": (
+        "Qwen3NextConfig",
+        "Qwen3NextForCausalLM",
+        {
+            "head_dim": 32,
+            "num_experts": 4,
+            "num_experts_per_tok": 2,
+            "moe_intermediate_size": 64,
+            "shared_expert_intermediate_size": 128,
+            "linear_num_key_heads": 2,
+            "linear_num_value_heads": 4,
+            "linear_key_head_dim": 32,
+            "linear_value_head_dim": 32,
+            "full_attention_interval": 2,
+        },
+        "Gated DeltaNet .* only in bf16",
+        "in fp32: vLLM runs Gated DeltaNet in bf16 only",
+    ),
+    "qwen3_5": (
+        "Qwen3_5TextConfig",
+        "Qwen3_5ForCausalLM",
+        {
+            "head_dim": 32,
+            "linear_num_key_heads": 2,
+            "linear_num_value_heads": 4,
+            "linear_key_head_dim": 32,
+            "linear_value_head_dim": 32,
+            "full_attention_interval": 2,
+        },
+        "Gated DeltaNet .* only in bf16",
+        "in fp32: vLLM runs Gated DeltaNet in bf16 only",
+    ),
+}
 TRANSFORMERS_BACKEND = {"olmo2", "starcoder2", "smollm3"}
 """Families vLLM 0.32 serves through its Transformers backend (which rewrites transformers' classes in place)."""
 
@@ -128,21 +183,20 @@ def table(out_dir: str) -> str:
     from nanosky.train import packing
     from nanosky.train.policy import attn_implementation
 
-    groups: dict[
-        tuple, list[str]
-    ] = {}  # the other columns -> the families that share them, in FAMILIES order
+    groups: dict[tuple, list[str]] = {}  # the other columns -> the families that share them, in FAMILIES order
     for family in FAMILIES:
         path = build(family, out_dir)
         cfg = transformers.AutoConfig.from_pretrained(path)
         kinds, window = packing.attention_kinds(cfg)
-        layers = "full" if set(kinds) == {packing.FULL} else (
-            "sliding" if set(kinds) == {packing.SLIDING} else "mixed full / sliding")  # fmt: skip
+        layers = (
+            "full"
+            if set(kinds) == {packing.FULL}
+            else ("sliding" if set(kinds) == {packing.SLIDING} else "mixed full / sliding")
+        )
         mask = "trie mask" + (", window per sliding layer" if window else "")
         mask += ", additive (eager)" if attn_implementation(path) == "eager" else ""
         backend = "Transformers backend" if family in TRANSFORMERS_BACKEND else "native"
-        name = FAMILIES[family][1].removesuffix("ForCausalLM") + (
-            " (window)" if family == "mixtral_swa" else ""
-        )
+        name = FAMILIES[family][1].removesuffix("ForCausalLM") + (" (window)" if family == "mixtral_swa" else "")
         groups.setdefault((attn_implementation(path), layers, mask, backend, "exact"), []).append(name)
     for _, model, _, _, reason in REFUSED.values():
         groups.setdefault(("", "", "", "native", f"refused at start-up ({reason})"), []).append(

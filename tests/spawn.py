@@ -39,9 +39,7 @@ def torchrun(
         script,
     ]
     for attempt in (1, 2):
-        r = subprocess.run(
-            [*cmd, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=child_env()
-        )
+        r = subprocess.run([*cmd, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=child_env())
         if r.returncode == 0 or GLOO_ABORT not in r.stderr or attempt == 2 or not retry_abort:
             return r
         msg = f"a rank aborted ({GLOO_ABORT!r}); running once more. stderr:\n{r.stderr[-3000:]}"

@@ -36,16 +36,58 @@ LAMP = "desklamp 1"
 
 # room -> receptacle type -> most instances of it in one layout
 ROOMS: dict[str, dict[str, int]] = {
-    "kitchen": {"cabinet": 4, "coffeemachine": 1, "countertop": 2, "diningtable": 1, "drawer": 3, "fridge": 1,
-                "garbagecan": 1, "microwave": 1, "shelf": 2, "sinkbasin": 1, "stoveburner": 2, "toaster": 1},
-    "bathroom": {"bathtubbasin": 1, "cabinet": 4, "countertop": 1, "drawer": 2, "garbagecan": 1,
-                 "handtowelholder": 1, "shelf": 2, "sinkbasin": 2, "toilet": 1, "toiletpaperhanger": 1,
-                 "towelholder": 1},
-    "bedroom": {"armchair": 1, "bed": 1, "desk": 1, "drawer": 4, "dresser": 1, "garbagecan": 1,
-                "laundryhamper": 1, "safe": 1, "shelf": 3, "sidetable": 2},
-    "livingroom": {"armchair": 1, "cabinet": 2, "coffeetable": 1, "diningtable": 1, "drawer": 2, "garbagecan": 1,
-                   "shelf": 2, "sidetable": 2, "sofa": 1, "tvstand": 1},
-}  # fmt: skip
+    "kitchen": {
+        "cabinet": 4,
+        "coffeemachine": 1,
+        "countertop": 2,
+        "diningtable": 1,
+        "drawer": 3,
+        "fridge": 1,
+        "garbagecan": 1,
+        "microwave": 1,
+        "shelf": 2,
+        "sinkbasin": 1,
+        "stoveburner": 2,
+        "toaster": 1,
+    },
+    "bathroom": {
+        "bathtubbasin": 1,
+        "cabinet": 4,
+        "countertop": 1,
+        "drawer": 2,
+        "garbagecan": 1,
+        "handtowelholder": 1,
+        "shelf": 2,
+        "sinkbasin": 2,
+        "toilet": 1,
+        "toiletpaperhanger": 1,
+        "towelholder": 1,
+    },
+    "bedroom": {
+        "armchair": 1,
+        "bed": 1,
+        "desk": 1,
+        "drawer": 4,
+        "dresser": 1,
+        "garbagecan": 1,
+        "laundryhamper": 1,
+        "safe": 1,
+        "shelf": 3,
+        "sidetable": 2,
+    },
+    "livingroom": {
+        "armchair": 1,
+        "cabinet": 2,
+        "coffeetable": 1,
+        "diningtable": 1,
+        "drawer": 2,
+        "garbagecan": 1,
+        "shelf": 2,
+        "sidetable": 2,
+        "sofa": 1,
+        "tvstand": 1,
+    },
+}
 
 # room -> object type -> receptacle types it may start in
 OBJECTS: dict[str, dict[str, str]] = {

@@ -24,23 +24,25 @@ from envs.base import Env, Message, StepResult
 from envs.ecosystem import require
 
 MAX_TURNS = 30  # the policy's moves per game unless --rollout.max-turns says otherwise; games stop earlier
-OFFLINE = (
-    "2048-v0", "2048-v0-10x10", "2048-v0-3x3", "2048-v0-5x5", "2048-v0-6x6", "2048-v0-8x8", "2048-v0-easy",
-    "2048-v0-extreme", "2048-v0-hard", "2048-v0-mega-easy", "2048-v0-super-easy", "2048-v0-ultra-easy",
-    "2048-v0-very-easy", "2048-v0-very-hard", "Bandit-v0", "Bandit-v0-hard", "Blackjack-v0", "Blackjack-v0-long",
-    "Countdown-v0", "Crosswords-v0", "Crosswords-v0-hardcore", "Cryptarithm-v0", "FifteenPuzzle-v0", "FrozenLake-v0",
-    "FrozenLake-v0-hardcore", "FrozenLake-v0-random", "GuessTheNumber-v0", "GuessTheNumber-v0-hardcore",
-    "LightsOut-v0", "LogicPuzzle-v0", "LogicPuzzle-v0-hard", "Mastermind-v0", "Mastermind-v0-extreme",
-    "Mastermind-v0-hard", "Minesweeper-v0", "Minesweeper-v0-hard", "Minesweeper-v0-medium", "Minesweeper-v0-small",
-    "PegJump-v0", "RushHour-v0", "Secretary-v0", "Secretary-v0-long", "Set-v0", "Slitherlink-v0", "Sokoban-v0",
-    "Sokoban-v0-medium", "Sudoku-v0", "Sudoku-v0-easy", "Sudoku-v0-hard", "Sudoku-v0-medium", "Sudoku-v0-very-easy",
-    "ThreeCardMonte-v0", "TowerOfHanoi-v0", "TowerOfHanoi-v0-extreme", "TowerOfHanoi-v0-hard",
-    "TowerOfHanoi-v0-hardcore", "TowerOfHanoi-v0-medium",
-)  # fmt: skip
+OFFLINE = tuple(
+    """
+2048-v0 2048-v0-10x10 2048-v0-3x3 2048-v0-5x5 2048-v0-6x6 2048-v0-8x8 2048-v0-easy 2048-v0-extreme
+2048-v0-hard 2048-v0-mega-easy 2048-v0-super-easy 2048-v0-ultra-easy 2048-v0-very-easy 2048-v0-very-hard
+Bandit-v0 Bandit-v0-hard Blackjack-v0 Blackjack-v0-long Countdown-v0 Crosswords-v0 Crosswords-v0-hardcore
+Cryptarithm-v0 FifteenPuzzle-v0 FrozenLake-v0 FrozenLake-v0-hardcore FrozenLake-v0-random GuessTheNumber-v0
+GuessTheNumber-v0-hardcore LightsOut-v0 LogicPuzzle-v0 LogicPuzzle-v0-hard Mastermind-v0
+Mastermind-v0-extreme Mastermind-v0-hard Minesweeper-v0 Minesweeper-v0-hard Minesweeper-v0-medium
+Minesweeper-v0-small PegJump-v0 RushHour-v0 Secretary-v0 Secretary-v0-long Set-v0 Slitherlink-v0 Sokoban-v0
+Sokoban-v0-medium Sudoku-v0 Sudoku-v0-easy Sudoku-v0-hard Sudoku-v0-medium Sudoku-v0-very-easy
+ThreeCardMonte-v0 TowerOfHanoi-v0 TowerOfHanoi-v0-extreme TowerOfHanoi-v0-hard TowerOfHanoi-v0-hardcore
+TowerOfHanoi-v0-medium
+""".split()
+)
 """The single-player games that start offline here (textarena 0.7.4, Python 3.11; a trial reset of every
 registered id): what an unknown game's error lists."""
-NLTK_GAMES = ("Codenames", "DontSayIt", "Hangman", "LetterAuction", "SpellingBee", "WordChains", "WordLadder",
-              "WordSearch", "Wordle")  # fmt: skip
+NLTK_GAMES = tuple(
+    "Codenames DontSayIt Hangman LetterAuction SpellingBee WordChains WordLadder WordSearch Wordle".split()
+)
 """Games that load nltk's word list when imported: without the corpus on disk they are refused before their import,
 which would try to download it."""
 KEY_GAMES = ("Debate", "GuessWho", "ScenarioPlanning", "TwentyQuestions")  # an OpenRouter model plays a part
@@ -102,9 +104,7 @@ def _raw(game: str) -> str:
 def _text(messages) -> str:
     """The game's messages since the last move, its echo of the move left out."""
     ta = require("textarena")
-    return "\n".join(
-        str(m[1]) for m in messages if m[0] == ta.GAME_ID or m[2] != ta.ObservationType.PLAYER_ACTION
-    )
+    return "\n".join(str(m[1]) for m in messages if m[0] == ta.GAME_ID or m[2] != ta.ObservationType.PLAYER_ACTION)
 
 
 class TextArenaEnv(Env):
@@ -113,14 +113,19 @@ class TextArenaEnv(Env):
     name = "textarena"
     max_turns = MAX_TURNS
 
-    def __init__(self, split: str = "train", seed: int = 0, game: str | None = None, max_turns: int = MAX_TURNS,
-                 system_prompt: str | None = None):  # fmt: skip
+    def __init__(
+        self,
+        split: str = "train",
+        seed: int = 0,
+        game: str | None = None,
+        max_turns: int = MAX_TURNS,
+        system_prompt: str | None = None,
+    ):
         if not game:
             raise ValueError("textarena needs --env-kwargs.game ID, e.g. GuessTheNumber-v0")
         if (why := refusal(game)) is not None:
             if why == "unknown game":
-                raise ValueError(f"textarena: unknown game {game!r}; single-player games here: "
-                                 f"{', '.join(OFFLINE)}")  # fmt: skip
+                raise ValueError(f"textarena: unknown game {game!r}; single-player games here: {', '.join(OFFLINE)}")
             raise ValueError(f"textarena game {game!r} {why}")
         self.game, self.max_turns, self.system_prompt = game, int(max_turns), system_prompt
         self.game_seed = seed if split == "train" else 1_000_000_000 + seed
@@ -153,8 +158,11 @@ class TextArenaEnv(Env):
             rewards, game_info = {}, {}
         reward = 0.0 if error else float((rewards or {}).get(0, 0.0))
         mine = (game_info or {}).get(0, {})
-        info = {"success": reward >= 1.0, "game_info": {k: v for k, v in mine.items() if isinstance(v, (str, int, float, bool))},
-                "env_metrics": {"invalid_move": float(bool(mine.get("invalid_move"))), "turns": float(self.steps)}}  # fmt: skip
+        info = {
+            "success": reward >= 1.0,
+            "game_info": {k: v for k, v in mine.items() if isinstance(v, (str, int, float, bool))},
+            "env_metrics": {"invalid_move": float(bool(mine.get("invalid_move"))), "turns": float(self.steps)},
+        }
         if note:
             info["note"] = note
         return StepResult([], reward, True, info)

@@ -34,8 +34,14 @@ TEST_FRACTION = 0.1
 
 
 @functools.lru_cache(maxsize=16)
-def load_split(data_path: str, split: str, test_data: str | None = None, test_fraction: float = TEST_FRACTION,
-               prompt_key: str | None = None, answer_key: str | None = None) -> tuple[Task, ...]:  # fmt: skip
+def load_split(
+    data_path: str,
+    split: str,
+    test_data: str | None = None,
+    test_fraction: float = TEST_FRACTION,
+    prompt_key: str | None = None,
+    answer_key: str | None = None,
+) -> tuple[Task, ...]:
     """The split's tasks (cached per process). Every row must read; the first bad one is the error."""
 
     def tasks(path: str, which: str) -> list[Task]:
@@ -105,20 +111,21 @@ class DatasetEnv(Env):
         success_at: float = 1.0,
     ):
         if data_path is None:
-            raise DataError(
-                "env dataset needs a file: --env-data FILE (parquet, jsonl, json, csv or a saved dataset)"
-            )
+            raise DataError("env dataset needs a file: --env-data FILE (parquet, jsonl, json, csv or a saved dataset)")
         if not 0.0 < float(test_fraction) < 1.0:
             raise DataError(f"test_fraction must be in (0, 1), got {test_fraction}")
-        rows = load_split(str(data_path), split, test_data and str(test_data), float(test_fraction), prompt_key,
-                          answer_key)  # fmt: skip
+        rows = load_split(
+            str(data_path), split, test_data and str(test_data), float(test_fraction), prompt_key, answer_key
+        )
         self.task, self.n_rows = rows[seed % len(rows)], len(rows)
         self.reward_spec, self.success_at = reward, float(success_at)
         if reward == "math":
             if self.task.answer is None:
-                raise DataError(f"{data_path}: no answer column for the math reward (looked for "
-                                "reward_model.ground_truth, answer, solution, ...; name yours with "
-                                f"--env-kwargs.answer-key); columns found: {', '.join(self.task.columns)}")  # fmt: skip
+                raise DataError(
+                    f"{data_path}: no answer column for the math reward (looked for "
+                    "reward_model.ground_truth, answer, solution, ...; name yours with "
+                    f"--env-kwargs.answer-key); columns found: {', '.join(self.task.columns)}"
+                )
             self.gold = gold_answer(self.task.answer)
         else:
             import_reward(reward)  # fails at the first episode (and at start-up), not after the rollout
@@ -154,15 +161,12 @@ class GroupReward:
     def __call__(self, seeds: list[int], replies: list[str]) -> tuple[list[float | None], list[bool | None]]:
         k = self.kwargs
         env_keys = ("data_path", "test_data", "test_fraction", "prompt_key", "answer_key")
-        tasks = [DatasetEnv(self.split, s, **{x: k[x] for x in env_keys if x in k}, reward=k["reward"]).task
-                 for s in seeds]  # fmt: skip
+        tasks = [
+            DatasetEnv(self.split, s, **{x: k[x] for x in env_keys if x in k}, reward=k["reward"]).task for s in seeds
+        ]
         chat = not isinstance(tasks[0].raw_prompt, str)
         completions = [[{"role": "assistant", "content": r}] if chat else r for r in replies]
-        columns = {
-            c: [t.columns.get(c) for t in tasks]
-            for c in tasks[0].columns
-            if c not in ("prompt", "completions")
-        }
+        columns = {c: [t.columns.get(c) for t in tasks] for c in tasks[0].columns if c not in ("prompt", "completions")}
         try:
             out = self.fn(prompts=[t.raw_prompt for t in tasks], completions=completions, **columns)
         except Exception as e:  # noqa: BLE001 - the user's function: its group is masked, the run goes on

@@ -63,9 +63,7 @@ def _weights(tasks: tuple[str, ...], weights) -> tuple[float, ...]:
     except (TypeError, ValueError):
         raise ValueError(f"weights must be numbers, one per task, got {weights!r}") from None
     if len(out) != len(tasks) or any(w < 0 for w in out) or not sum(out) > 0:
-        raise ValueError(
-            f"weights: {len(tasks)} non-negative numbers (one per task), not all 0, got {list(out)}"
-        )
+        raise ValueError(f"weights: {len(tasks)} non-negative numbers (one per task), not all 0, got {list(out)}")
     return out
 
 
@@ -101,8 +99,16 @@ class ReasoningGymEnv(Env):
     name = "reasoning_gym"
     max_turns = 1
 
-    def __init__(self, split: str = "train", seed: int = 0, tasks="basic_arithmetic", config=None, weights=None,
-                 test_size: int = 50, system_prompt: str | None = None):  # fmt: skip
+    def __init__(
+        self,
+        split: str = "train",
+        seed: int = 0,
+        tasks="basic_arithmetic",
+        config=None,
+        weights=None,
+        test_size: int = 50,
+        system_prompt: str | None = None,
+    ):
         rg = require("reasoning_gym")
         names = _names(tasks)
         configs = _configs(names, config)
@@ -117,21 +123,19 @@ class ReasoningGymEnv(Env):
         else:
             rng = random.Random(f"nanosky/reasoning_gym/train/{seed}")
             self.task = rng.choices(names, weights=_weights(names, weights))[0]
-            self.dataset = _dataset(
-                self.task, json.dumps(configs[self.task], sort_keys=True), TRAIN_SEED, TRAIN_SIZE
-            )
+            self.dataset = _dataset(self.task, json.dumps(configs[self.task], sort_keys=True), TRAIN_SEED, TRAIN_SIZE)
             held = _test_questions(names, cj, int(test_size))
             for _ in range(1000):  # a draw that is a test question is drawn again
                 i = rng.randrange(TRAIN_SIZE)
                 if self.dataset[i]["question"] not in held:
                     break
             else:
-                raise ValueError(f"reasoning_gym task {self.task!r}: 1000 draws all repeated a test question; its "
-                                 "config allows too few distinct questions (lower test_size)")  # fmt: skip
+                raise ValueError(
+                    f"reasoning_gym task {self.task!r}: 1000 draws all repeated a test question; its "
+                    "config allows too few distinct questions (lower test_size)"
+                )
         self.entry = self.dataset[i]
-        self.system_prompt = (
-            system_prompt if system_prompt is not None else rg.utils.SYSTEM_PROMPTS["default"]
-        )
+        self.system_prompt = system_prompt if system_prompt is not None else rg.utils.SYSTEM_PROMPTS["default"]
         self.split, self.seed = split, seed
 
     def reset(self) -> list[Message]:
@@ -146,6 +150,11 @@ class ReasoningGymEnv(Env):
         except Exception:  # noqa: BLE001 - a scorer that trips on a malformed answer scores it 0
             reward = 0.0
         ok = reward >= 1.0
-        info = {"success": ok, "pred": answer, "answer": self.entry["answer"], "task": self.task,
-                "env_metrics": {f"{self.task}/reward": reward, f"{self.task}/success": float(ok)}}  # fmt: skip
+        info = {
+            "success": ok,
+            "pred": answer,
+            "answer": self.entry["answer"],
+            "task": self.task,
+            "env_metrics": {f"{self.task}/reward": reward, f"{self.task}/success": float(ok)},
+        }
         return StepResult([], reward, True, info)

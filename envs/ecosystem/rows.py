@@ -43,8 +43,10 @@ class Task:
 def _builder(p: Path) -> str:
     suffix = "".join(p.suffixes[-1:]).lower()
     if suffix not in BUILDERS:
-        raise DataError(f"{p}: unknown file type {suffix or '(none)'}; expected {', '.join(BUILDERS)} or a "
-                        "folder written by Dataset.save_to_disk")  # fmt: skip
+        raise DataError(
+            f"{p}: unknown file type {suffix or '(none)'}; expected {', '.join(BUILDERS)} or a "
+            "folder written by Dataset.save_to_disk"
+        )
     return BUILDERS[suffix]
 
 
@@ -63,17 +65,17 @@ def read_rows(path: str, split: str = "train") -> tuple[dict, ...]:
             ds = ds_lib.load_from_disk(str(p))
             if isinstance(ds, ds_lib.DatasetDict):
                 if split not in ds and len(ds) != 1:
-                    raise DataError(
-                        f"{path}: a DatasetDict without a {split!r} split (it has {', '.join(ds)})"
-                    )
+                    raise DataError(f"{path}: a DatasetDict without a {split!r} split (it has {', '.join(ds)})")
                 ds = ds[split] if split in ds else next(iter(ds.values()))
         else:
             ds = ds_lib.load_dataset(_builder(p), data_files=str(p), split="train", keep_in_memory=True)
     except DataError:
         raise
     except Exception as e:  # noqa: BLE001 - pyarrow / json errors: one line naming the file
-        raise DataError(f"{path}: cannot be read as {'a saved dataset' if p.is_dir() else _builder(p)} "
-                        f"({type(e).__name__}: {str(e).splitlines()[0][:200]})") from None  # fmt: skip
+        raise DataError(
+            f"{path}: cannot be read as {'a saved dataset' if p.is_dir() else _builder(p)} "
+            f"({type(e).__name__}: {str(e).splitlines()[0][:200]})"
+        ) from None
     if len(ds) == 0:
         raise DataError(f"{path}: the file has no rows")
     return tuple(ds)
@@ -106,22 +108,20 @@ def columns_of(row: dict) -> str:
 def prompt_key_of(row: dict, prompt_key: str | None) -> str:
     if prompt_key is not None:
         if not _has(row, prompt_key):
-            raise DataError(
-                f"no column {prompt_key!r} (--env-kwargs.prompt-key); columns found: {columns_of(row)}"
-            )
+            raise DataError(f"no column {prompt_key!r} (--env-kwargs.prompt-key); columns found: {columns_of(row)}")
         return prompt_key
     if key := next((k for k in PROMPT_KEYS if k in row), None):
         return key
-    raise DataError(f"no prompt column (looked for {', '.join(PROMPT_KEYS)}; name yours with "
-                    f"--env-kwargs.prompt-key); columns found: {columns_of(row)}")  # fmt: skip
+    raise DataError(
+        f"no prompt column (looked for {', '.join(PROMPT_KEYS)}; name yours with "
+        f"--env-kwargs.prompt-key); columns found: {columns_of(row)}"
+    )
 
 
 def answer_key_of(row: dict, answer_key: str | None) -> str | None:
     if answer_key is not None:
         if not _has(row, answer_key):
-            raise DataError(
-                f"no column {answer_key!r} (--env-kwargs.answer-key); columns found: {columns_of(row)}"
-            )
+            raise DataError(f"no column {answer_key!r} (--env-kwargs.answer-key); columns found: {columns_of(row)}")
         return answer_key
     return next((k for k in ANSWER_KEYS if _has(row, k)), None)
 
@@ -131,10 +131,13 @@ def chat(value, key: str) -> list[dict]:
     if isinstance(value, str) and value.strip():
         return [{"role": "user", "content": value}]
     if isinstance(value, (list, tuple)) and value and all(isinstance(m, dict) and "role" in m for m in value):
-        return [{"role": str(m["role"]), "content": "" if m.get("content") is None else str(m["content"])}
-                for m in value]  # fmt: skip
-    raise DataError(f"column {key!r}: expected a string or a chat list of {{role, content}}, got "
-                    f"{type(value).__name__} {str(value)[:80]!r}")  # fmt: skip
+        return [
+            {"role": str(m["role"]), "content": "" if m.get("content") is None else str(m["content"])} for m in value
+        ]
+    raise DataError(
+        f"column {key!r}: expected a string or a chat list of {{role, content}}, got "
+        f"{type(value).__name__} {str(value)[:80]!r}"
+    )
 
 
 def layout(row: dict, pkey: str, akey: str | None) -> str:
@@ -151,8 +154,13 @@ def to_task(row: dict, prompt_key: str | None = None, answer_key: str | None = N
     pkey = prompt_key_of(row, prompt_key)
     akey = answer_key_of(row, answer_key)
     answer = None if akey is None else _get(row, akey)
-    return Task(chat(_get(row, pkey), pkey), None if answer is None else str(answer),
-                layout(row, pkey, akey), dict(row), _get(row, pkey))  # fmt: skip
+    return Task(
+        chat(_get(row, pkey), pkey),
+        None if answer is None else str(answer),
+        layout(row, pkey, akey),
+        dict(row),
+        _get(row, pkey),
+    )
 
 
 def prompt_hash(task: Task) -> float:
@@ -167,11 +175,11 @@ def held_out(tasks: list[Task], fraction: float) -> tuple[list[Task], list[Task]
     h = [prompt_hash(t) for t in tasks]
     distinct = sorted(set(h))
     if len(distinct) < 2:
-        raise DataError(f"{len(tasks)} row(s) with {len(distinct)} distinct prompt(s): a held-out split needs at "
-                        "least 2 (or pass --env-kwargs.test-data FILE)")  # fmt: skip
-    cut = min(
-        max(fraction, distinct[1]), distinct[-1]
-    )  # at least the lowest prompt held out, the highest kept
+        raise DataError(
+            f"{len(tasks)} row(s) with {len(distinct)} distinct prompt(s): a held-out split needs at "
+            "least 2 (or pass --env-kwargs.test-data FILE)"
+        )
+    cut = min(max(fraction, distinct[1]), distinct[-1])  # at least the lowest prompt held out, the highest kept
     train = [t for t, x in zip(tasks, h) if x >= cut]
     test = [t for t, x in zip(tasks, h) if x < cut]
     return train, test

@@ -44,9 +44,7 @@ def _tasks(path: str, which: str) -> list[Task]:
     for i, row in enumerate(read_rows(path, which)):
         if "prompt" not in row:
             raise DataError(f"{path} row {i}: no column 'prompt'; columns found: {', '.join(row)}")
-        out.append(
-            Task(chat(row["prompt"], "prompt"), None, str(row.get("data_source") or "skyrl"), dict(row))
-        )
+        out.append(Task(chat(row["prompt"], "prompt"), None, str(row.get("data_source") or "skyrl"), dict(row)))
     return out
 
 
@@ -84,13 +82,19 @@ class SkyRLGymEnv(Env):
     name = "skyrl_gym"
     max_turns = 1
 
-    def __init__(self, split: str = "train", seed: int = 0, data_path: str | None = None, env_class: str | None = None,
-                 env_config=None, test_data: str | None = None, test_fraction: float = 0.1,
-                 sandboxed: str | list | None = None):  # fmt: skip
+    def __init__(
+        self,
+        split: str = "train",
+        seed: int = 0,
+        data_path: str | None = None,
+        env_class: str | None = None,
+        env_config=None,
+        test_data: str | None = None,
+        test_fraction: float = 0.1,
+        sandboxed: str | list | None = None,
+    ):
         if data_path is None:
-            raise DataError(
-                "env skyrl_gym needs rows: --env-data FILE (SkyRL's layout: prompt, env_class, ...)"
-            )
+            raise DataError("env skyrl_gym needs rows: --env-data FILE (SkyRL's layout: prompt, env_class, ...)")
         sg = require("skyrl_gym")
         import skyrl_gym.envs  # noqa: F401 - registers SkyRL-Gym's own classes
 
@@ -99,19 +103,21 @@ class SkyRLGymEnv(Env):
         self.row = self.task.columns
         self.cls = env_class or self.row.get("env_class")
         if not self.cls:
-            raise DataError(f"{data_path}: the row has no 'env_class' (pass --env-kwargs.env-class NAME); "
-                            f"columns found: {', '.join(self.row)}")  # fmt: skip
+            raise DataError(
+                f"{data_path}: the row has no 'env_class' (pass --env-kwargs.env-class NAME); "
+                f"columns found: {', '.join(self.row)}"
+            )
         if self.cls not in sg.registry:
-            raise DataError(f"skyrl_gym: unknown env class {self.cls!r}; registered: {', '.join(_classes())} "
-                            "(register yours with skyrl_gym.register in a --plugins module)")  # fmt: skip
+            raise DataError(
+                f"skyrl_gym: unknown env class {self.cls!r}; registered: {', '.join(_classes())} "
+                "(register yours with skyrl_gym.register in a --plugins module)"
+            )
         self.config = _config(env_config, self.cls)
         self.extras = self.row | ({"env_class": self.cls} if env_class else {})
         try:
             self.env = sg.make(self.cls, env_config=self.config, extras=self.extras)
         except Exception as e:  # noqa: BLE001 - SkyRL's envs assert on missing fields: one line naming it
-            raise DataError(
-                f"skyrl_gym {self.cls!r}: the row does not fit ({type(e).__name__}: {e})"
-            ) from None
+            raise DataError(f"skyrl_gym {self.cls!r}: the row does not fit ({type(e).__name__}: {e})") from None
         self.max_turns = int(getattr(self.env, "max_turns", 1) or 1)
         names = sandboxed.split(",") if isinstance(sandboxed, str) else list(sandboxed or ())
         self.sandboxed = self.cls in SANDBOXED or self.cls in names
@@ -125,10 +131,23 @@ class SkyRLGymEnv(Env):
     def _sandboxed_step(self, action: str) -> dict:
         from envs.tools.sandbox import run_sandboxed
 
-        payload = json.dumps({"cls": self.cls, "config": require("omegaconf").OmegaConf.to_container(self.config),
-                              "row": self.extras, "action": action}, default=repr)  # fmt: skip
-        res = run_sandboxed([sys.executable, "-c", _RUNNER], stdin=payload, timeout_s=STEP_TIMEOUT_S,
-                            mem_mb=STEP_MEM_MB, max_procs=64, max_output_bytes=4_000_000)  # fmt: skip
+        payload = json.dumps(
+            {
+                "cls": self.cls,
+                "config": require("omegaconf").OmegaConf.to_container(self.config),
+                "row": self.extras,
+                "action": action,
+            },
+            default=repr,
+        )
+        res = run_sandboxed(
+            [sys.executable, "-c", _RUNNER],
+            stdin=payload,
+            timeout_s=STEP_TIMEOUT_S,
+            mem_mb=STEP_MEM_MB,
+            max_procs=64,
+            max_output_bytes=4_000_000,
+        )
         _, mark, tail = res.stdout.rpartition("@@nanosky@@")
         if not mark:
             why = res.killed_reason or f"exit {res.returncode}: {res.stderr.strip()[-300:]}"

@@ -41,10 +41,21 @@ def mini_suite() -> list[dict]:
 class SWETaskEnv(SWEEnv):
     name = "swe"
 
-    def __init__(self, split: str = "train", seed: int = 0, level: int | list[int] = 1, test_suite: str = "mini",
-                 partial_credit: bool = False, max_turns: int = 8, obs_chars: int = OBS_CHARS, cache_dir: str | None = None,
-                 cmd_timeout_s: float = 30.0, python: str = sys.executable, constrain_paths: bool = True,
-                 constrain_old_str: bool = True):  # fmt: skip
+    def __init__(
+        self,
+        split: str = "train",
+        seed: int = 0,
+        level: int | list[int] = 1,
+        test_suite: str = "mini",
+        partial_credit: bool = False,
+        max_turns: int = 8,
+        obs_chars: int = OBS_CHARS,
+        cache_dir: str | None = None,
+        cmd_timeout_s: float = 30.0,
+        python: str = sys.executable,
+        constrain_paths: bool = True,
+        constrain_old_str: bool = True,
+    ):
         levels = json.loads(level) if isinstance(level, str) else level
         levels = [levels] if isinstance(levels, int) else list(levels)
         if not levels or any(lv not in LEVELS for lv in levels):
@@ -57,9 +68,17 @@ class SWETaskEnv(SWEEnv):
         else:
             row = to_instance(generate(seed, levels[seed % len(levels)], split), cache_dir)
         self.split, self.seed = split, seed
-        super().__init__(harness.normalize_instance(row), max_turns=max_turns, obs_chars=obs_chars,
-                         cmd_timeout_s=cmd_timeout_s, python=python, grade=True, partial_credit=partial_credit,
-                         constrain_paths=constrain_paths, constrain_old_str=constrain_old_str)  # fmt: skip
+        super().__init__(
+            harness.normalize_instance(row),
+            max_turns=max_turns,
+            obs_chars=obs_chars,
+            cmd_timeout_s=cmd_timeout_s,
+            python=python,
+            grade=True,
+            partial_credit=partial_credit,
+            constrain_paths=constrain_paths,
+            constrain_old_str=constrain_old_str,
+        )
 
 
 __all__ = [

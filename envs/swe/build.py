@@ -23,9 +23,14 @@ from pathlib import Path
 from envs.swe.generate import Task
 
 CACHE_DIR = Path.home() / ".cache" / "nanosky" / "swe_gen"
-GIT_ENV = {"GIT_AUTHOR_NAME": "nanosky", "GIT_AUTHOR_EMAIL": "nanosky@localhost", "GIT_COMMITTER_NAME": "nanosky",
-           "GIT_COMMITTER_EMAIL": "nanosky@localhost", "GIT_AUTHOR_DATE": "2025-01-01T00:00:00+0000",
-           "GIT_COMMITTER_DATE": "2025-01-01T00:00:00+0000"}  # fmt: skip
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "nanosky",
+    "GIT_AUTHOR_EMAIL": "nanosky@localhost",
+    "GIT_COMMITTER_NAME": "nanosky",
+    "GIT_COMMITTER_EMAIL": "nanosky@localhost",
+    "GIT_AUTHOR_DATE": "2025-01-01T00:00:00+0000",
+    "GIT_COMMITTER_DATE": "2025-01-01T00:00:00+0000",
+}
 """A fixed author and date: a commit of the same tree has the same hash on every machine."""
 
 
@@ -50,9 +55,7 @@ def unified_diff(old: dict[str, str], new: dict[str, str]) -> str:
 
 def git(*args: str, cwd: str | Path | None = None, env: dict | None = None) -> str:
     """`git args...` (stdout, stripped); RuntimeError with git's message when it fails."""
-    r = subprocess.run(
-        ["git", *args], capture_output=True, text=True, cwd=cwd, env={**os.environ, **(env or {})}
-    )
+    r = subprocess.run(["git", *args], capture_output=True, text=True, cwd=cwd, env={**os.environ, **(env or {})})
     if r.returncode != 0:
         raise RuntimeError(f"git {' '.join(args[:3])}: {r.stderr.strip()[:500]}")
     return r.stdout.strip()
@@ -67,8 +70,9 @@ def commit_tree(git_dir: str | Path, tree: str | Path, message: str, tag: str) -
     with tempfile.TemporaryDirectory(prefix="nanosky-git-index-") as tmp:
         env = {"GIT_DIR": str(git_dir), "GIT_WORK_TREE": str(tree), "GIT_INDEX_FILE": str(Path(tmp, "index"))}
         git("add", "-A", ".", cwd=tree, env=env)
-        commit = git("commit-tree", git("write-tree", cwd=tree, env=env), "-m", message, cwd=tree,
-                     env={**env, **GIT_ENV})  # fmt: skip
+        commit = git(
+            "commit-tree", git("write-tree", cwd=tree, env=env), "-m", message, cwd=tree, env={**env, **GIT_ENV}
+        )
     git("tag", "-f", tag, commit, env={"GIT_DIR": str(git_dir)})
     return commit
 
@@ -83,8 +87,9 @@ def commit_base(task: Task, cache_dir: str | Path | None = None) -> tuple[str, s
         if not (git_dir / "HEAD").exists():
             git("init", "-q", "--bare", "--template=", str(git_dir))
         try:
-            return str(git_dir), git("rev-parse", "-q", "--verify", f"refs/tags/{task.instance_id}",
-                                     env={"GIT_DIR": str(git_dir)})  # fmt: skip
+            return str(git_dir), git(
+                "rev-parse", "-q", "--verify", f"refs/tags/{task.instance_id}", env={"GIT_DIR": str(git_dir)}
+            )
         except RuntimeError:
             pass
         with tempfile.TemporaryDirectory(prefix="nanosky-swe-gen-") as tmp:
@@ -92,9 +97,7 @@ def commit_base(task: Task, cache_dir: str | Path | None = None) -> tuple[str, s
                 p = Path(tmp, path)
                 p.parent.mkdir(parents=True, exist_ok=True)
                 p.write_text(text)
-            commit = commit_tree(
-                git_dir, tmp, f"{task.package}: base of {task.instance_id}", task.instance_id
-            )
+            commit = commit_tree(git_dir, tmp, f"{task.package}: base of {task.instance_id}", task.instance_id)
         return str(git_dir), commit
 
 

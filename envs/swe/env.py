@@ -57,10 +57,21 @@ class SubmitTool(Tool):
 class SWEEnv(Env):
     name = "swebench"
 
-    def __init__(self, instance: dict, max_turns: int = 8, obs_chars: int = 300, issue_chars: int = 700,
-                 cmd_timeout_s: float = 30.0, python: str = sys.executable, max_calls_per_turn: int = 4,
-                 grade: bool = False, partial_credit: bool = False, test_timeout_s: float = 120.0,
-                 constrain_paths: bool = True, constrain_old_str: bool = True):  # fmt: skip
+    def __init__(
+        self,
+        instance: dict,
+        max_turns: int = 8,
+        obs_chars: int = 300,
+        issue_chars: int = 700,
+        cmd_timeout_s: float = 30.0,
+        python: str = sys.executable,
+        max_calls_per_turn: int = 4,
+        grade: bool = False,
+        partial_credit: bool = False,
+        test_timeout_s: float = 120.0,
+        constrain_paths: bool = True,
+        constrain_old_str: bool = True,
+    ):
         self.instance, self.max_turns, self.obs_chars, self.issue_chars = (
             instance,
             max_turns,
@@ -133,8 +144,7 @@ class SWEEnv(Env):
         if not self.grade:
             return 0.0, {}
         t0 = time.perf_counter()
-        self.result = harness.evaluate_instance(self.instance, patch,
-                                                self.test_timeout_s, self.python)  # fmt: skip
+        self.result = harness.evaluate_instance(self.instance, patch, self.test_timeout_s, self.python)
         status = self.result.get("tests_status", {})
         f2p = status.get("FAIL_TO_PASS", {"success": [], "failure": []})
         p2p_ok = not status.get("PASS_TO_PASS", {}).get("failure") and bool(status)
@@ -142,14 +152,25 @@ class SWEEnv(Env):
         reward = 1.0 if self.result["resolved"] else 0.0
         if self.partial_credit and not self.result["resolved"] and p2p_ok and n:
             reward = len(f2p["success"]) / n
-        return reward, {"success": self.result["resolved"], "resolution": self.result["resolution"],
-                        "patch_applied": self.result["patch_applied"], "empty_patch": self.result["empty_patch"],
-                        "grade_s": round(time.perf_counter() - t0, 3)}  # fmt: skip
+        return reward, {
+            "success": self.result["resolved"],
+            "resolution": self.result["resolution"],
+            "patch_applied": self.result["patch_applied"],
+            "empty_patch": self.result["empty_patch"],
+            "grade_s": round(time.perf_counter() - t0, 3),
+        }
 
     def _info(self, results: list, **extra: Any) -> dict:
         # tool_calls / invalid_calls are cumulative over the episode (as the agent loop expects); calls: this turn's.
-        return {"success": False, "tool_calls": self.n_calls, "invalid_calls": self.n_invalid,
-                "calls": [r.record() for r in results], "submitted": self.submitted, "turn": self.turn, **extra}  # fmt: skip
+        return {
+            "success": False,
+            "tool_calls": self.n_calls,
+            "invalid_calls": self.n_invalid,
+            "calls": [r.record() for r in results],
+            "submitted": self.submitted,
+            "turn": self.turn,
+            **extra,
+        }
 
     def _read(self, path: str) -> str | None:
         try:
@@ -168,9 +189,7 @@ class SWEEnv(Env):
         if paths is None:
             return tool_call_grammar(self.tools)
         olds = self.editor.old_str_choices(paths) if self.constrain_old_str else None
-        return tool_call_grammar(
-            self.tools, {self.editor.name: self.editor.arguments_schema_within(paths, olds)}
-        )
+        return tool_call_grammar(self.tools, {self.editor.name: self.editor.arguments_schema_within(paths, olds)})
 
     def expert_action(self) -> str:
         """The scripted expert's next turn: read the file(s) the fix touches, make the fix with str_replace, run the
@@ -206,9 +225,7 @@ def expert_plan(instance: dict, read=lambda path: None) -> list[str]:
     turns = []
     bug = instance.get("bug") or {}
     if instance.get("level", 1) > 1 and bug.get("function"):
-        turns.append(
-            format_tool_call("bash", {"command": f"grep -rn 'def {bug['function']}(' --include=*.py ."})
-        )
+        turns.append(format_tool_call("bash", {"command": f"grep -rn 'def {bug['function']}(' --include=*.py ."}))
     for path in dict.fromkeys(e["path"] for e in edits):
         turns.append(format_tool_call("str_replace_editor", {"command": "view", "path": path}))
     for e in edits:
@@ -228,9 +245,7 @@ def patch_edits(patch: str, read=lambda path: None) -> list[dict]:
         hunks = re.split(r"^@@[^\n]*\n", block, flags=re.MULTILINE)[1:]
         lines_of = [[(ln[:1], ln[1:]) for ln in h.split("\n") if ln[:1] in (" ", "-", "+")] for h in hunks]
         if re.search(r"^--- /dev/null", block, flags=re.MULTILINE):
-            out.append(
-                {"command": "create", "path": path, "file_text": "".join(t + "\n" for _, t in lines_of[0])}
-            )
+            out.append({"command": "create", "path": path, "file_text": "".join(t + "\n" for _, t in lines_of[0])})
             continue
         original = read(path) or "\n".join(t for h in lines_of for tag, t in h if tag != "+")
         for h in lines_of:

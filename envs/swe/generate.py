@@ -31,23 +31,50 @@ from dataclasses import dataclass, field
 
 from envs.swe.templates import THEMES, Fn
 
-KINDS = ("operator swap", "off-by-one", "wrong constant", "inverted condition", "wrong variable",
-         "missing return or branch")  # fmt: skip
+KINDS = (
+    "operator swap",
+    "off-by-one",
+    "wrong constant",
+    "inverted condition",
+    "wrong variable",
+    "missing return or branch",
+)
 LEVELS = (1, 2, 3)
 HELD_OUT = 5  # one bug in 5 (by hash) is reserved for split="test"
 
-_BIN = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Add, ast.Div: ast.FloorDiv, ast.FloorDiv: ast.Div,
-        ast.Mod: ast.FloorDiv, ast.Pow: ast.Mult}  # fmt: skip
-_CMP = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.Eq: ast.NotEq, ast.NotEq: ast.Eq,
-        ast.In: ast.NotIn, ast.NotIn: ast.In}  # fmt: skip
+_BIN = {
+    ast.Add: ast.Sub,
+    ast.Sub: ast.Add,
+    ast.Mult: ast.Add,
+    ast.Div: ast.FloorDiv,
+    ast.FloorDiv: ast.Div,
+    ast.Mod: ast.FloorDiv,
+    ast.Pow: ast.Mult,
+}
+_CMP = {
+    ast.Lt: ast.LtE,
+    ast.LtE: ast.Lt,
+    ast.Gt: ast.GtE,
+    ast.GtE: ast.Gt,
+    ast.Eq: ast.NotEq,
+    ast.NotEq: ast.Eq,
+    ast.In: ast.NotIn,
+    ast.NotIn: ast.In,
+}
 _STR = {"-": "_", "_": "-", ".": ",", "0": " ", "?": ""}
 
 # The repository (package) of each theme, and its modules' names (a task's module is one of three). As in SWE-smith,
 # where thousands of bugs come from ~100 repositories, many bugs share a repository: a small model can learn the
 # few package names instead of having to copy an unseen one out of the issue.
 # No name here is one of the shipped swe_mini suite's repositories (envs/data/swe_mini/repos), which stay unseen.
-REPOSITORIES = {"text": "strtools", "numbers": "numlib", "lists": "listtools", "dates": "datebox",
-                "pricing": "pricecore", "grades": "gradebook"}  # fmt: skip
+REPOSITORIES = {
+    "text": "strtools",
+    "numbers": "numlib",
+    "lists": "listtools",
+    "dates": "datebox",
+    "pricing": "pricecore",
+    "grades": "gradebook",
+}
 MODULE_NAMES = {
     "text": ("text", "strings", "textops"),
     "numbers": ("numbers", "mathutil", "stats"),
@@ -109,11 +136,7 @@ def _body_nodes(fn: ast.FunctionDef):
 
 
 def _is_docstring(stmt: ast.stmt) -> bool:
-    return (
-        isinstance(stmt, ast.Expr)
-        and isinstance(stmt.value, ast.Constant)
-        and isinstance(stmt.value.value, str)
-    )
+    return isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str)
 
 
 def _locals(fn: ast.FunctionDef) -> list[str]:
@@ -198,19 +221,30 @@ def _sites(fn: ast.FunctionDef):
 def _guards(stmts: list):
     """`if ...: return ...` without an else, in a block with more statements: removing it is a missing branch."""
     for j, stmt in enumerate(stmts):
-        if (
-            isinstance(stmt, ast.If)
-            and not stmt.orelse
-            and isinstance(stmt.body[-1], ast.Return)
-            and len(stmts) > 1
-        ):
+        if isinstance(stmt, ast.If) and not stmt.orelse and isinstance(stmt.body[-1], ast.Return) and len(stmts) > 1:
             yield "missing return or branch", "guard clause removed", _drop(stmts, j)
 
 
 def _op(op: ast.AST) -> str:
-    return {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%",
-            ast.Pow: "**", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!=",
-            ast.In: "in", ast.NotIn: "not in", ast.And: "and", ast.Or: "or"}[type(op)]  # fmt: skip
+    return {
+        ast.Add: "+",
+        ast.Sub: "-",
+        ast.Mult: "*",
+        ast.Div: "/",
+        ast.FloorDiv: "//",
+        ast.Mod: "%",
+        ast.Pow: "**",
+        ast.Lt: "<",
+        ast.LtE: "<=",
+        ast.Gt: ">",
+        ast.GtE: ">=",
+        ast.Eq: "==",
+        ast.NotEq: "!=",
+        ast.In: "in",
+        ast.NotIn: "not in",
+        ast.And: "and",
+        ast.Or: "or",
+    }[type(op)]
 
 
 def _set(node, attr, value):
@@ -231,11 +265,7 @@ def _wrap_attr(node, attr: str, op):
 def _negate(node):
     def edit():
         t = node.test
-        node.test = (
-            t.operand
-            if isinstance(t, ast.UnaryOp) and isinstance(t.op, ast.Not)
-            else ast.UnaryOp(ast.Not(), t)
-        )
+        node.test = t.operand if isinstance(t, ast.UnaryOp) and isinstance(t.op, ast.Not) else ast.UnaryOp(ast.Not(), t)
 
     return edit
 
@@ -330,9 +360,7 @@ def _module_source(theme: str, fns: list[Fn], override: dict[str, str] | None = 
 def _test_source(package: str, module: str, tests: list[tuple[str, str, tuple, object]]) -> str:
     names = sorted({t[1] for t in tests})
     head = f"from {package}.{module} import {', '.join(names)}\n" if names else ""
-    body = "".join(
-        f"\n\ndef {tid}():\n    assert {_call(fn, args)} == {want!r}\n" for tid, fn, args, want in tests
-    )
+    body = "".join(f"\n\ndef {tid}():\n    assert {_call(fn, args)} == {want!r}\n" for tid, fn, args, want in tests)
     return head + body
 
 
@@ -351,9 +379,7 @@ def generate(seed: int, level: int = 1, split: str = "train") -> Task:
         task = _attempt(rng, seed, level, split)
         if task is not None:
             return task
-    raise RuntimeError(
-        f"no task for seed {seed} level {level} split {split}"
-    )  # never seen: 1 try in ~10 fails
+    raise RuntimeError(f"no task for seed {seed} level {level} split {split}")  # never seen: 1 try in ~10 fails
 
 
 def _attempt(rng: random.Random, seed: int, level: int, split: str) -> Task | None:
@@ -394,18 +420,36 @@ def _attempt(rng: random.Random, seed: int, level: int, split: str) -> Task | No
             failing = [i for i, (g, w) in enumerate(zip(got, want)) if not _passes(g, w)]
             if not failing or not any(calls[i][0] == target.name for i in failing):
                 continue
-            return _assemble(seed, level, split, package, picked, modules, chosen, target, m, calls, want, got,
-                             failing, fixed_src, buggy_src)  # fmt: skip
+            return _assemble(
+                seed,
+                level,
+                split,
+                package,
+                picked,
+                modules,
+                chosen,
+                target,
+                m,
+                calls,
+                want,
+                got,
+                failing,
+                fixed_src,
+                buggy_src,
+            )
     return None
 
 
-def _assemble(seed, level, split, package, picked, modules, chosen, target, m, calls, want, got, failing, fixed_src,
-              buggy_src) -> Task:  # fmt: skip
+def _assemble(
+    seed, level, split, package, picked, modules, chosen, target, m, calls, want, got, failing, fixed_src, buggy_src
+) -> Task:
     target_theme = picked[0]
     mod = modules[target_theme]
     path = f"{package}/{mod}.py"
-    files = {"README.md": f"# {package}\n\nSmall helpers ({', '.join(modules.values())}). Tests: `python -m pytest`.\n",
-             "conftest.py": "# puts the repository root on sys.path, so `pytest` imports the package from here\n"}  # fmt: skip
+    files = {
+        "README.md": f"# {package}\n\nSmall helpers ({', '.join(modules.values())}). Tests: `python -m pytest`.\n",
+        "conftest.py": "# puts the repository root on sys.path, so `pytest` imports the package from here\n",
+    }
     init = f'"""{package}: small helpers."""\n'
     if level > 1:
         init += "".join(
@@ -435,9 +479,7 @@ def _assemble(seed, level, split, package, picked, modules, chosen, target, m, c
             else:
                 visible.append(test)
                 p2p.append(tid)
-        files[f"tests/test_{m_name}.py"] = fixed[f"tests/test_{m_name}.py"] = _test_source(
-            package, m_name, visible
-        )
+        files[f"tests/test_{m_name}.py"] = fixed[f"tests/test_{m_name}.py"] = _test_source(package, m_name, visible)
         if th == target_theme:
             tests[f"tests/test_{m_name}.py"] = _test_source(package, m_name, visible + hidden)
     shown = [i for i in failing if calls[i][0] == target.name]
@@ -452,13 +494,15 @@ def _statement(level: int, package: str, module: str, fn: Fn, call: str, got: tu
     shows = f"raises {got[1]}" if got[0] == "raise" else f"returns {got[1]!r}"
     if level == 1:
         repl = f"Traceback (most recent call last):\n  ...\n{got[1]}" if got[0] == "raise" else repr(got[1])
-        return (f"`{fn.name}` in `{package}/{module}.py` {'fails' if got[0] == 'raise' else 'gives a wrong result'}"
-                f"\n\n```\n>>> from {package}.{module} import {fn.name}\n>>> {call}\n{repl}\n```\n\n"
-                f"Expected `{want!r}`.\n")  # fmt: skip
-    if level == 2:
         return (
-            f"Wrong result from `{package}.{fn.name}`\n\n`{call}` {shows}, but it should return `{want!r}`.\n"
+            f"`{fn.name}` in `{package}/{module}.py` {'fails' if got[0] == 'raise' else 'gives a wrong result'}"
+            f"\n\n```\n>>> from {package}.{module} import {fn.name}\n>>> {call}\n{repl}\n```\n\n"
+            f"Expected `{want!r}`.\n"
         )
+    if level == 2:
+        return f"Wrong result from `{package}.{fn.name}`\n\n`{call}` {shows}, but it should return `{want!r}`.\n"
     doc = ast.get_docstring(ast.parse(fn.source).body[0]) or ""
-    return (f"`{package}.{fn.name}` misbehaves\n\nIt does not do what its documentation says ({doc.splitlines()[0]!r})"
-            f" for some inputs, for example `{call}`.\n")  # fmt: skip
+    return (
+        f"`{package}.{fn.name}` misbehaves\n\nIt does not do what its documentation says ({doc.splitlines()[0]!r})"
+        f" for some inputs, for example `{call}`.\n"
+    )

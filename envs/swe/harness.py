@@ -25,8 +25,16 @@ from pathlib import Path
 
 from envs.tools.sandbox import SandboxResult, repo_env, run_sandboxed
 
-REQUIRED = ("instance_id", "repo", "base_commit", "problem_statement", "patch", "test_patch", "FAIL_TO_PASS",
-            "PASS_TO_PASS")  # fmt: skip
+REQUIRED = (
+    "instance_id",
+    "repo",
+    "base_commit",
+    "problem_statement",
+    "patch",
+    "test_patch",
+    "FAIL_TO_PASS",
+    "PASS_TO_PASS",
+)
 FULL, PARTIAL, NO = "RESOLVED_FULL", "RESOLVED_PARTIAL", "RESOLVED_NO"
 PASSING = ("PASSED", "XFAIL")
 EXCLUDES = "__pycache__/\n*.pyc\n.pytest_cache/\n"
@@ -68,9 +76,7 @@ def resolve_repo(local_repo: str, commit: str) -> str:
         path = _extract(path)
     if not path.is_dir():
         raise ValueError(f"local_repo {local_repo} is not a directory or a tarball of a git repository")
-    r = subprocess.run(
-        ["git", "-C", str(path), "cat-file", "-e", f"{commit}^{{commit}}"], capture_output=True
-    )
+    r = subprocess.run(["git", "-C", str(path), "cat-file", "-e", f"{commit}^{{commit}}"], capture_output=True)
     if r.returncode != 0:
         raise ValueError(f"local_repo {local_repo} has no commit {commit}")
     return str(path)
@@ -90,9 +96,7 @@ def _extract(tar: Path) -> Path:
         except OSError:  # another process extracted it first
             shutil.rmtree(tmp, ignore_errors=True)
     entries = [p for p in dest.iterdir()]
-    return (
-        entries[0] if len(entries) == 1 and entries[0].is_dir() else dest
-    )  # "repo/" inside, or the tree itself
+    return entries[0] if len(entries) == 1 and entries[0].is_dir() else dest  # "repo/" inside, or the tree itself
 
 
 def checkout(repo: str, commit: str, dest: str) -> None:
@@ -109,11 +113,20 @@ def checkout(repo: str, commit: str, dest: str) -> None:
 # ---------------------------------------------------------------------------------------------- sandboxed steps
 
 
-def sandboxed(argv: list[str], workdir: str, stdin: str | None = None, timeout_s: float = 60.0,
-              python: str = sys.executable) -> SandboxResult:  # fmt: skip
+def sandboxed(
+    argv: list[str], workdir: str, stdin: str | None = None, timeout_s: float = 60.0, python: str = sys.executable
+) -> SandboxResult:
     """Run in the sandbox with only `workdir` writable; `python` (and its bin dir) first on PATH."""
-    return run_sandboxed(argv, cwd=workdir, stdin=stdin, timeout_s=timeout_s, writable_dirs=[workdir],
-                         mem_mb=4096, max_procs=128, env=repo_env(python))  # fmt: skip
+    return run_sandboxed(
+        argv,
+        cwd=workdir,
+        stdin=stdin,
+        timeout_s=timeout_s,
+        writable_dirs=[workdir],
+        mem_mb=4096,
+        max_procs=128,
+        env=repo_env(python),
+    )
 
 
 def reset_tree(workdir: str) -> None:
@@ -126,9 +139,11 @@ def apply_patch(workdir: str, patch: str) -> tuple[bool, str, str]:
     reset between attempts so a half-applied patch never survives."""
     if not patch.endswith("\n"):
         patch += "\n"  # a patch cut at its last newline still applies
-    attempts = [("git apply", _GIT + ["apply", "--verbose", "--whitespace=nowarn", "-"]),
-                ("git apply --3way", _GIT + ["apply", "--verbose", "--3way", "-"]),
-                ("patch --fuzz", ["patch", "--batch", "--forward", "--fuzz=5", "-p1", "--no-backup-if-mismatch", "-r", "-"])]  # fmt: skip
+    attempts = [
+        ("git apply", _GIT + ["apply", "--verbose", "--whitespace=nowarn", "-"]),
+        ("git apply --3way", _GIT + ["apply", "--verbose", "--3way", "-"]),
+        ("patch --fuzz", ["patch", "--batch", "--forward", "--fuzz=5", "-p1", "--no-backup-if-mismatch", "-r", "-"]),
+    ]
     logs = []
     for method, argv in attempts:
         r = sandboxed(argv, workdir, stdin=patch)
@@ -161,9 +176,7 @@ def parse_pytest_log(text: str) -> dict[str, str]:
     twice (e.g. passed, then errored in teardown) keeps the failing status."""
     status: dict[str, str] = {}
     # "SKIPPED [1] tests/x.py:9: reason" names a location, not a test id: `[` cannot start an id.
-    for m in re.finditer(
-        r"^(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS) ([^\s\[]\S*)", text, flags=re.MULTILINE
-    ):
+    for m in re.finditer(r"^(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS) ([^\s\[]\S*)", text, flags=re.MULTILINE):
         state, test = m.groups()
         if status.get(test) not in ("FAILED", "ERROR"):
             status[test] = state
@@ -201,19 +214,25 @@ def grade(fail_to_pass: list[str], pass_to_pass: list[str], status: dict[str, st
     return {"resolution": resolution, "tests_status": report}
 
 
-def evaluate_instance(instance: dict, model_patch: str | None, timeout_s: float = 120.0,
-                      python: str = sys.executable) -> dict:  # fmt: skip
+def evaluate_instance(
+    instance: dict, model_patch: str | None, timeout_s: float = 120.0, python: str = sys.executable
+) -> dict:
     """Grade one patch against one (normalised) instance with a `local_repo`. Never raises."""
-    out = {"instance_id": instance["instance_id"], "resolution": NO, "resolved": False, "patch_applied": False,
-           "apply_method": None, "empty_patch": False, "error": None}  # fmt: skip
+    out = {
+        "instance_id": instance["instance_id"],
+        "resolution": NO,
+        "resolved": False,
+        "patch_applied": False,
+        "apply_method": None,
+        "empty_patch": False,
+        "error": None,
+    }
     if not (model_patch or "").strip():
         out["empty_patch"] = True
         return out
     workdir = tempfile.mkdtemp(prefix="nanosky-swe-eval-")
     try:
-        checkout(
-            resolve_repo(instance["local_repo"], instance["base_commit"]), instance["base_commit"], workdir
-        )
+        checkout(resolve_repo(instance["local_repo"], instance["base_commit"]), instance["base_commit"], workdir)
         ok, method, log = apply_patch(workdir, model_patch)
         out["patch_applied"], out["apply_method"] = ok, method or None
         if not ok:
@@ -237,18 +256,30 @@ def evaluate_instance(instance: dict, model_patch: str | None, timeout_s: float 
 # ---------------------------------------------------------------------------------------------- official harness
 
 
-def official_harness(
-    instances_path: str, predictions_path: str, ids: list[str], run_id: str, workers: int = 2
-) -> str:
+def official_harness(instances_path: str, predictions_path: str, ids: list[str], run_id: str, workers: int = 2) -> str:
     """Hand instances without `local_repo` to SWE-bench's docker harness when it is installed; else say why not."""
     import importlib.util
 
     if not shutil.which("docker") or importlib.util.find_spec("swebench") is None:
-        return (f"{len(ids)} instance(s) have no local_repo and were not evaluated: local evaluation needs "
-                "local_repo (a git repository or tarball containing base_commit); the official harness needs "
-                "docker and `pip install swebench`. Predictions were written for them.")  # fmt: skip
-    cmd = [sys.executable, "-m", "swebench.harness.run_evaluation", "--dataset_name", instances_path,
-           "--predictions_path", predictions_path, "--run_id", run_id, "--max_workers", str(workers),
-           "--instance_ids", *ids]  # fmt: skip
+        return (
+            f"{len(ids)} instance(s) have no local_repo and were not evaluated: local evaluation needs "
+            "local_repo (a git repository or tarball containing base_commit); the official harness needs "
+            "docker and `pip install swebench`. Predictions were written for them."
+        )
+    cmd = [
+        sys.executable,
+        "-m",
+        "swebench.harness.run_evaluation",
+        "--dataset_name",
+        instances_path,
+        "--predictions_path",
+        predictions_path,
+        "--run_id",
+        run_id,
+        "--max_workers",
+        str(workers),
+        "--instance_ids",
+        *ids,
+    ]
     r = subprocess.run(cmd)
     return f"official harness exited with {r.returncode}: {' '.join(cmd[:8])} ..."

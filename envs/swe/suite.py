@@ -81,14 +81,23 @@ def build_suite(cache_dir: str | Path | None = None, suite_dir: Path = SUITE_DIR
         for d in ds:
             meta = json.loads((d / "meta.json").read_text())
             base = commits[name][d.name]
-            rows.append({
-                "instance_id": meta["instance_id"], "repo": meta["repo"], "base_commit": base,
-                "problem_statement": (d / "issue.md").read_text(), "hints_text": "", "created_at": meta["created_at"],
-                "version": meta["version"], "patch": (d / "gold.patch").read_text(),
-                "test_patch": (d / "test.patch").read_text(), "FAIL_TO_PASS": json.dumps(meta["FAIL_TO_PASS"]),
-                "PASS_TO_PASS": json.dumps(meta["PASS_TO_PASS"]), "environment_setup_commit": base,
-                "local_repo": str(cache / f"{name}.git"),
-            })  # fmt: skip
+            rows.append(
+                {
+                    "instance_id": meta["instance_id"],
+                    "repo": meta["repo"],
+                    "base_commit": base,
+                    "problem_statement": (d / "issue.md").read_text(),
+                    "hints_text": "",
+                    "created_at": meta["created_at"],
+                    "version": meta["version"],
+                    "patch": (d / "gold.patch").read_text(),
+                    "test_patch": (d / "test.patch").read_text(),
+                    "FAIL_TO_PASS": json.dumps(meta["FAIL_TO_PASS"]),
+                    "PASS_TO_PASS": json.dumps(meta["PASS_TO_PASS"]),
+                    "environment_setup_commit": base,
+                    "local_repo": str(cache / f"{name}.git"),
+                }
+            )
     return rows
 
 

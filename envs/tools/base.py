@@ -185,9 +185,7 @@ def validate_arguments(parameters: dict, arguments: Any) -> tuple[dict, str | No
     return out, None
 
 
-def run_tool_call(
-    call: ToolCall, tools: Mapping[str, Tool] | Iterable[Tool], timeout_s: float = 10.0
-) -> ToolResult:
+def run_tool_call(call: ToolCall, tools: Mapping[str, Tool] | Iterable[Tool], timeout_s: float = 10.0) -> ToolResult:
     """Execute one parsed call. Never raises: every failure is an `ok=False` result whose output says why."""
     start = time.monotonic()
     name = call.name if isinstance(call.name, str) else ""

@@ -65,9 +65,16 @@ class BashTool(Tool):
             return f"Error: command must be under {MAX_COMMAND_CHARS} characters, without NUL bytes"
         root = os.path.realpath(self.root or os.getcwd())
         limit = min(timeout_s, self.timeout_s)
-        r = run_sandboxed(["bash", "-c", command], cwd=root, writable_dirs=[root], timeout_s=limit,
-                          mem_mb=self.mem_mb, max_procs=self.max_procs, env=repo_env(self.python),
-                          max_output_bytes=8 * self.max_output_chars)  # fmt: skip
+        r = run_sandboxed(
+            ["bash", "-c", command],
+            cwd=root,
+            writable_dirs=[root],
+            timeout_s=limit,
+            mem_mb=self.mem_mb,
+            max_procs=self.max_procs,
+            env=repo_env(self.python),
+            max_output_bytes=8 * self.max_output_chars,
+        )
         out = (r.stdout + r.stderr).strip("\n")
         if r.killed_reason in ("timeout", "cpu_limit"):
             end = f"[killed: timed out after {limit:g}s]"

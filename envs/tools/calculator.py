@@ -39,9 +39,7 @@ def _quiet_parse_warnings() -> None:
     log as "<unknown>:1: SyntaxWarning"; they are the model's text, not code, so warnings from our source name are
     ignored. Installed on use, not at import: a caller's catch_warnings block (pytest's collection) drops filters
     added inside it."""
-    if not any(
-        f[2] is SyntaxWarning and f[3] is not None and f[3].pattern == _SOURCE for f in warnings.filters
-    ):
+    if not any(f[2] is SyntaxWarning and f[3] is not None and f[3].pattern == _SOURCE for f in warnings.filters):
         warnings.filterwarnings("ignore", category=SyntaxWarning, module=_SOURCE)
 
 

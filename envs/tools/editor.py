@@ -68,9 +68,7 @@ class StrReplaceEditor(Tool):
         decoder then cannot send `old_str` to `view`, or forget it for `str_replace`)."""
         return self.arguments_schema_within(None)
 
-    def arguments_schema_within(
-        self, paths: list[str] | None, old_strs: dict[str, list[str]] | None = None
-    ) -> dict:
+    def arguments_schema_within(self, paths: list[str] | None, old_strs: dict[str, list[str]] | None = None) -> dict:
         """`arguments_schema` where every command but `create` may name only one of `paths` (`tree_paths()`: what
         is in the work tree), so a constrained decoder cannot send a call to a file that is not there; `create`
         still takes any new path. None: any path. `old_strs` (`old_str_choices()`): a str_replace on one of these
@@ -90,9 +88,7 @@ class StrReplaceEditor(Tool):
         within = {} if paths is None else {"path": {"enum": list(paths)}}
         free = [x for x in paths if x not in old_strs] if paths is not None else None
         replace = [  # one branch per file, so the old_str is one of that file's own
-            command(
-                "str_replace", "old_str", optional=("new_str",), path={"const": f}, old_str={"enum": olds}
-            )
+            command("str_replace", "old_str", optional=("new_str",), path={"const": f}, old_str={"enum": olds})
             for f, olds in old_strs.items()
             if olds
         ]
@@ -110,9 +106,7 @@ class StrReplaceEditor(Tool):
             ]
         }
 
-    def old_str_choices(
-        self, paths: list[str], max_lines: int = 4, max_file_lines: int = 300
-    ) -> dict[str, list[str]]:
+    def old_str_choices(self, paths: list[str], max_lines: int = 4, max_file_lines: int = 300) -> dict[str, list[str]]:
         """For each text file among `paths` (work-tree relative, ≤ `max_file_lines` lines): the runs of 1 to
         `max_lines` whole lines, without the final newline, that occur exactly once in it and are not blank, i.e.
         the old_strs a str_replace there can take (the expert's smallest unique hunk is one of them)."""
@@ -189,9 +183,7 @@ class StrReplaceEditor(Tool):
             start, end = int(view_range[0]), int(view_range[1])
             end = len(lines) if end == -1 else end
             if not 1 <= start <= end <= len(lines):
-                raise ValueError(
-                    f"view_range {view_range} is outside 1..{len(lines)} ({path} has {len(lines)} lines)"
-                )
+                raise ValueError(f"view_range {view_range} is outside 1..{len(lines)} ({path} has {len(lines)} lines)")
         return _numbered(lines, start, end)
 
     def _create(self, full: str, path: str, file_text: str | None = None, **_) -> str:
@@ -215,18 +207,14 @@ class StrReplaceEditor(Tool):
             )
         if n > 1:
             at = [text[:i].count("\n") + 1 for i in _find_all(text, old_str)]
-            raise ValueError(
-                f"old_str occurs {n} times in {path} (lines {at}); include more context to make it unique"
-            )
+            raise ValueError(f"old_str occurs {n} times in {path} (lines {at}); include more context to make it unique")
         i = text.index(old_str)
         new = text[:i] + new_str + text[i + len(old_str) :]
         self._write(full, new, previous=text)
         first = text[:i].count("\n") + 1
         return f"edited {path}:\n" + _snippet(new, first, first + new_str.count("\n"))
 
-    def _insert(
-        self, full: str, path: str, new_str: str | None = None, insert_line: int | None = None, **_
-    ) -> str:
+    def _insert(self, full: str, path: str, new_str: str | None = None, insert_line: int | None = None, **_) -> str:
         if new_str is None or insert_line is None:
             raise ValueError("insert needs new_str and insert_line")
         text = self._read(full, path)
@@ -247,9 +235,7 @@ class StrReplaceEditor(Tool):
         lines = text.split("\n")
         start, end = int(line_range[0]), int(line_range[1])
         if not 1 <= start <= end <= len(lines):
-            raise ValueError(
-                f"line_range {line_range} is outside 1..{len(lines)} ({path} has {len(lines)} lines)"
-            )
+            raise ValueError(f"line_range {line_range} is outside 1..{len(lines)} ({path} has {len(lines)} lines)")
         new = "\n".join(lines[: start - 1] + new_str.split("\n") + lines[end:])
         self._write(full, new, previous=text)
         return f"edited {path}:\n" + _snippet(new, start, start + new_str.count("\n"))
@@ -303,9 +289,7 @@ HINT_MIN_RATIO = 0.6
 """How alike (difflib's ratio) the closest lines must be to old_str for the no-match error to quote them."""
 
 
-def _closest_hint(
-    text: str, old_str: str, max_chars: int = 2000, budget: int = 3_000_000, top: int = 20
-) -> str:
+def _closest_hint(text: str, old_str: str, max_chars: int = 2000, budget: int = 3_000_000, top: int = 20) -> str:
     """The file's lines most like `old_str` (as many lines as it has), quoted for the no-match error: an agent that
     recalled a line instead of copying it from the view (the correct line where the file has a bug in it) gets the
     file's real text to copy, as Aider does for a failed search block. "" when nothing is alike enough.
@@ -356,7 +340,5 @@ def _listing(full: str, path: str, depth: int = 2) -> str:
             dirs[:] = []
         rel = os.path.relpath(d, full)
         prefix = "" if rel == "." else rel + "/"
-        out += [f"  {prefix}{x}/" for x in dirs] + [
-            f"  {prefix}{x}" for x in sorted(files) if not x.startswith(".")
-        ]
+        out += [f"  {prefix}{x}/" for x in dirs] + [f"  {prefix}{x}" for x in sorted(files) if not x.startswith(".")]
     return "\n".join(out)

@@ -58,6 +58,4 @@ def _grammar(schema: str) -> str:
     # key the schema does not name
     body = xgr.Grammar.from_json_schema(schema, any_whitespace=False, strict_mode=True)
     tag = xgr.Grammar.from_ebnf
-    return str(
-        xgr.Grammar.concat(tag(f"root ::= {json.dumps(OPEN)}"), body, tag(f"root ::= {json.dumps(CLOSE)}"))
-    )
+    return str(xgr.Grammar.concat(tag(f"root ::= {json.dumps(OPEN)}"), body, tag(f"root ::= {json.dumps(CLOSE)}")))

@@ -45,9 +45,7 @@ def parse_tool_calls(text: str) -> list[ToolCall]:
         calls = [_parse_block(block) for block in blocks[:MAX_CALLS]]
         if len(blocks) > MAX_CALLS:
             n = text.count(OPEN)
-            calls.append(
-                ToolCall("", {}, f"too many <tool_call> blocks ({n}); only the first {MAX_CALLS} are read")
-            )
+            calls.append(ToolCall("", {}, f"too many <tool_call> blocks ({n}); only the first {MAX_CALLS} are read"))
         return calls
     except Exception as e:  # noqa: BLE001 - belt and braces: the contract is "never raises"
         return [ToolCall("", {}, f"could not parse tool call: {type(e).__name__}", text[:200])]

@@ -43,9 +43,7 @@ class SandboxResult:
     stderr: str
     returncode: int | None  # negative: killed by that signal (as in subprocess)
     timed_out: bool
-    killed_reason: (
-        str | None
-    )  # "timeout" | "output_limit" | "cpu_limit" | "file_size_limit" | "process_limit"
+    killed_reason: str | None  # "timeout" | "output_limit" | "cpu_limit" | "file_size_limit" | "process_limit"
     # | "killed" | None
     isolation: str  # "namespaces" (user+mount+net+pid) or "none" (rlimits only)
     wall_s: float = 0.0
@@ -56,9 +54,13 @@ def repo_env(python: str = sys.executable) -> dict[str, str]:
     """The environment for a repository's code and tests in the sandbox (the SWE harness and the bash tool):
     `python` and its bin dir first on PATH, no bytecode written into the tree, no pytest plugin autoload, git never
     prompts, one OpenMP thread."""
-    return {"PATH": f"{os.path.dirname(python)}:{os.environ.get('PATH', '/usr/bin:/bin')}",
-            "PYTHONDONTWRITEBYTECODE": "1", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "GIT_TERMINAL_PROMPT": "0",
-            "OMP_NUM_THREADS": "1"}  # fmt: skip
+    return {
+        "PATH": f"{os.path.dirname(python)}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+        "GIT_TERMINAL_PROMPT": "0",
+        "OMP_NUM_THREADS": "1",
+    }
 
 
 def run_sandboxed(
@@ -128,9 +130,7 @@ def _disable_isolation(error: str) -> None:
     with _lock:
         if _isolation_error is None:
             _isolation_error = error
-            log.warning(
-                "sandbox: namespaces unavailable (%s); running with rlimits only, no isolation", error
-            )
+            log.warning("sandbox: namespaces unavailable (%s); running with rlimits only, no isolation", error)
 
 
 def _launch(

@@ -18,8 +18,32 @@ from dataclasses import dataclass, field
 
 N_COUNTRIES, N_CITIES, N_PEOPLE, N_INVENTIONS = 24, 96, 120, 72
 
-_ONSETS = ("b", "br", "d", "dr", "f", "g", "gr", "h", "k", "kr", "l", "m", "n", "p", "r", "s", "st", "t",
-           "tr", "v", "z", "th", "sh", "j")  # fmt: skip
+_ONSETS = (
+    "b",
+    "br",
+    "d",
+    "dr",
+    "f",
+    "g",
+    "gr",
+    "h",
+    "k",
+    "kr",
+    "l",
+    "m",
+    "n",
+    "p",
+    "r",
+    "s",
+    "st",
+    "t",
+    "tr",
+    "v",
+    "z",
+    "th",
+    "sh",
+    "j",
+)
 _VOWELS = ("a", "e", "i", "o", "u", "ae", "io", "ou")
 _CODAS = ("", "", "n", "r", "l", "s", "m", "th", "v", "nd", "rk")
 _COUNTRY_ENDS = ("ia", "ovia", "land", "mark", "ora", "istan", "aria", "enia")
@@ -37,16 +61,82 @@ _CITY_ENDS = (
     "mouth",
     "stead",
 )
-_INV_HEADS = ("Sky", "Cloud", "Iron", "Glass", "Star", "Sun", "Frost", "Ember", "Tide", "Stone", "Wind",
-              "Moon", "Copper", "Silver", "Echo", "Storm")  # fmt: skip
-_INV_TAILS = ("loom", "wheel", "lamp", "engine", "scope", "press", "pump", "clock", "kiln", "mill", "lens",
-              "drum", "sail", "forge")  # fmt: skip
-_PROFESSIONS = ("engineer", "chemist", "painter", "teacher", "sailor", "doctor", "farmer", "architect",
-                "poet", "merchant")  # fmt: skip
-_VERBS = ("measuring", "cooling", "drying", "lifting", "sorting", "weaving", "heating", "cleaning",
-          "storing", "cutting", "mixing", "printing")  # fmt: skip
-_OBJECTS = ("wind", "bread", "cloth", "grain", "ice", "glass", "salt", "paper", "rope", "tea", "fish",
-            "stone", "wool", "honey")  # fmt: skip
+_INV_HEADS = (
+    "Sky",
+    "Cloud",
+    "Iron",
+    "Glass",
+    "Star",
+    "Sun",
+    "Frost",
+    "Ember",
+    "Tide",
+    "Stone",
+    "Wind",
+    "Moon",
+    "Copper",
+    "Silver",
+    "Echo",
+    "Storm",
+)
+_INV_TAILS = (
+    "loom",
+    "wheel",
+    "lamp",
+    "engine",
+    "scope",
+    "press",
+    "pump",
+    "clock",
+    "kiln",
+    "mill",
+    "lens",
+    "drum",
+    "sail",
+    "forge",
+)
+_PROFESSIONS = (
+    "engineer",
+    "chemist",
+    "painter",
+    "teacher",
+    "sailor",
+    "doctor",
+    "farmer",
+    "architect",
+    "poet",
+    "merchant",
+)
+_VERBS = (
+    "measuring",
+    "cooling",
+    "drying",
+    "lifting",
+    "sorting",
+    "weaving",
+    "heating",
+    "cleaning",
+    "storing",
+    "cutting",
+    "mixing",
+    "printing",
+)
+_OBJECTS = (
+    "wind",
+    "bread",
+    "cloth",
+    "grain",
+    "ice",
+    "glass",
+    "salt",
+    "paper",
+    "rope",
+    "tea",
+    "fish",
+    "stone",
+    "wool",
+    "honey",
+)
 
 
 @dataclass(frozen=True)
@@ -80,24 +170,16 @@ def pages() -> dict[str, Page]:
     rng = random.Random("nanosky/mini-wiki/v1")
     taken: set[str] = set()
     countries = [
-        _unique(rng, lambda r: (_word(r, 1) + r.choice(_COUNTRY_ENDS)).capitalize(), taken)
-        for _ in range(N_COUNTRIES)
+        _unique(rng, lambda r: (_word(r, 1) + r.choice(_COUNTRY_ENDS)).capitalize(), taken) for _ in range(N_COUNTRIES)
     ]
-    cities = [
-        _unique(rng, lambda r: (_word(r, 1) + r.choice(_CITY_ENDS)).capitalize(), taken)
-        for _ in range(N_CITIES)
-    ]
+    cities = [_unique(rng, lambda r: (_word(r, 1) + r.choice(_CITY_ENDS)).capitalize(), taken) for _ in range(N_CITIES)]
     people = [
-        _unique(rng, lambda r: f"{_word(r, 1).capitalize()} {_word(r, 2).capitalize()}", taken)
-        for _ in range(N_PEOPLE)
+        _unique(rng, lambda r: f"{_word(r, 1).capitalize()} {_word(r, 2).capitalize()}", taken) for _ in range(N_PEOPLE)
     ]
     inventions = [
-        _unique(rng, lambda r: r.choice(_INV_HEADS) + r.choice(_INV_TAILS), taken)
-        for _ in range(N_INVENTIONS)
+        _unique(rng, lambda r: r.choice(_INV_HEADS) + r.choice(_INV_TAILS), taken) for _ in range(N_INVENTIONS)
     ]
-    purposes = rng.sample(
-        [f"{v} {o}" for v in _VERBS for o in _OBJECTS], N_INVENTIONS
-    )  # unique per invention
+    purposes = rng.sample([f"{v} {o}" for v in _VERBS for o in _OBJECTS], N_INVENTIONS)  # unique per invention
 
     country_of = {city: countries[i % N_COUNTRIES] for i, city in enumerate(cities)}  # 4 cities per country
     capital = {c: cities[i] for i, c in enumerate(countries)}  # the first city of each country

@@ -90,12 +90,13 @@ TYPES: dict[str, tuple[str, tuple[str, ...], dict[str, tuple[str, ...]], tuple[f
                    (15, 70)),
 }  # fmt: skip
 
-BRANDS = (
-    "aldwin", "brightfield", "corvo", "dunmore", "elmstead", "fenwick", "galloway", "harlow", "ivybridge",
-    "juniper", "kestrel", "lindqvist", "marlowe", "northgate", "oakhurst", "pemberton", "quillon", "redfern",
-    "sable", "thornbury", "umbra", "vantage", "westbrook", "yarrow", "zephyr", "ashgrove", "bellamy", "calloway",
-    "delmar", "everly",
-)  # fmt: skip
+BRANDS = tuple(
+    """
+aldwin brightfield corvo dunmore elmstead fenwick galloway harlow ivybridge juniper kestrel lindqvist
+marlowe northgate oakhurst pemberton quillon redfern sable thornbury umbra vantage westbrook yarrow
+zephyr ashgrove bellamy calloway delmar everly
+""".split()
+)
 PER_TYPE = 45
 RESULTS_LIMIT = 50  # the original engine also returns at most 50 results (5 pages of 10)
 
@@ -226,9 +227,7 @@ def sample_goal(rng: random.Random, product: Product) -> Goal:
 def goal_split(goal: Goal) -> str:
     """ "test" for one goal in five, by a stable hash of type, attributes and options (the price is left out, so a
     test goal is never a train goal with another bound)."""
-    key = "|".join(
-        [goal.type, *sorted(goal.attributes), *sorted(f"{a}={v}" for a, v in goal.options.items())]
-    )
+    key = "|".join([goal.type, *sorted(goal.attributes), *sorted(f"{a}={v}" for a, v in goal.options.items())])
     return "test" if int(hashlib.sha256(key.encode()).hexdigest(), 16) % 5 == 0 else "train"
 
 

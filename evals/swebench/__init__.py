@@ -93,9 +93,7 @@ def load_predictions(spec: str, instances: list[dict]) -> tuple[dict[str, str], 
     preds, names = {}, set()
     for r in rows:
         if not isinstance(r.get("instance_id"), str) or not isinstance(r.get("model_patch") or "", str):
-            bad.append(
-                common.bad_row(r, "a prediction needs instance_id and model_patch (string)", "instance_id")
-            )
+            bad.append(common.bad_row(r, "a prediction needs instance_id and model_patch (string)", "instance_id"))
             continue
         preds[r["instance_id"]] = r.get("model_patch") or ""
         names.add(str(r.get("model_name_or_path", "")))
@@ -108,15 +106,17 @@ def load_predictions(spec: str, instances: list[dict]) -> tuple[dict[str, str], 
 def grade_all(jobs: list[tuple[dict, str]], cfg: SWEEvalConfig) -> list[dict]:
     """harness.evaluate_instance over (instance, patch) pairs, `cfg.workers` at a time, in order."""
     with ThreadPoolExecutor(cfg.workers) as pool, tqdm(total=len(jobs), desc="grading") as bar:
-        futures = [pool.submit(harness.evaluate_instance, inst, patch, cfg.test_timeout_s, cfg.python)
-                   for inst, patch in jobs]  # fmt: skip
+        futures = [
+            pool.submit(harness.evaluate_instance, inst, patch, cfg.test_timeout_s, cfg.python) for inst, patch in jobs
+        ]
         for f in futures:
             f.add_done_callback(lambda _: bar.update(1))
         return [f.result() for f in futures]
 
 
-def swe_report(instances: list[dict], records: list[dict], bad: list[dict], wall_s: float, n_samples: int,
-               not_evaluated: list[str]) -> dict:  # fmt: skip
+def swe_report(
+    instances: list[dict], records: list[dict], bad: list[dict], wall_s: float, n_samples: int, not_evaluated: list[str]
+) -> dict:
     """The official report's counts and id lists (from each instance's first sample) plus pass@k and the
     common numbers; the headline is the resolved rate over the instances evaluated here."""
     first = {r["id"]: r for r in records if r["sample"] == 0}
@@ -130,28 +130,40 @@ def swe_report(instances: list[dict], records: list[dict], bad: list[dict], wall
         correct.setdefault(r["id"], []).append(r["resolved"])
     pm = common.pass_metrics(correct)
     rate = pm.pop(f"mean@{n_samples}", 0.0)
-    counts = {
-        k: sum(r["resolution"] == k for r in records) for k in (harness.FULL, harness.PARTIAL, harness.NO)
-    }
+    counts = {k: sum(r["resolution"] == k for r in records) for k in (harness.FULL, harness.PARTIAL, harness.NO)}
     return common.finish_report(
-        "swebench", records, bad, wall_s, "resolved_rate", resolved_rate=rate, **pm,
-        total_instances=len(instances), submitted_instances=len(first), completed_instances=len(resolved) + len(unresolved),
-        resolved_instances=len(resolved), unresolved_instances=len(unresolved), empty_patch_instances=len(empty),
-        error_instances=len(errors), resolutions=counts, resolved_ids=resolved, unresolved_ids=unresolved,
-        empty_patch_ids=empty, error_ids=errors, not_evaluated_ids=not_evaluated,
-    )  # fmt: skip
+        "swebench",
+        records,
+        bad,
+        wall_s,
+        "resolved_rate",
+        resolved_rate=rate,
+        **pm,
+        total_instances=len(instances),
+        submitted_instances=len(first),
+        completed_instances=len(resolved) + len(unresolved),
+        resolved_instances=len(resolved),
+        unresolved_instances=len(unresolved),
+        empty_patch_instances=len(empty),
+        error_instances=len(errors),
+        resolutions=counts,
+        resolved_ids=resolved,
+        unresolved_ids=unresolved,
+        empty_patch_ids=empty,
+        error_ids=errors,
+        not_evaluated_ids=not_evaluated,
+    )
 
 
-def evaluate_predictions(instances: list[dict], patches: dict[str, str], cfg: SWEEvalConfig,
-                         bad: list[dict] | None = None) -> tuple[dict, list[dict]]:  # fmt: skip
+def evaluate_predictions(
+    instances: list[dict], patches: dict[str, str], cfg: SWEEvalConfig, bad: list[dict] | None = None
+) -> tuple[dict, list[dict]]:
     """Grade given patches (no agent). Instances without a prediction are not submitted; without local_repo, not
     evaluated here (listed in `not_evaluated_ids`)."""
     t0 = time.time()
     local = [i for i in instances if i["instance_id"] in patches and i.get("local_repo")]
     results = grade_all([(i, patches[i["instance_id"]]) for i in local], cfg)
-    records = [
-        {"id": r["instance_id"], "sample": 0, **r, "model_patch": patches[r["instance_id"]]} for r in results
-    ]
+    records = [{"id": r["instance_id"], "sample": 0, **r, "model_patch": patches[r["instance_id"]]} for r in results]
     skipped = [i["instance_id"] for i in instances if i["instance_id"] in patches and not i.get("local_repo")]
     return swe_report(instances, records, bad or [], time.time() - t0, 1, skipped), records
 
@@ -165,13 +177,12 @@ def evaluate(
     t0 = time.time()
     bad = list(bad or [])
     runnable = [i for i in instances if i.get("local_repo")]
-    bad += [{"id": i["instance_id"], "error": "no local_repo: the agent needs a checkout", "skipped": True}
-            for i in instances if not i.get("local_repo")]  # fmt: skip
-    envs = [
-        SWEEnv(i, cfg.max_steps, cfg.obs_chars, python=cfg.python)
-        for i in runnable
-        for _ in range(cfg.n_samples)
+    bad += [
+        {"id": i["instance_id"], "error": "no local_repo: the agent needs a checkout", "skipped": True}
+        for i in instances
+        if not i.get("local_repo")
     ]
+    envs = [SWEEnv(i, cfg.max_steps, cfg.obs_chars, python=cfg.python) for i in runnable for _ in range(cfg.n_samples)]
     try:
         trajs = rollout(model, tok, envs, cfg, desc="swebench agent")
     finally:
@@ -180,8 +191,16 @@ def evaluate(
     records = []
     for j, (t, res) in enumerate(zip(trajs, results)):
         extra = {k: v for k, v in res.items() if k != "instance_id"}
-        records.append(common.record(res["instance_id"], j % cfg.n_samples, t, **extra, model_patch=patches[j],
-                                     submitted=bool(t.info.get("submitted"))))  # fmt: skip
+        records.append(
+            common.record(
+                res["instance_id"],
+                j % cfg.n_samples,
+                t,
+                **extra,
+                model_patch=patches[j],
+                submitted=bool(t.info.get("submitted")),
+            )
+        )
     return swe_report(runnable, records, bad, time.time() - t0, cfg.n_samples, []), records
 
 
@@ -199,8 +218,12 @@ def write_predictions(path: Path, records: list[dict], model_name: str) -> Path:
     with open(out, "w", encoding="utf-8") as f:
         for r in records:
             if r["sample"] == 0:
-                f.write(json.dumps({"instance_id": r["id"], "model_name_or_path": model_name,
-                                    "model_patch": r["model_patch"]}) + "\n")  # fmt: skip
+                f.write(
+                    json.dumps(
+                        {"instance_id": r["id"], "model_name_or_path": model_name, "model_patch": r["model_patch"]}
+                    )
+                    + "\n"
+                )
     return out
 
 

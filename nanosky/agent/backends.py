@@ -34,12 +34,8 @@ class Request:
     top_p: float = 1.0
     seed: int | None = None  # this request's sampling seed (exact resume, common random numbers in evals)
     ignore_eos: bool = False
-    choices: list[str] | None = (
-        None  # sample one of these strings, exactly (constrained actions; token-in only)
-    )
-    grammar: str | None = (
-        None  # sample a reply this EBNF grammar matches (constrained actions; token-in only)
-    )
+    choices: list[str] | None = None  # sample one of these strings, exactly (constrained actions; token-in only)
+    grammar: str | None = None  # sample a reply this EBNF grammar matches (constrained actions; token-in only)
     json_schema: dict | None = None  # sample a JSON object this schema admits (the self-judge; token-in only)
 
 
@@ -97,10 +93,15 @@ class EngineBackend:
             raise ContextLengthError(
                 f"prompt of {len(req.prompt_ids)} tokens leaves no room in {self.engine.cfg.max_model_len}"
             )
-        spec = SamplingSpec(max_tokens=max_tokens, temperature=req.temperature, top_p=req.top_p,
-                            ignore_eos=req.ignore_eos,
-                            choices=tuple(req.choices) if req.choices else None,
-                            grammar=req.grammar, json_schema=req.json_schema)  # fmt: skip
+        spec = SamplingSpec(
+            max_tokens=max_tokens,
+            temperature=req.temperature,
+            top_p=req.top_p,
+            ignore_eos=req.ignore_eos,
+            choices=tuple(req.choices) if req.choices else None,
+            grammar=req.grammar,
+            json_schema=req.json_schema,
+        )
         rid = self.engine.submit(req.prompt_ids, spec, seed=req.seed, version=self.version)
         fut = asyncio.get_running_loop().create_future()
         self._waiting[rid] = fut
@@ -243,9 +244,7 @@ class OpenAIBackend:
         return self.model
 
     async def generate(self, req: Request) -> GenerationResult:
-        if (
-            req.choices or req.grammar
-        ):  # not a lost episode: the run is misconfigured (raised past the handler)
+        if req.choices or req.grammar:  # not a lost episode: the run is misconfigured (raised past the handler)
             raise NotImplementedError(
                 "constrained actions (Request.choices / Request.grammar) need the in-process EngineBackend"
             )
@@ -306,10 +305,7 @@ def api_messages(messages: list[dict], tools: list[dict] | None, mode: str) -> l
     tool results become user turns (consecutive user turns merged, for templates that insist on alternation) and
     the tools are listed in the system prompt."""
     if mode == "native":
-        return [
-            {**m, "tool_call_id": f"call_{i}"} if m["role"] == "tool" else dict(m)
-            for i, m in enumerate(messages)
-        ]
+        return [{**m, "tool_call_id": f"call_{i}"} if m["role"] == "tool" else dict(m) for i, m in enumerate(messages)]
     out: list[dict] = []
     for m in messages:
         role, content = m["role"], str(m.get("content", ""))
@@ -333,9 +329,7 @@ def _http_error(r) -> BackendError:
         msg = msg.get("message", msg) if isinstance(msg, dict) else msg
     except ValueError:
         msg = r.text[:500]
-    cls = (
-        ContextLengthError if r.status_code == 400 and "context length" in str(msg).lower() else BackendError
-    )
+    cls = ContextLengthError if r.status_code == 400 and "context length" in str(msg).lower() else BackendError
     return cls(f"HTTP {r.status_code}: {msg}")
 
 

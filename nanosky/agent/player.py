@@ -34,9 +34,7 @@ class Rollouts:
         """Several ranks' or rounds' rollouts as one batch: step-wise when any part is (a concatenated episode of an
         external agent is also its one step, so step-wise rows hold every episode)."""
         layout: Layout = "stepwise" if any(p.layout == "stepwise" for p in parts) else "concat"
-        return Rollouts(
-            [t for p in parts for t in p.trajs], layout, max((p.wall_s for p in parts), default=0.0)
-        )
+        return Rollouts([t for p in parts for t in p.trajs], layout, max((p.wall_s for p in parts), default=0.0))
 
 
 @runtime_checkable

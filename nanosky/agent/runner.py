@@ -94,9 +94,7 @@ class AgentRunner:
         async def main():
             # Env steps that block (in-process envs, pool set-up) run in threads; size the executor to the stages.
             n = self._limits(len(tasks))
-            asyncio.get_running_loop().set_default_executor(
-                ThreadPoolExecutor(max(n["step"], n["initialize"]) + 4)
-            )
+            asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max(n["step"], n["initialize"]) + 4))
             try:
                 return await self.arun(tasks, groups, seeds, sample_seed)
             finally:
@@ -104,9 +102,7 @@ class AgentRunner:
 
         return asyncio.run(main())
 
-    async def play(
-        self, tasks: list[Task], *, groups=None, seeds=None, sample_seed=None, temperature=None
-    ) -> Rollouts:
+    async def play(self, tasks: list[Task], *, groups=None, seeds=None, sample_seed=None, temperature=None) -> Rollouts:
         """The `Player` interface: step-wise rows when turns are sampled from a history window, else one row per
         episode."""
         trajs = await self.arun(tasks, groups, seeds, sample_seed, temperature)
@@ -118,9 +114,7 @@ class AgentRunner:
     async def aclose(self) -> None:
         await self.backend.aclose()
 
-    async def arun(
-        self, tasks, groups=None, seeds=None, sample_seed=None, temperature=None
-    ) -> list[Trajectory]:
+    async def arun(self, tasks, groups=None, seeds=None, sample_seed=None, temperature=None) -> list[Trajectory]:
         """`temperature` overrides the runner's for this call (the eval's)."""
         d = self.last_dispatcher = Dispatcher(self._limits(len(tasks)))
         temp = self.temperature if temperature is None else temperature
@@ -129,7 +123,7 @@ class AgentRunner:
             return await d.map(
                 lambda i, task: self._episode(
                     d, i, task, groups[i] if groups else i, seeds[i] if seeds else 0, sample_seed, temp
-                ),  # fmt: skip
+                ),
                 tasks,
             )
         except _Fatal as e:
@@ -158,9 +152,7 @@ class AgentRunner:
                 t.ids = prompt_ids(self.tok, t.messages, task.tools or None)
                 t.loss_mask, t.logprobs, t.prompt_len = [0] * len(t.ids), [0.0] * len(t.ids), len(t.ids)
             loop = self._turns(d, i, task, t, sample_seed, temp)
-            t.stop_reason = await (
-                asyncio.wait_for(loop, self.task_timeout_s) if self.task_timeout_s else loop
-            )
+            t.stop_reason = await (asyncio.wait_for(loop, self.task_timeout_s) if self.task_timeout_s else loop)
         except _Fatal:
             raise
         except Exception as e:  # noqa: BLE001 - costs this episode only
@@ -176,9 +168,7 @@ class AgentRunner:
                 t.reward, t.success = float(verdict.get("reward", 0.0)), success_of(verdict)
             except Exception as e:  # noqa: BLE001
                 t.stop_reason, t.error = "error", f"evaluate_result: {e!r}"[:1000]
-        if (
-            t.stop_reason == "prompt_too_long"
-        ):  # skipped: no token sampled, nothing to grade (counted by the step)
+        if t.stop_reason == "prompt_too_long":  # skipped: no token sampled, nothing to grade (counted by the step)
             t.reward, t.success = 0.0, None
         elif t.stop_reason not in ("done", "max_turns", "max_tokens", "timeout"):
             t.reward, t.success = 0.0, False  # a failed episode scores 0 and says why in `error`
@@ -211,8 +201,7 @@ class AgentRunner:
             seed = None if sample_seed is None else derive_seed(sample_seed, i, turn - 1)
             rule = await task.action_constraint() if self.constrain_actions else None
             choices, grammar = (None, rule) if isinstance(rule, str) else (rule, None)
-            req = Request(shown, tools, budget, temp, ids, self.top_p, seed, self.ignore_eos,
-                          choices, grammar)  # fmt: skip
+            req = Request(shown, tools, budget, temp, ids, self.top_p, seed, self.ignore_eos, choices, grammar)
             async with d.stage("generate"):
                 t1 = time.perf_counter()
                 try:
@@ -223,8 +212,14 @@ class AgentRunner:
                     raise _Fatal() from e
                 gen_s = time.perf_counter() - t1
             ended_at_eos = self._append_turn(t, g, ids if self.history_window else None, rule or None)
-            t.turn_log.append({"finish_reason": g.finish_reason, "prompt_tokens": g.prompt_tokens,
-                               "completion_tokens": g.completion_tokens, "latency_s": round(gen_s, 4)})  # fmt: skip
+            t.turn_log.append(
+                {
+                    "finish_reason": g.finish_reason,
+                    "prompt_tokens": g.prompt_tokens,
+                    "completion_tokens": g.completion_tokens,
+                    "latency_s": round(gen_s, 4),
+                }
+            )
             async with d.stage("step"):
                 t1 = time.perf_counter()
                 res = await task.step(g.text)
@@ -247,9 +242,7 @@ class AgentRunner:
                 return "done"
             if turn >= max_turns:
                 return "max_turns"
-            if (
-                g.finish_reason == "length" and not ended_at_eos
-            ):  # cut off: what follows would answer half a turn
+            if g.finish_reason == "length" and not ended_at_eos:  # cut off: what follows would answer half a turn
                 return "max_tokens"
             if tok is None:
                 if self.max_total_tokens and g.prompt_tokens + g.completion_tokens >= self.max_total_tokens:
@@ -259,11 +252,7 @@ class AgentRunner:
 
                 obs = observation_ids(tok, t.messages, res.observations, tools)
                 # (step-wise: each turn's own prompt is checked against the limit before it is sampled)
-                if (
-                    not self.history_window
-                    and self.max_total_tokens
-                    and len(t.ids) + len(obs) >= self.max_total_tokens
-                ):
+                if not self.history_window and self.max_total_tokens and len(t.ids) + len(obs) >= self.max_total_tokens:
                     return "max_tokens"
                 t.ids += obs
                 t.loss_mask += [0] * len(obs)

@@ -40,9 +40,23 @@ def local_vllm_server(
 ) -> Iterator[str]:
     """Yields the server's base URL once `/health` answers; kills the server (and its engine process) on exit."""
     port = port or free_port()
-    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model), "--host", "127.0.0.1",
-           "--port", str(port), "--dtype", dtype, "--max-model-len", str(max_model_len), "--enforce-eager",
-           *extra_args]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(model),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--dtype",
+        dtype,
+        "--max-model-len",
+        str(max_model_len),
+        "--enforce-eager",
+        *extra_args,
+    ]
     # On CPU vLLM would otherwise reserve a share of host RAM for the KV cache.
     env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE=str(kv_cache_gib), TOKENIZERS_PARALLELISM="false")
     log_path = log_path or os.path.join(tempfile.gettempdir(), f"nanosky_vllm_{port}.log")
@@ -52,16 +66,12 @@ def local_vllm_server(
             deadline = time.monotonic() + startup_timeout_s
             while not _healthy(port):
                 if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(
-                        f"vLLM server did not come up (exit code {proc.poll()}); see {log_path}"
-                    )
+                    raise RuntimeError(f"vLLM server did not come up (exit code {proc.poll()}); see {log_path}")
                 time.sleep(1.0)
             yield f"http://127.0.0.1:{port}/v1"
         finally:
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(
-                    proc.pid, signal.SIGKILL
-                )  # its own session: the API server and its engine-core child
+                os.killpg(proc.pid, signal.SIGKILL)  # its own session: the API server and its engine-core child
             proc.wait(30)
 
 

@@ -36,9 +36,7 @@ class Step:
     prompt_ids: list[int]
     ids: list[int]
     logprobs: list[float]
-    constraint: list[str] | str | None = (
-        None  # the choices or grammar it was sampled under (constrained turns)
-    )
+    constraint: list[str] | str | None = None  # the choices or grammar it was sampled under (constrained turns)
     # which of `ids` are trained (1) and which are observations (0): an external agent's segment holds several
     # calls and the messages between them (nanosky/endpoint/rows.py). None: every id was sampled
     loss_mask: list[int] | None = None
@@ -52,9 +50,7 @@ class Trajectory:
     prompt_len: int = 0
     reward: float = 0.0
     turn_rewards: list[float] = field(default_factory=list)
-    state_keys: list = field(
-        default_factory=list
-    )  # per turn: the env's state key before the action (GiGPO anchors)
+    state_keys: list = field(default_factory=list)  # per turn: the env's state key before the action (GiGPO anchors)
     steps: list[Step] = field(default_factory=list)  # step-wise mode: each turn's own prompt + sampled ids
     # constrained turns (`--rollout.constrain-actions`): (index in `ids` of the turn's first sampled id, the
     # admissible actions it was sampled from, or its EBNF grammar); the trainer scores those ids under the same masks
@@ -69,16 +65,12 @@ class Trajectory:
     messages: list[dict] = field(default_factory=list)  # decoded conversation (for logs / evals)
     tool_calls: int = 0
     invalid_tool_calls: int = 0
-    prompt_tokens: int = (
-        0  # summed over turns: what the backend processed (an API bills every call's context)
-    )
+    prompt_tokens: int = 0  # summed over turns: what the backend processed (an API bills every call's context)
     completion_tokens: int = 0
     latency_s: float = 0.0
     error: str = ""  # why an episode ended in env_error / backend_error / error / timeout
     turn_log: list[dict] = field(default_factory=list)  # per turn: finish_reason, tokens, latency_s, reward
-    info: dict[str, Any] = field(
-        default_factory=dict
-    )  # the env's info (later steps overwrite), "calls" added up
+    info: dict[str, Any] = field(default_factory=dict)  # the env's info (later steps overwrite), "calls" added up
 
     def mask_out(self) -> None:
         """No token of this episode is trained (its agent failed, its judgement or reward function did): every loss

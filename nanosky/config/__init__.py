@@ -108,10 +108,7 @@ class TrainConfig:
                 f"rollout.max_total_tokens ({self.rollout.max_total_tokens}) exceeds "
                 f"engine.max_model_len ({self.engine.max_model_len})"
             )
-        if (
-            self.algorithm.overlong_cache_len >= self.rollout.max_new_tokens
-            and self.algorithm.overlong_cache_len
-        ):
+        if self.algorithm.overlong_cache_len >= self.rollout.max_new_tokens and self.algorithm.overlong_cache_len:
             raise ValueError("algorithm.overlong_cache_len must be < rollout.max_new_tokens")
 
     def finalize(self) -> None:
@@ -134,8 +131,7 @@ class TrainConfig:
         local = self.rollout.prompts_per_step * self.rollout.group_size // world
         if local % self.algorithm.mini_batches:
             raise ValueError(
-                f"per-rank batch ({local}) must be divisible by algorithm.mini_batches "
-                f"({self.algorithm.mini_batches})"
+                f"per-rank batch ({local}) must be divisible by algorithm.mini_batches ({self.algorithm.mini_batches})"
             )
 
     def env_args(self) -> dict:

@@ -30,9 +30,7 @@ class EngineConfig:
 
     def __post_init__(self):
         if not 0.0 < self.gpu_memory_utilization <= 1.0:
-            raise ValueError(
-                f"engine.gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}"
-            )
+            raise ValueError(f"engine.gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
         if self.kv_cache_gib <= 0:
             raise ValueError(f"engine.kv_cache_gib must be > 0, got {self.kv_cache_gib}")
         if self.max_model_len < 16:

@@ -48,9 +48,7 @@ class LoraConfig:
         if not self.target_modules:
             raise ValueError("lora.target_modules must name at least one module")
         if self.qlora and self.rank == 0:
-            raise ValueError(
-                "lora.qlora needs lora.rank > 0 (a 4-bit base can only be trained through adapters)"
-            )
+            raise ValueError("lora.qlora needs lora.rank > 0 (a 4-bit base can only be trained through adapters)")
 
     @property
     def enabled(self) -> bool:
@@ -106,15 +104,11 @@ class OptimConfig:
         if self.micro_batch_size < 1:
             raise ValueError(f"optim.micro_batch_size must be >= 1, got {self.micro_batch_size}")
         if self.micro_batch_tokens < 0 or self.pack_row_tokens < 0:
-            raise ValueError(
-                "optim.micro_batch_tokens and optim.pack_row_tokens must be >= 0 (0 = the default)"
-            )
+            raise ValueError("optim.micro_batch_tokens and optim.pack_row_tokens must be >= 0 (0 = the default)")
         if self.grad_clip < 0 or self.weight_decay < 0 or self.warmup_steps < 0:
             raise ValueError("optim.grad_clip, optim.weight_decay and optim.warmup_steps must be >= 0")
         if self.head_chunk_tokens < 0:
-            raise ValueError(
-                f"optim.head_chunk_tokens must be >= 0 (0 = the plain head), got {self.head_chunk_tokens}"
-            )
+            raise ValueError(f"optim.head_chunk_tokens must be >= 0 (0 = the plain head), got {self.head_chunk_tokens}")
 
     def grouped(self, device_type: str) -> bool:
         """Whether packed rows use prefix-grouped attention on this device."""

@@ -58,9 +58,7 @@ class RolloutConfig:
         if self.agent and self.agent_cmd:
             raise ValueError("give --rollout.agent or --rollout.agent-cmd, not both")
         if self.agent is not None and self.agent.count(":") != 1:
-            raise ValueError(
-                f"rollout.agent must be MODULE:FUNCTION (e.g. my_agent:solve), got {self.agent!r}"
-            )
+            raise ValueError(f"rollout.agent must be MODULE:FUNCTION (e.g. my_agent:solve), got {self.agent!r}")
         if self.agent_timeout_s <= 0:
             raise ValueError(f"rollout.agent_timeout_s must be > 0, got {self.agent_timeout_s}")
         if self.agent_concurrency < 1:

@@ -30,9 +30,13 @@ async def run_command(cmd: str, base_url: str, key: str, task) -> float | None:
             json.dump({"messages": task.messages, "tools": task.tools, "id": task.id, "seed": task.seed}, f)
         env = os.environ | {"OPENAI_BASE_URL": base_url, "OPENAI_API_KEY": key, "NANOSKY_TASK": path}
         proc = await asyncio.create_subprocess_shell(
-            cmd, env=env, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE, start_new_session=True,
-        )  # fmt: skip
+            cmd,
+            env=env,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            start_new_session=True,
+        )
         try:
             out, err = await proc.communicate()
         except BaseException:  # a timeout (cancelled) or a stop: the command and its children go too

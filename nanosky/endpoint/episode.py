@@ -142,9 +142,7 @@ class Episode:
                 seg.logprobs + [0.0] * new,
             )
         else:
-            seg = Segment(
-                ids=list(ids), loss_mask=[0] * len(ids), logprobs=[0.0] * len(ids), tools=list(tools or [])
-            )
+            seg = Segment(ids=list(ids), loss_mask=[0] * len(ids), logprobs=[0.0] * len(ids), tools=list(tools or []))
             self.segments.append(seg)
         seg.turn_starts.append(len(seg.ids))
         seg.ids += list(sampled)

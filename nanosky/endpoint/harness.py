@@ -105,9 +105,7 @@ class Harness:
         self.errors_path = Path(log_dir) / f"agent_errors.rank{rank}.log" if log_dir else None
         self.concurrency, self.live, self.peak = concurrency, 0, 0  # episodes running now / at most at once
         # the weight version each call records: the engine backend's (set by the phase)
-        self.endpoint = Endpoint(
-            backend, tok, sampling, version=lambda: getattr(backend, "version", None) or 0
-        )
+        self.endpoint = Endpoint(backend, tok, sampling, version=lambda: getattr(backend, "version", None) or 0)
         self.last_wall_s = 0.0
         self.on_episode_done: Callable[[Trajectory], None] | None = None
         self._loop: RankLoop | None = None  # `run`'s own loop, when used outside a training run
@@ -122,9 +120,7 @@ class Harness:
             await self.endpoint.start()
         return self.base_url
 
-    async def play(
-        self, tasks: list[Task], *, groups=None, seeds=None, sample_seed=None, temperature=None
-    ) -> Rollouts:
+    async def play(self, tasks: list[Task], *, groups=None, seeds=None, sample_seed=None, temperature=None) -> Rollouts:
         """One episode per task; at most `concurrency` run at once, the others wait their turn (an episode's
         timeout counts from its start). Rows are step-wise when any episode came back in several segments."""
         await self.start()
@@ -133,10 +129,20 @@ class Harness:
         self.peak = 0
         t0 = time.perf_counter()
         try:
-            trajs = await asyncio.gather(*(
-                self._queued(gate, i, task, groups[i] if groups else i, seeds[i] if seeds else 0,
-                             derive_seed(0 if sample_seed is None else sample_seed, i), sampling)
-                for i, task in enumerate(tasks)))  # fmt: skip
+            trajs = await asyncio.gather(
+                *(
+                    self._queued(
+                        gate,
+                        i,
+                        task,
+                        groups[i] if groups else i,
+                        seeds[i] if seeds else 0,
+                        derive_seed(0 if sample_seed is None else sample_seed, i),
+                        sampling,
+                    )
+                    for i, task in enumerate(tasks)
+                )
+            )
             if hasattr(self.backend, "drain"):  # requests of timed-out episodes: the engine ends idle
                 await self.backend.drain()
             # stale weights or a bug in the engine: the run stops, as in nanosky's own loop
@@ -192,9 +198,7 @@ class Harness:
             if result is None:
                 result = await at.grade(slot.last_text)
             elif isinstance(result, bool) or not isinstance(result, int | float):
-                raise TypeError(
-                    f"the agent returned {type(result).__name__} {result!r:.80}: expected a float or None"
-                )
+                raise TypeError(f"the agent returned {type(result).__name__} {result!r:.80}: expected a float or None")
             t.reward = float(result)
         except Exception as e:  # noqa: BLE001 - costs this episode only
             timeout = isinstance(e, asyncio.TimeoutError | TimeoutError)
@@ -239,8 +243,10 @@ class Harness:
         self.errors_path.parent.mkdir(parents=True, exist_ok=True)
         trace = "".join(traceback.format_exception(e)) if not isinstance(e, TimeoutError) else t.error + "\n"
         with self.errors_path.open("a") as f:
-            f.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} episode {t.task_id} (group {t.group}): "
-                    f"{t.stop_reason}\n{trace}")  # fmt: skip
+            f.write(
+                f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} episode {t.task_id} (group {t.group}): "
+                f"{t.stop_reason}\n{trace}"
+            )
 
 
 def _ssl_context() -> ssl.SSLContext:

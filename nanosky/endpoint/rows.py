@@ -34,10 +34,14 @@ def to_trajectory(t: Trajectory, slot, task, tok) -> Trajectory:
         t.ids, t.loss_mask, t.logprobs = list(last.ids), list(last.loss_mask), list(last.logprobs)
         t.prompt_len, t.messages = last.prompt_len, list(last.messages)
         t.steps = [
-            Step(s.ids[: s.prompt_len], s.ids[s.prompt_len :], s.logprobs[s.prompt_len :],
-                 loss_mask=s.loss_mask[s.prompt_len :])
+            Step(
+                s.ids[: s.prompt_len],
+                s.ids[s.prompt_len :],
+                s.logprobs[s.prompt_len :],
+                loss_mask=s.loss_mask[s.prompt_len :],
+            )
             for s in segs
-        ]  # fmt: skip
+        ]
     calls = sum(s.calls for s in segs)
     t.turns = calls
     keys = slot.keys if slot is not None else []
@@ -49,14 +53,17 @@ def to_trajectory(t: Trajectory, slot, task, tok) -> Trajectory:
         t.state_keys = list(keys)
     t.completion_tokens = sum(sum(s.loss_mask) for s in segs)
     t.prompt_tokens = sum(ts for s in segs for ts in s.turn_starts)  # what each call's prompt held
-    t.tool_calls = sum(
-        len(m.get("tool_calls") or []) for s in segs for m in s.messages if m.get("role") == "assistant"
-    )
+    t.tool_calls = sum(len(m.get("tool_calls") or []) for s in segs for m in s.messages if m.get("role") == "assistant")
     if task is not None:
         t.info |= {k: v for k, v in task.info.items() if k != "calls"} | {"env_steps": task.steps}
     if slot is not None:
-        t.info["agent"] = {"segments": len(segs), "calls": calls, "rejected": slot.errors, "asked": slot.asked[:8],
-                           "versions": [v for s in segs for v in s.versions]}  # fmt: skip
+        t.info["agent"] = {
+            "segments": len(segs),
+            "calls": calls,
+            "rejected": slot.errors,
+            "asked": slot.asked[:8],
+            "versions": [v for s in segs for v in s.versions],
+        }
     return t
 
 

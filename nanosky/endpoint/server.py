@@ -172,13 +172,24 @@ class Endpoint:
             budget = min(budget, asked)
         if sampling.max_total_tokens:
             if len(ids) >= sampling.max_total_tokens:
-                return error(400, f"the conversation ({len(ids)} tokens) has reached the run's limit of "
-                             f"{sampling.max_total_tokens} (--rollout.max-total-tokens)", "context_length_exceeded")  # fmt: skip
+                return error(
+                    400,
+                    f"the conversation ({len(ids)} tokens) has reached the run's limit of "
+                    f"{sampling.max_total_tokens} (--rollout.max-total-tokens)",
+                    "context_length_exceeded",
+                )
             budget = min(budget, sampling.max_total_tokens - len(ids))
         key = observation_key(messages[len(ep.segments[-1].messages) :] if cont else messages[-1:])
         version = self.version()
-        call = Request(messages, tools or None, budget, sampling.temperature, prompt_ids=ids, top_p=sampling.top_p,
-                       seed=derive_seed(slot.seed, ep.calls))  # fmt: skip
+        call = Request(
+            messages,
+            tools or None,
+            budget,
+            sampling.temperature,
+            prompt_ids=ids,
+            top_p=sampling.top_p,
+            seed=derive_seed(slot.seed, ep.calls),
+        )
         try:
             out = await self.backend.generate(call)
         except ContextLengthError as e:
@@ -204,7 +215,7 @@ class Endpoint:
                 "prompt_tokens": len(ids),
                 "completion_tokens": len(out.token_ids),
                 "total_tokens": len(ids) + len(out.token_ids),
-            },  # fmt: skip
+            },
         }
 
     @staticmethod
@@ -228,13 +239,11 @@ class Endpoint:
                     "function": {"name": c.name, "arguments": json.dumps(c.arguments, ensure_ascii=False)},
                 }
                 for c in calls
-            ],  # fmt: skip
+            ],
         }, "tool_calls"
 
 
-ENDED = error(
-    410, "this episode has ended (its rollout phase is over, or it timed out); its key is no longer valid"
-)
+ENDED = error(410, "this episode has ended (its rollout phase is over, or it timed out); its key is no longer valid")
 
 
 def as_stream(answer: tuple[int, Any], req: dict) -> tuple[int, Any]:
@@ -253,9 +262,7 @@ def as_stream(answer: tuple[int, Any], req: dict) -> tuple[int, Any]:
     msg, finish = obj["choices"][0]["message"], obj["choices"][0]["finish_reason"]
 
     def chunk(delta: dict, finish_reason: str | None = None) -> dict:
-        return head | {
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None}]
-        }
+        return head | {"choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None}]}
 
     events = [chunk({"role": "assistant", "content": ""})]
     if msg.get("content"):

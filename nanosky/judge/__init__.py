@@ -67,8 +67,9 @@ class HTTPJudge:
     - `json_schema`: any other server gets the bounded schema as `response_format`;
     - `plain`: a server that refused both is asked plainly from then on, the answer parsed tolerantly."""
 
-    def __init__(self, url: str, model: str, key_env: str = "NANOSKY_JUDGE_KEY", timeout_s: float = 120.0,
-                 max_tokens: int = 1024):  # fmt: skip
+    def __init__(
+        self, url: str, model: str, key_env: str = "NANOSKY_JUDGE_KEY", timeout_s: float = 120.0, max_tokens: int = 1024
+    ):
         self.url, self.model, self.key_env, self.timeout_s = url.rstrip("/"), model, key_env, timeout_s
         self.max_tokens = max_tokens
         self.mode: str | None = None  # "regex" | "json_schema" | "plain", found at the first call
@@ -97,9 +98,7 @@ class HTTPJudge:
         if not self.structured:
             return GROUP_SCHEMA if n is not None else POINT_SCHEMA
         chars = bounded_chars(n, self.max_tokens, slack=SEPARATOR_SLACK)
-        return strict_schema(n, chars) | {
-            "x-nanosky": {"n": n, "chars": chars}
-        }  # (the regex's size, never sent)
+        return strict_schema(n, chars) | {"x-nanosky": {"n": n, "chars": chars}}  # (the regex's size, never sent)
 
     def _headers(self) -> dict:
         headers = {"Content-Type": "application/json"}
@@ -149,9 +148,7 @@ class HTTPJudge:
         except (KeyError, IndexError, TypeError):
             raise JudgeError(f"not a chat completion: {str(data)[:200]}") from None
         if choice.get("finish_reason") == "length":
-            raise JudgeError(
-                f"the judge's answer ran past {self.max_tokens} tokens (--reward.judge-max-tokens)"
-            )
+            raise JudgeError(f"the judge's answer ran past {self.max_tokens} tokens (--reward.judge-max-tokens)")
         return text
 
 
@@ -166,9 +163,7 @@ async def _retry(fn: Callable[[], Awaitable], tries: int = 2):
     raise AssertionError("unreachable")
 
 
-async def judge_group(
-    call: Call, mode: str, task: list[dict], attempts: list[str], rubric_text: str
-) -> Verdict:
+async def judge_group(call: Call, mode: str, task: list[dict], attempts: list[str], rubric_text: str) -> Verdict:
     """One group: one call (group mode) or one per attempt (pointwise), each retried once; any failure masks it. A
     judge with its own `schema(n)` (the self-judge's strict one) is asked with that, others with the loose one."""
     t0, ids = time.perf_counter(), list(range(len(attempts)))
@@ -180,10 +175,7 @@ async def judge_group(
         elif mode == "pointwise":
             schema = own(None) if own else POINT_SCHEMA
             results = await asyncio.gather(
-                *(
-                    _retry(lambda a=a: _point_once(call, point_messages(task, a, rubric_text), schema))
-                    for a in attempts
-                )
+                *(_retry(lambda a=a: _point_once(call, point_messages(task, a, rubric_text), schema)) for a in attempts)
             )
             got, calls = dict(zip(ids, (r for r, _ in results))), sum(c for _, c in results)
         else:
@@ -198,9 +190,7 @@ async def judge_group(
     )
 
 
-async def _group_once(
-    call: Call, msgs: list[dict], schema: dict, ids: list[int]
-) -> dict[int, tuple[float, str]]:
+async def _group_once(call: Call, msgs: list[dict], schema: dict, ids: list[int]) -> dict[int, tuple[float, str]]:
     return parse_group(await call(msgs, schema), ids)
 
 
@@ -209,9 +199,13 @@ async def _point_once(call: Call, msgs: list[dict], schema: dict) -> tuple[float
 
 
 async def judge_groups(
-    call: Call, groups: list[tuple[list[dict], list[str]]], mode: str, rubric_text: str, concurrency: int = 8,
+    call: Call,
+    groups: list[tuple[list[dict], list[str]]],
+    mode: str,
+    rubric_text: str,
+    concurrency: int = 8,
     timeout_s: float | None = None,
-) -> list[Verdict]:  # fmt: skip
+) -> list[Verdict]:
     """Every group's verdict, in order; at most `concurrency` groups judged at once, each within `timeout_s`."""
     gate = asyncio.Semaphore(concurrency)
 

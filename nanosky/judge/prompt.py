@@ -119,9 +119,7 @@ def bounded_chars(n: int | None, max_tokens: int, slack: int = 0) -> int:
     JudgeError where not even an empty judgement fits."""
     budget = max_tokens - slack * (n or 1)
     if err := budget_error(n, budget):
-        raise JudgeError(
-            err if not slack else err.replace("tokens)", f"tokens, {slack * (n or 1)} more for spaces)")
-        )
+        raise JudgeError(err if not slack else err.replace("tokens)", f"tokens, {slack * (n or 1)} more for spaces)"))
     return explanation_chars(n, budget)
 
 

@@ -27,8 +27,7 @@ def attempt_text(t) -> tuple[list[dict], str]:
     msgs = t.messages
     k = next((i for i, m in enumerate(msgs) if m.get("role") == "assistant"), len(msgs))
     body = "\n\n".join(
-        f"[{m.get('role')}{' ' + m['name'] if m.get('name') else ''}]\n{m.get('content') or ''}"
-        for m in msgs[k:]
+        f"[{m.get('role')}{' ' + m['name'] if m.get('name') else ''}]\n{m.get('content') or ''}" for m in msgs[k:]
     )
     return msgs[:k], body
 
@@ -68,8 +67,9 @@ class Judging:
                 raise ValueError("--reward.judge-url self needs the run's engine (an EngineBackend)")
             self.judge: HTTPJudge | SelfJudge = SelfJudge(backend, cfg.judge_max_tokens)
         else:
-            self.judge = HTTPJudge(cfg.judge_url, cfg.judge_model, cfg.judge_key_env, cfg.judge_timeout_s,
-                                   cfg.judge_max_tokens)  # fmt: skip
+            self.judge = HTTPJudge(
+                cfg.judge_url, cfg.judge_model, cfg.judge_key_env, cfg.judge_timeout_s, cfg.judge_max_tokens
+            )
         self.cfg, self.rubric = cfg, rubric(cfg.rubric)
 
     def verdicts(self, groups: list[list], run: Callable) -> list[Verdict]:

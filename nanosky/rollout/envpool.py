@@ -55,9 +55,7 @@ class _Record:
     worker: int
     tools: list[dict]
     max_turns: int
-    log: list[tuple[str | None, str]] = field(
-        default_factory=list
-    )  # (action or None for reset, result digest)
+    log: list[tuple[str | None, str]] = field(default_factory=list)  # (action or None for reset, result digest)
     stale: bool = False  # its worker was restarted: rebuild by replay before the next op
 
 
@@ -93,9 +91,7 @@ class _Worker:
 
     def spawn(self) -> None:
         self.conn, child = self.ctx.Pipe()
-        self.proc = self.ctx.Process(
-            target=worker_main, args=(child,), daemon=True, name=f"envpool-{self.index}"
-        )
+        self.proc = self.ctx.Process(target=worker_main, args=(child,), daemon=True, name=f"envpool-{self.index}")
         with _main_hidden(not self.import_main):
             self.proc.start()
         child.close()
@@ -105,9 +101,7 @@ class _Worker:
         except (EOFError, OSError):
             pass
         self.kill()
-        raise RuntimeError(
-            f"env worker {self.index} did not start (exit code {self.proc.exitcode}); see its stderr"
-        )
+        raise RuntimeError(f"env worker {self.index} did not start (exit code {self.proc.exitcode}); see its stderr")
 
     def kill(self) -> None:
         if self.proc.is_alive():
@@ -139,9 +133,7 @@ class EnvPool:
         if n_workers < 1:
             raise ValueError(f"n_workers must be >= 1 (use InProcessPool for 0), got {n_workers}")
         if start_method not in ("spawn", "forkserver"):
-            raise ValueError(
-                f"start_method must be 'spawn' or 'forkserver' (never fork), got {start_method!r}"
-            )
+            raise ValueError(f"start_method must be 'spawn' or 'forkserver' (never fork), got {start_method!r}")
         self.step_timeout_s, self.make_timeout_s, self.replay = step_timeout_s, make_timeout_s, replay
         self.stats = {"failed": 0, "timeouts": 0, "worker_restarts": 0, "replayed": 0, "steps": 0}
         self._records: dict[int, _Record] = {}

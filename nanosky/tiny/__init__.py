@@ -73,9 +73,7 @@ SWE_DIR = ASSETS / "tiny-swe"
 CACHE_DIR = Path.home() / ".cache" / "nanosky"
 
 
-def _length_bucketed_batches(
-    data: list, batch_size: int, rng: random.Random, batch_tokens: int = 0
-) -> list[list[int]]:
+def _length_bucketed_batches(data: list, batch_size: int, rng: random.Random, batch_tokens: int = 0) -> list[list[int]]:
     """One epoch of batches of similar length (math turns are ~70 tokens, tool conversations ~200): sorting within
     shuffled chunks of 50 batches cuts padding without ordering the epoch by length. With `batch_tokens`, a batch
     also stops growing before its padded size (n x longest) would pass that many tokens."""
@@ -130,9 +128,7 @@ def _sft(model, tok, convs: list, rng: random.Random, steps: int, cfg: TinyConfi
     warm = max(1, steps // 20)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt,
-        lambda s: (
-            min(1.0, (s + 1) / warm) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, s / steps))))
-        ),
+        lambda s: min(1.0, (s + 1) / warm) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, s / steps)))),
     )
     model.train()
     batches: list[list[int]] = []
@@ -150,9 +146,7 @@ def _sft(model, tok, convs: list, rng: random.Random, steps: int, cfg: TinyConfi
             labels[i, : len(x)] = torch.where(torch.tensor(m) == 1, torch.tensor(x), -100)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.bf16):
             if cfg.lm_weight:
-                loss = _weighted_lm_loss(
-                    model(input_ids=ids, attention_mask=att).logits, ids, att, labels, cfg
-                )
+                loss = _weighted_lm_loss(model(input_ids=ids, attention_mask=att).logits, ids, att, labels, cfg)
             else:
                 loss = model(input_ids=ids, attention_mask=att, labels=labels).loss
         loss.backward()
@@ -199,9 +193,7 @@ def build(cfg: TinyConfig) -> Path:
         if cfg.tokenizer:
             tok = AutoTokenizer.from_pretrained(_model_dir(cfg.tokenizer))
         else:  # BPE over the conversations' text (every message plus the tool schemas)
-            corpus = [m["content"] for c in convs for m in c[0]] + [
-                json.dumps(x) for c in convs if c[1] for x in c[1]
-            ]
+            corpus = [m["content"] for c in convs for m in c[0]] + [json.dumps(x) for c in convs if c[1] for x in c[1]]
             tok = build_tokenizer(corpus, cfg.vocab_size)
         model = Qwen2ForCausalLM(
             Qwen2Config(
@@ -225,9 +217,7 @@ def build(cfg: TinyConfig) -> Path:
         with torch.no_grad():  # the first stage was saved in bf16 and reloaded when this recipe was found
             for p in model.parameters():
                 p.copy_(p.to(torch.bfloat16).float())
-        convs, rng = conversations(
-            cfg.n_math2, cfg.n_tool2, cfg.seed + 1, cfg.n_agent2, cfg.n_copy2, cfg, stage=2
-        )
+        convs, rng = conversations(cfg.n_math2, cfg.n_tool2, cfg.seed + 1, cfg.n_agent2, cfg.n_copy2, cfg, stage=2)
         _sft(model, tok, convs, rng, cfg.steps2, cfg, t0)
     n_params = sum(p.numel() for p in model.parameters())
 

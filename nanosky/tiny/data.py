@@ -130,9 +130,7 @@ def _copy_examples(n: int, seed: int) -> list[tuple[list[dict], None]]:
             text = "".join(rng.choice("0123456789") for _ in range(rng.randint(3, 14)))
         else:
             text = " ".join(
-                "".join(
-                    rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(3, 9))
-                ).capitalize()
+                "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(3, 9))).capitalize()
                 for _ in range(rng.randint(1, 3))
             )
         out.append(copy_drill(text))
@@ -140,17 +138,20 @@ def _copy_examples(n: int, seed: int) -> list[tuple[list[dict], None]]:
 
 
 def conversations(
-    n_math: int, n_tool: int, seed: int, n_agent: int = 0, n_copy: int = 0, cfg: TinyConfig | None = None,
+    n_math: int,
+    n_tool: int,
+    seed: int,
+    n_agent: int = 0,
+    n_copy: int = 0,
+    cfg: TinyConfig | None = None,
     stage: int = 1,
-) -> tuple[list, random.Random]:  # fmt: skip
+) -> tuple[list, random.Random]:
     rng = random.Random(seed)
     torch.manual_seed(seed)
     convs = [(_math_example(rng), None) for _ in range(n_math)] + _tool_examples(n_tool, seed)
     convs += _agent_examples(n_agent, seed) + _copy_examples(n_copy, seed)
     if cfg is not None:  # the step-wise agent data
-        n_steps, n_act = (
-            (cfg.n_steps, cfg.n_action_copy) if stage == 1 else (cfg.n_steps2, cfg.n_action_copy2)
-        )
+        n_steps, n_act = (cfg.n_steps, cfg.n_action_copy) if stage == 1 else (cfg.n_steps2, cfg.n_action_copy2)
         convs += _step_examples(n_steps, seed, cfg.step_noise, cfg.history_window)
         convs += [copy_drill(text) for text in _action_copy_texts(n_act, seed)]
         if stage == 1:

@@ -101,9 +101,7 @@ def _is_held_out(src: str) -> bool:
         return False
 
 
-def _swe_examples(
-    n: int, seed: int, levels: tuple[int, ...] = (1, 1, 2)
-) -> list[tuple[list[dict], list[dict]]]:
+def _swe_examples(n: int, seed: int, levels: tuple[int, ...] = (1, 1, 2)) -> list[tuple[list[dict], list[dict]]]:
     """Whole expert episodes of `envs.make("swe")` (train split; level by index from `levels`), tools run for real
     in the sandbox (grading skipped: the expert resolves every instance), with the tools' schemas."""
     if n <= 0:
@@ -113,9 +111,7 @@ def _swe_examples(
 
     out = []
     for i in range(n):
-        env = envs.make(
-            "swe", split="train", seed=seed * 1_000_003 + 300_000 + i, level=levels[i % len(levels)]
-        )
+        env = envs.make("swe", split="train", seed=seed * 1_000_003 + 300_000 + i, level=levels[i % len(levels)])
         env.grade = False
         out.append((expert_episode(env), [t.schema for t in env.tools]))
     return out
@@ -206,9 +202,7 @@ def _schemas() -> list[dict]:
     return [t.schema for t in (BashTool(), StrReplaceEditor(), SubmitTool())]
 
 
-def _swe_fix_turns(
-    n: int, seed: int, levels: tuple[int, ...] = (1, 1, 2)
-) -> list[tuple[list[dict], list[dict]]]:
+def _swe_fix_turns(n: int, seed: int, levels: tuple[int, ...] = (1, 1, 2)) -> list[tuple[list[dict], list[dict]]]:
     """The first turns of expert episodes, cheaply: (grep,) view, then the str_replace that fixes the bug; the same
     turns `_swe_examples` records, without the sandbox (no test run, no submit)."""
     from envs.swe import generate
@@ -222,9 +216,7 @@ def _swe_fix_turns(
     return out
 
 
-def _recover_turns(
-    n: int, seed: int, levels: tuple[int, ...] = (1, 1, 2)
-) -> list[tuple[list[dict], list[dict]]]:
+def _recover_turns(n: int, seed: int, levels: tuple[int, ...] = (1, 1, 2)) -> list[tuple[list[dict], list[dict]]]:
     """First turns with the recalled-old_str mistake and its recovery (`_first_turns(recall=True)`): the failed
     str_replace (not trained), the no-match error quoting the buggy lines, and the replace_lines that fixes them.
     Tasks where that would not give the fixed files (a bug that adds lines: a missing return or branch) are passed
@@ -236,17 +228,13 @@ def _recover_turns(
         task = generate(seed * 1_000_003 + 900_000 + i, levels[i % len(levels)])
         i += 1
         bug = {k: task.bug[k] for k in ("path", "function")}
-        msgs = _first_turns(
-            task.files, task.fixed_files, task.problem_statement, task.level, bug, recall=True
-        )
+        msgs = _first_turns(task.files, task.fixed_files, task.problem_statement, task.level, bug, recall=True)
         if msgs is not None:
             out.append((msgs, schemas))
     return out
 
 
-def _spot_turns(
-    n: int, seed: int, levels: tuple[int, ...] = (1, 1, 2)
-) -> list[tuple[list[dict], list[dict]]]:
+def _spot_turns(n: int, seed: int, levels: tuple[int, ...] = (1, 1, 2)) -> list[tuple[list[dict], list[dict]]]:
     """Spot-the-change turns (module docstring): a task's clean files with one line of one function changed at
     random, an issue naming that function, and the expert's (grep,) view and str_replace (changed line -> clean)."""
     from envs.swe import generate

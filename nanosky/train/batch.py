@@ -44,24 +44,16 @@ class Batch:
     rollout_logprobs: torch.Tensor  # [B, L-1] engine logprobs of the sampled tokens
     rewards: torch.Tensor  # [B]
     group_index: torch.Tensor  # [B]
-    row_mask: (
-        torch.Tensor
-    )  # [B] 1 = a sample, 0 = a padding row (step-wise rows do not split evenly over ranks)
+    row_mask: torch.Tensor  # [B] 1 = a sample, 0 = a padding row (step-wise rows do not split evenly over ranks)
     advantages: torch.Tensor | None = None  # [B, L-1]
-    layout: str = (
-        "concat"  # what a row is: an episode ("concat") or one turn ("stepwise", `train/stepwise.py`)
-    )
+    layout: str = "concat"  # what a row is: an episode ("concat") or one turn ("stepwise", `train/stepwise.py`)
     returns: torch.Tensor | None = None  # [B, L-1]
     old_logprobs: torch.Tensor | None = None  # [B, L-1]
     ref_logprobs: torch.Tensor | None = None  # [B, L-1]
     values: torch.Tensor | None = None  # [B, L-1]
-    choice_pos: torch.Tensor | None = (
-        None  # [N, 2] (row, t) of constrained positions (nanosky/train/constrain.py)
-    )
+    choice_pos: torch.Tensor | None = None  # [N, 2] (row, t) of constrained positions (nanosky/train/constrain.py)
     choice_bits: torch.Tensor | None = None  # [N, ceil(V/32)] int32: the tokens allowed at each of them
-    row_id: torch.Tensor | None = (
-        None  # [B] each row's index in the rank's batch, kept through slices (the trace)
-    )
+    row_id: torch.Tensor | None = None  # [B] each row's index in the rank's batch, kept through slices (the trace)
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
@@ -72,9 +64,7 @@ class Batch:
         if self.choice_pos is not None:
             from nanosky.train.constrain import slice_rows
 
-            kw["choice_pos"], kw["choice_bits"] = slice_rows(
-                self.choice_pos, self.choice_bits, idx, len(self)
-            )
+            kw["choice_pos"], kw["choice_bits"] = slice_rows(self.choice_pos, self.choice_bits, idx, len(self))
         return Batch(**kw)
 
     def allowed(self, T: int) -> tuple[torch.Tensor, torch.Tensor] | None:
@@ -103,9 +93,7 @@ def to_batch(trajs: list[Trajectory | None], pad_id: int, device, masker=None) -
     """Padded tensors of `trajs`; a None is a padding row: one pad token, fully masked, row_mask 0. `masker`
     (`nanosky.train.constrain.ChoiceMasker`): also the masks of the rows' constrained turns."""
     row_mask = torch.tensor([float(t is not None) for t in trajs], device=device)
-    trajs = [
-        Trajectory(ids=[pad_id], loss_mask=[0], logprobs=[0.0], group=-1) if t is None else t for t in trajs
-    ]
+    trajs = [Trajectory(ids=[pad_id], loss_mask=[0], logprobs=[0.0], group=-1) if t is None else t for t in trajs]
     L = max(len(t.ids) for t in trajs)
     B = len(trajs)
     ids = torch.full((B, L), pad_id, dtype=torch.long)

@@ -183,9 +183,7 @@ def save_checkpoint(
     rank, world = dist.get_rank(), dist.get_world_size()
     final = os.path.join(root, step_dir_name(step))
     # One temporary name for all ranks: DCP writes every rank's shards into the same directory.
-    tmp = _broadcast(
-        os.path.join(root, f".tmp-{step_dir_name(step)}-{uuid.uuid4().hex[:8]}") if rank == 0 else None
-    )
+    tmp = _broadcast(os.path.join(root, f".tmp-{step_dir_name(step)}-{uuid.uuid4().hex[:8]}") if rank == 0 else None)
     if rank == 0:
         os.makedirs(tmp)
     dist.barrier()

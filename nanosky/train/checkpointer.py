@@ -66,10 +66,16 @@ def resume_checkpoint(cfg: TrainConfig, world: int) -> str:
 
 class Checkpointer:
     def __init__(
-        self, cfg: TrainConfig, info: DistInfo, tok, policy: torch.nn.Module, update: PolicyUpdate,
-        critic: Critic | None = None, critic_update: CriticUpdate | None = None,
+        self,
+        cfg: TrainConfig,
+        info: DistInfo,
+        tok,
+        policy: torch.nn.Module,
+        update: PolicyUpdate,
+        critic: Critic | None = None,
+        critic_update: CriticUpdate | None = None,
         export_dtype: torch.dtype | None = None,
-    ):  # fmt: skip
+    ):
         """`export_dtype`: the HF export's (the checkpoint's, `policy.checkpoint_dtype`); None keeps fp32."""
         self.cfg, self.info, self.tok, self.policy, self.update = cfg, info, tok, policy, update
         self.export_dtype = export_dtype
@@ -156,9 +162,7 @@ def find_export(path: str) -> str:
             raise FileNotFoundError(f"{path}: a run dir with no complete checkpoint in checkpoints/ yet")
         return str(root / name / "export")
     seen = sorted(x.name + "/" * x.is_dir() for x in p.iterdir())
-    shown = (
-        ", ".join(seen[:6]) + (f", … ({len(seen)} entries)" if len(seen) > 6 else "") if seen else "nothing"
-    )
+    shown = ", ".join(seen[:6]) + (f", … ({len(seen)} entries)" if len(seen) > 6 else "") if seen else "nothing"
     raise FileNotFoundError(
         f"{path}: not a model folder (config.json), a checkpoint (export/) or a run dir (checkpoints/); "
         f"it holds {shown}"

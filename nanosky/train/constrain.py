@@ -49,9 +49,7 @@ class ChoiceMasker:
         self.xgr, self.vocab_size, self.eos = xgr, vocab_size, tokenizer.eos_token_id
         info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size, stop_token_ids=[self.eos])
         self.compiler = xgr.GrammarCompiler(info, max_threads=1, cache_enabled=False)
-        self._cache: OrderedDict[tuple[str, ...] | str, object] = (
-            OrderedDict()
-        )  # rule -> compiled grammar (LRU)
+        self._cache: OrderedDict[tuple[str, ...] | str, object] = OrderedDict()  # rule -> compiled grammar (LRU)
         self._max = cache
 
     def _compiled(self, rule: tuple[str, ...] | str):
@@ -84,9 +82,7 @@ class ChoiceMasker:
             for start, rule in t.constraints if t is not None else ():
                 n = _turn_len(t.loss_mask, start)
                 b = self.turn_bits(rule, t.ids[start : start + n])
-                pos += [
-                    (i, start - 1 + k) for k in range(n)
-                ]  # id at `start + k` is scored at position start-1+k
+                pos += [(i, start - 1 + k) for k in range(n)]  # id at `start + k` is scored at position start-1+k
                 bits.append(b)
         dev = batch.loss_mask.device
         batch.choice_pos = torch.tensor(pos, dtype=torch.long, device=dev).reshape(-1, 2)

@@ -88,9 +88,7 @@ class CriticUpdate:
 
     def __init__(self, optim: OptimConfig, algo: AlgoConfig, critic: Critic):
         self.optim, self.algo, self.critic = optim, algo, critic
-        self.opt, _ = make_optimizer(
-            critic.parameters(), algo.critic_lr, dataclasses.replace(optim, warmup_steps=0)
-        )
+        self.opt, _ = make_optimizer(critic.parameters(), algo.critic_lr, dataclasses.replace(optim, warmup_steps=0))
 
     def __call__(self, batch: Batch) -> dict[str, float]:
         a, losses, clip_fracs, norms = self.algo, [], [], []

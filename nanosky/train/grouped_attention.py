@@ -107,9 +107,7 @@ def _varlen_plan(segs, device) -> _Varlen:
     t = lambda x, dt=torch.long: torch.tensor(x, dtype=dt, device=device)  # noqa: E731
     max_q = max((n for _, _, n, _ in segs), default=0)
     max_k = max((len(anc) + n for _, _, n, anc in segs), default=0)
-    return _Varlen(
-        t(q_rows), t(q_cols), t(k_rows), t(k_cols), t(cu_q, torch.int32), t(cu_k, torch.int32), max_q, max_k
-    )
+    return _Varlen(t(q_rows), t(q_cols), t(k_rows), t(k_cols), t(cu_q, torch.int32), t(cu_k, torch.int32), max_q, max_k)
 
 
 def varlen_kernel():
@@ -206,21 +204,15 @@ def _plan(segs, device, window: int | None) -> tuple[list[_Single], list[_Batch]
             kv.append(cols + [cols[-1]] * (lk - len(cols)))
             m = torch.zeros(n, lk, dtype=torch.bool, device=device)
             m[:k, : len(cols)] = _mask(len(anc), k, len(cols), window, device)
-            m[k:, 0] = (
-                True  # a padded query attends to one key (an empty row would be NaN); its output is dropped
-            )
+            m[k:, 0] = True  # a padded query attends to one key (an empty row would be NaN); its output is dropped
             mask.append(m)
             real.append([True] * k + [False] * (n - k))
         t = lambda x: torch.tensor(x, dtype=torch.long, device=device)  # noqa: E731
-        batches.append(
-            _Batch(t(rows), t(q), t(kv), torch.stack(mask)[:, None], torch.tensor(real, device=device))
-        )
+        batches.append(_Batch(t(rows), t(q), t(kv), torch.stack(mask)[:, None], torch.tensor(real, device=device)))
     return singles, batches
 
 
-def attention(
-    module, query, key, value, attention_mask, scaling=None, dropout=0.0, varlen: bool = True, **kwargs
-):
+def attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, varlen: bool = True, **kwargs):
     """transformers' attention signature: query [R, H, Lp, d], key / value [R, Hkv, Lp, d] -> ([R, Lp, H, d], None).
     `varlen` False (registered as NAME_SDPA): one SDPA call per segment on CUDA too, never the varlen kernel."""
     segments: Segments | None = kwargs.pop(KWARG, None)
@@ -234,9 +226,7 @@ def attention(
 
     # the layer's window: what transformers passes for this call (None on a full-attention layer, where some
     # families, EXAONE 4, still keep the config's window on the module); else the module's
-    window = (
-        kwargs["sliding_window"] if "sliding_window" in kwargs else getattr(module, "sliding_window", None)
-    )
+    window = kwargs["sliding_window"] if "sliding_window" in kwargs else getattr(module, "sliding_window", None)
     gqa = query.shape[1] != key.shape[1]
     p = dropout if module.training else 0.0
     kernel = varlen_kernel() if varlen and use_varlen(query) and p == 0.0 else None

@@ -85,9 +85,7 @@ def verify(model, tol: float) -> float:
         logits = model(input_ids=ids, attention_mask=att).logits[:, :-1].float()  # [2, 23, V]
         want = torch.log_softmax(logits, -1).gather(-1, ids[:, 1:, None]).squeeze(-1)  # [2, 23]
         rows, cols = (x.reshape(-1) for x in torch.meshgrid(torch.arange(2), torch.arange(23), indexing="ij"))
-        got, _ = scored(
-            model, ids, att, None, rows.to(device), cols.to(device), ids[:, 1:].reshape(-1), chunk=7
-        )
+        got, _ = scored(model, ids, att, None, rows.to(device), cols.to(device), ids[:, 1:].reshape(-1), chunk=7)
     worst = float((got.view(2, 23) - want).abs().max())
     if worst > tol:
         raise HeadUnsupported(
@@ -103,9 +101,19 @@ def uninstall(model) -> None:
 
 
 def scored(
-    model, input_ids, attention_mask, position_ids, rows, cols, targets,
-    temperature: float = 1.0, with_entropy: bool = False, entropy_grad: bool = False, chunk: int = 1024, **kw,
-) -> tuple[torch.Tensor, torch.Tensor | None]:  # fmt: skip
+    model,
+    input_ids,
+    attention_mask,
+    position_ids,
+    rows,
+    cols,
+    targets,
+    temperature: float = 1.0,
+    with_entropy: bool = False,
+    entropy_grad: bool = False,
+    chunk: int = 1024,
+    **kw,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """log p(targets) [N] (and the entropy [N]) at positions (rows[N], cols[N]) of the model's rows, each distinct
     (position, target) through the head once. `kw`: passed on to the decoder (prefix-grouped attention's segments)."""
     width = input_ids.shape[1]
@@ -113,16 +121,36 @@ def scored(
     uniq, inverse = torch.unique(key, return_inverse=True)  # shared-prefix positions are scored once
     first = torch.zeros_like(uniq).scatter_(0, inverse, torch.arange(len(key), device=key.device))
     lp, ent = getattr(model, METHOD)(
-        input_ids, attention_mask, position_ids, rows[first], cols[first], targets[first],
-        temperature, with_entropy, entropy_grad and torch.is_grad_enabled(), chunk, **kw,
-    )  # fmt: skip
+        input_ids,
+        attention_mask,
+        position_ids,
+        rows[first],
+        cols[first],
+        targets[first],
+        temperature,
+        with_entropy,
+        entropy_grad and torch.is_grad_enabled(),
+        chunk,
+        **kw,
+    )
     return lp[inverse], (ent[inverse] if ent is not None else None)
 
 
 def scored_rows(
-    model, input_ids, attention_mask, position_ids, valid, row, col, target,
-    temperature: float = 1.0, with_entropy: bool = False, entropy_grad: bool = False, chunk: int = 1024, **kw,
-) -> tuple[torch.Tensor, torch.Tensor | None]:  # fmt: skip
+    model,
+    input_ids,
+    attention_mask,
+    position_ids,
+    valid,
+    row,
+    col,
+    target,
+    temperature: float = 1.0,
+    with_entropy: bool = False,
+    entropy_grad: bool = False,
+    chunk: int = 1024,
+    **kw,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """`scored` in the [B, T] layout the losses use: position t of sequence b sits at (row[b, t], col[b, t]) of the
     model's rows and predicts target[b, t]; only `valid` [B, T] positions are scored, the others are 0."""
     rows, cols, targets = row[valid], col[valid], target[valid]  # [N]
@@ -130,9 +158,19 @@ def scored_rows(
     if blank:  # nothing scored (a blank pass): one position keeps every layer in the graph, with weight 0
         rows, cols, targets = (torch.zeros(1, dtype=torch.long, device=valid.device) for _ in range(3))
     lp_n, ent_n = scored(
-        model, input_ids, attention_mask, position_ids, rows, cols, targets,
-        temperature, with_entropy, entropy_grad, chunk, **kw,
-    )  # fmt: skip
+        model,
+        input_ids,
+        attention_mask,
+        position_ids,
+        rows,
+        cols,
+        targets,
+        temperature,
+        with_entropy,
+        entropy_grad,
+        chunk,
+        **kw,
+    )
     lp = torch.zeros(valid.shape, dtype=torch.float32, device=valid.device)
     ent = torch.zeros_like(lp) if with_entropy else None
     if blank:
@@ -190,9 +228,7 @@ class TargetLogprobs(torch.autograd.Function):
         (scale, cap, T), chunk = ctx.post, ctx.chunk
         g_h = torch.empty_like(h) if ctx.needs_input_grad[0] else None
         g_w = torch.zeros(w.shape, dtype=torch.float32, device=w.device) if ctx.needs_input_grad[1] else None
-        g_b = (
-            torch.zeros(w.shape[0], dtype=torch.float32, device=w.device) if ctx.needs_input_grad[2] else None
-        )
+        g_b = torch.zeros(w.shape[0], dtype=torch.float32, device=w.device) if ctx.needs_input_grad[2] else None
         for s in range(0, h.shape[0], chunk):
             e = slice(s, s + chunk)
             g, t = _logits(h[e], w, b, ctx.post)  # recomputed z: [c, V], turned into d loss / dz in place

@@ -62,9 +62,7 @@ def check_platform(cfg: LoraConfig, device_type: str) -> None:
     if not cfg.qlora:
         return
     if device_type not in QLORA_DEVICES:
-        raise ValueError(
-            f"lora.qlora needs CUDA or the CPU (bitsandbytes' NF4); not available on {device_type}"
-        )
+        raise ValueError(f"lora.qlora needs CUDA or the CPU (bitsandbytes' NF4); not available on {device_type}")
     if importlib.util.find_spec("bitsandbytes") is None:
         raise ValueError(
             "lora.qlora needs the bitsandbytes package, which is not installed (pip install -e '.[qlora]')"
@@ -190,9 +188,7 @@ def trainable_parameters(model) -> list[torch.nn.Parameter]:
 def _full(t: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
     """The whole tensor, all-gathered in `dtype` when given: each shard is cast first, so a bf16 gather moves half
     the bytes of an fp32 one."""
-    if (
-        dtype is not None and t.dtype == torch.float32
-    ):  # the master weights (a 4-bit base's packed storage stays)
+    if dtype is not None and t.dtype == torch.float32:  # the master weights (a 4-bit base's packed storage stays)
         t = t.to(dtype)
     return (t.full_tensor() if isinstance(t, DTensor) else t).detach()
 
@@ -214,9 +210,7 @@ def _dense_base_weight(layer, w: torch.Tensor) -> torch.Tensor:
     import bitsandbytes as bnb
 
     if w.numel() * w.element_size() * 2 != state.shape.numel():  # two 4-bit codes per byte
-        raise ValueError(
-            f"packed 4-bit weight of {w.numel()} elements does not hold shape {tuple(state.shape)}"
-        )
+        raise ValueError(f"packed 4-bit weight of {w.numel()} elements does not hold shape {tuple(state.shape)}")
     state = copy.copy(state)
     state.dtype = getattr(base, "compute_dtype", None) or state.dtype
     return bnb.functional.dequantize_4bit(w.contiguous(), state)
@@ -243,9 +237,7 @@ def merged_params(model, dtype: torch.dtype | None = None) -> Iterator[tuple[str
     """
     is_peft = hasattr(model, "peft_config")
     modules = dict(base_model(model).named_modules())
-    pending: dict[
-        str, dict[str, torch.Tensor]
-    ] = {}  # LoRA module → {"weight", "lora_A", "lora_B"}, until complete
+    pending: dict[str, dict[str, torch.Tensor]] = {}  # LoRA module → {"weight", "lora_A", "lora_B"}, until complete
     for key, t in model.state_dict().items():  # same order on every rank
         name = key.removeprefix(_PEFT_PREFIX) if is_peft else key
         t = _full(t, None if _LORA_KEY.match(name) else dtype)
@@ -286,9 +278,7 @@ def save_adapter(model, out_dir: str) -> None:
     """peft format (adapter_config.json + adapter_model.safetensors), loadable by `PeftModel.from_pretrained` and by
     vLLM's LoRA loader. Collective: the adapter shards are gathered; rank 0 writes."""
     if not hasattr(model, "peft_config"):
-        raise ValueError(
-            "save_adapter needs a peft-wrapped model (lora.rank > 0); use save_merged for a plain one"
-        )
+        raise ValueError("save_adapter needs a peft-wrapped model (lora.rank > 0); use save_merged for a plain one")
     full = {k: _full(t).cpu() for k, t in model.state_dict().items() if ".lora_" in k}
     if _is_main():
         model.save_pretrained(out_dir, state_dict=full, safe_serialization=True)
@@ -323,7 +313,5 @@ def save_merged(model, tok, out_dir: str, dtype: torch.dtype | None = None) -> N
         tok.save_pretrained(out_dir)
         if hasattr(model, "peft_config"):  # provenance, for humans
             with open(os.path.join(out_dir, "nanosky_lora.json"), "w") as f:
-                json.dump(
-                    {"merged_from_adapter": model.peft_config[_ADAPTER].to_dict()}, f, default=str, indent=1
-                )
+                json.dump({"merged_from_adapter": model.peft_config[_ADAPTER].to_dict()}, f, default=str, indent=1)
     dist.barrier()

@@ -45,9 +45,7 @@ class Packed:
     valid: torch.Tensor  # [B, T] bool, t+1 < len(ids[b])
     unique_tokens: int  # real tokens in the packed rows
     tokens: int  # Σ len(ids[b]): what the unpacked batch computes (without its padding)
-    segments: Segments | None = (
-        None  # the rows by segment, for prefix-grouped attention (`grouped_attention`)
-    )
+    segments: Segments | None = None  # the rows by segment, for prefix-grouped attention (`grouped_attention`)
     tries: list | None = None  # per row: (owner, depth, lcps), what its ancestor mask is built from
     _mask: torch.Tensor | None = None
 
@@ -233,9 +231,7 @@ def check_attention(model) -> None:
         )
     odd = sorted(set(attention_kinds(cfg)[0]) - {FULL, SLIDING})
     if odd:
-        raise PackingUnsupported(
-            f"optim.packing cannot mask {odd} attention layers: use --optim.packing none"
-        )
+        raise PackingUnsupported(f"optim.packing cannot mask {odd} attention layers: use --optim.packing none")
 
 
 def attention_mask(model, p: Packed) -> torch.Tensor | dict[str, torch.Tensor]:
@@ -284,15 +280,11 @@ def verify(model, forward, tol: float) -> float:
     device = next(model.parameters()).device
     g = torch.Generator().manual_seed(0)
     prefix = torch.randint(3, cfg.vocab_size, (n // 2,), generator=g).tolist()
-    seqs = [
-        prefix + torch.randint(3, cfg.vocab_size, (n - n // 2 - k,), generator=g).tolist() for k in (0, 3, 7)
-    ]
+    seqs = [prefix + torch.randint(3, cfg.vocab_size, (n - n // 2 - k,), generator=g).tolist() for k in (0, 3, 7)]
     p = pack(seqs, T=n - 1, device=device)
     worst, floor, pad = 0.0, 0.0, 8
     with torch.no_grad():
-        packed = p.gather(
-            forward(p.input_ids, attention_mask(model, p), p.position_ids, **segment_kwargs(model, p))
-        )
+        packed = p.gather(forward(p.input_ids, attention_mask(model, p), p.position_ids, **segment_kwargs(model, p)))
         for i, s in enumerate(seqs):
             ids = torch.tensor([s], device=device)
             out = forward(ids, torch.ones_like(ids), None)[0, : len(s) - 1]  # [len - 1, ...]
@@ -351,9 +343,20 @@ def logprobs(
     if chunk > 0 and allowed is None and head.installed(model):
         valid = p.valid & keep if keep is not None else p.valid  # [B, T]: only the kept positions are scored
         return head.scored_rows(
-            model, p.input_ids, attention_mask(model, p), p.position_ids, valid, p.row, p.pos, p.target,
-            temperature, with_entropy, entropy_grad, chunk, **segment_kwargs(model, p),
-        )  # fmt: skip
+            model,
+            p.input_ids,
+            attention_mask(model, p),
+            p.position_ids,
+            valid,
+            p.row,
+            p.pos,
+            p.target,
+            temperature,
+            with_entropy,
+            entropy_grad,
+            chunk,
+            **segment_kwargs(model, p),
+        )
     kw, col, valid = {}, p.pos, p.valid
     if keep is not None:
         valid = p.valid & keep
@@ -364,9 +367,12 @@ def logprobs(
         lut[cols] = torch.arange(len(cols), device=p.pos.device)
         kw, col = {"logits_to_keep": cols}, lut[p.pos]  # [B, T] index into the kept columns
     out = model(
-        input_ids=p.input_ids, position_ids=p.position_ids, attention_mask=attention_mask(model, p),
-        **kw, **segment_kwargs(model, p),
-    )  # fmt: skip
+        input_ids=p.input_ids,
+        position_ids=p.position_ids,
+        attention_mask=attention_mask(model, p),
+        **kw,
+        **segment_kwargs(model, p),
+    )
     logits = out.logits.float()  # [R, Lp or K, V]
     if temperature != 1.0:
         logits = logits / temperature
@@ -380,8 +386,9 @@ def logprobs(
             ent = torch.where(valid, e, torch.zeros_like(e))
     if allowed is not None:
         b, t = allowed[0].unbind(-1)
-        lp, ent = constrain.apply(logits[p.row[b, t], col[b, t]], p.target[b, t], allowed, (b, t), lp, ent,
-                                  entropy_grad)  # fmt: skip
+        lp, ent = constrain.apply(
+            logits[p.row[b, t], col[b, t]], p.target[b, t], allowed, (b, t), lp, ent, entropy_grad
+        )
     return lp, ent
 
 

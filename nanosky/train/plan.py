@@ -88,8 +88,10 @@ def _decide(optim: OptimConfig, device_type: str, policy, ref, critic, note, not
     if grouped and not all(m is None or grouped_attention.enable(m) for m in (policy, ref)):
         # eager attention (soft-capped): grouped attention does not cover it
         kind = _kind(policy)
-        note(f"nanosky: {kind} runs eager attention (soft-capped), which grouped attention does not cover; "
-             "packed rows use the dense mask")  # fmt: skip
+        note(
+            f"nanosky: {kind} runs eager attention (soft-capped), which grouped attention does not cover; "
+            "packed rows use the dense mask"
+        )
         grouped = _dense(policy, ref)
     for attempt in ("grouped", "mask") if grouped else ("mask",):
         try:

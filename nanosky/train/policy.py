@@ -174,9 +174,7 @@ def _receive(dst: torch.Tensor, full: torch.Tensor | None, info: DistInfo) -> No
         raise ValueError(f"checkpoint tensor {tuple(t.shape)} does not fit the model's {tuple(shape)}")
     torch.distributed.broadcast(t, src=0)
     if isinstance(dst, DTensor):  # this rank's chunk along the sharded dim, as FSDP2 placed it
-        dst.to_local().copy_(
-            distribute_tensor(t, dst.device_mesh, dst.placements, src_data_rank=None).to_local()
-        )
+        dst.to_local().copy_(distribute_tensor(t, dst.device_mesh, dst.placements, src_data_rank=None).to_local())
     else:
         dst.copy_(t)
 
@@ -205,9 +203,7 @@ def shard_model(model, info: DistInfo, reshard_after_forward: bool | None = None
     which halves the all-gathers per micro-batch."""
     private_classes(model)  # before any engine starts: immune to vLLM's in-place class rewrite
     mesh = torch.distributed.device_mesh.init_device_mesh(info.device.type, (info.world,))
-    mp = (
-        MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if info.is_cuda else None
-    )
+    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if info.is_cuda else None
     if reshard_after_forward is None:
         reshard_after_forward = sum(p.numel() for p in model.parameters()) > 1e9
     kw = {"mesh": mesh, "reshard_after_forward": reshard_after_forward} | ({"mp_policy": mp} if mp else {})

@@ -76,9 +76,7 @@ def anchor_metrics(steps: StepInfo, groups: list[int], gamma: float, mode: str) 
     g = torch.tensor([groups[i] for i, _ in rows])
     keys = [steps.state_keys[i][t] for i, t in rows]
     q = [algos.discounted_returns(steps.rewards[i], gamma)[t] for i, t in rows]
-    a_step = algos.step_group_advantages(
-        torch.tensor(q, dtype=torch.float64), list(zip(g.tolist(), keys)), mode
-    )
+    a_step = algos.step_group_advantages(torch.tensor(q, dtype=torch.float64), list(zip(g.tolist(), keys)), mode)
     stats = algos.anchor_stats(g, keys)
     return {
         "gigpo/anchor_size_mean": stats["anchor_size_mean"],

@@ -26,9 +26,7 @@ def whole_groups(groups: list, n: int) -> list[int]:
 def pick(batch: Batch, n: int) -> list[int]:
     """Rows of `batch` (real ones, in order) making up whole groups, the fewest groups holding at least n rows."""
     real = batch.row_mask.tolist()
-    return whole_groups(
-        [g if g >= 0 and r > 0 else None for g, r in zip(batch.group_index.tolist(), real)], n
-    )
+    return whole_groups([g if g >= 0 and r > 0 else None for g, r in zip(batch.group_index.tolist(), real)], n)
 
 
 class Tracer:

@@ -183,9 +183,7 @@ class PolicyUpdate:
         self.opt, self.sched = make_optimizer(trainable_parameters(model), optim.lr, optim)
         self.loss_fn = algos.get_policy_loss(algo.policy_loss)
         self.skip = skips_exactly(optim, algo)
-        self.tracer = (
-            tracer or Tracer()
-        )  # the step's traced rows and their first pass's values, for the viewer
+        self.tracer = tracer or Tracer()  # the step's traced rows and their first pass's values, for the viewer
 
     def __call__(self, batch: Batch) -> dict[str, float]:
         """Optimizer steps over this rank's share of the batch. Returns metrics averaged over micro-batches/ranks."""
@@ -197,9 +195,7 @@ class PolicyUpdate:
             for m, scale in step:
                 trained += float(m.row_mask.sum())
                 metrics, computed, unpacked = self.backward(m, scale)
-                if (
-                    not m.row_mask.any()
-                ):  # a blank pass (or only padding rows): nothing to report, but the keys
+                if not m.row_mask.any():  # a blank pass (or only padding rows): nothing to report, but the keys
                     for k in metrics:  # must match the other ranks' for the all-reduce below (a rank whose
                         sums[k] += 0.0  # rows were all skipped runs only blank passes)
                     continue
@@ -229,9 +225,7 @@ class PolicyUpdate:
         """Loss of one micro-batch, scaled into the global mean, and its backward pass. Returns its metrics, the
         tokens its forward computed (after prefix sharing, without padding) and its tokens unpacked."""
         a, out = self.algo, {}
-        lp, ent, T, p = logprobs(
-            self.model, m, self.optim, with_entropy=True, entropy_grad=a.entropy_coef > 0
-        )
+        lp, ent, T, p = logprobs(self.model, m, self.optim, with_entropy=True, entropy_grad=a.entropy_coef > 0)
         mask = m.loss_mask[:, :T]  # [b, T]
         self.tracer.keep(m, lp, ent)
         n_tok = int(m.attention_mask.sum())

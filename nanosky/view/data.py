@@ -66,9 +66,7 @@ def fit(recs: list[dict], max_bytes: int) -> tuple[list[dict], list[str]]:
         total -= size
         stripped += 1
     if stripped:
-        notes.append(
-            f"{stripped} older episodes are shown without token values (the page keeps {max_bytes >> 20} MiB)"
-        )
+        notes.append(f"{stripped} older episodes are shown without token values (the page keeps {max_bytes >> 20} MiB)")
     if total > max_bytes:
         steps = sorted({r.get("step", 0) for r in recs})
         k = -(-total // max_bytes)  # keep every k-th step
@@ -129,9 +127,7 @@ def load(path: str, max_bytes: int = MAX_BYTES) -> dict:
     recs, more = fit(recs, max_bytes)
     notes += more
     if not recs:
-        notes.append(
-            "no episodes recorded yet" + (" (rollouts.jsonl is empty or missing)" if kind == "run" else "")
-        )
+        notes.append("no episodes recorded yet" + (" (rollouts.jsonl is empty or missing)" if kind == "run" else ""))
     config = _json(root / "config.json")
     model = (config.get("model") or {}).get("path") if isinstance(config.get("model"), dict) else None
     for r in recs:
@@ -151,8 +147,12 @@ def load(path: str, max_bytes: int = MAX_BYTES) -> dict:
 def header(config: dict) -> dict:
     """What the page's header shows of a run's config.json: env, algorithm (`algorithm.name`), seed, steps."""
     algo = config.get("algorithm")
-    out = {"env": config.get("env"), "algo": algo.get("name") if isinstance(algo, dict) else None,
-           "seed": config.get("seed"), "steps": config.get("steps")}  # fmt: skip
+    out = {
+        "env": config.get("env"),
+        "algo": algo.get("name") if isinstance(algo, dict) else None,
+        "seed": config.get("seed"),
+        "steps": config.get("steps"),
+    }
     return {k: v for k, v in out.items() if v is not None}
 
 

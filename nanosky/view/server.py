@@ -21,9 +21,7 @@ def app(path: str, max_bytes: int) -> web.Application:
             return web.Response(status=404, text=f"{path}: no such directory (any more)\n")
         if cache["at"] != at:
             cache["html"], cache["at"] = render(path, max_bytes), at
-        return web.Response(
-            text=cache["html"], content_type="text/html", headers={"Cache-Control": "no-store"}
-        )
+        return web.Response(text=cache["html"], content_type="text/html", headers={"Cache-Control": "no-store"})
 
     a = web.Application()
     a.router.add_get("/", page)

@@ -10,8 +10,18 @@ import sys
 import pytest
 from spawn import scalars, torchrun
 
-SMALL = ["--preset", "tool_use", "--rollout.prompts-per-step", "4", "--rollout.group-size", "4",
-         "--eval.limit", "8", "--eval.n-samples", "1"]  # fmt: skip
+SMALL = [
+    "--preset",
+    "tool_use",
+    "--rollout.prompts-per-step",
+    "4",
+    "--rollout.group-size",
+    "4",
+    "--eval.limit",
+    "8",
+    "--eval.n-samples",
+    "1",
+]
 
 
 def _records(run_dir: str) -> list[dict]:
@@ -32,9 +42,7 @@ def test_an_agents_sdk_harness_trains_under_gigpo_with_evals(tmp_path):
     assert all(v == 0 for tag in ("agent/errors", "agent/timeouts") for _, v in s[tag])
     assert "gigpo/anchor_size_mean" in s and all(math.isfinite(v) for _, v in s["train/pg_loss"])
     assert [st for st, _ in s["eval/accuracy"]] == [0, 1, 2]  # the eval runs the agent too
-    assert all(
-        v < 1e-3 for _, v in s["train/mismatch/mismatch_abs_mean"]
-    )  # trained on the engine's own tokens
+    assert all(v < 1e-3 for _, v in s["train/mismatch/mismatch_abs_mean"])  # trained on the engine's own tokens
     recs = _records(run_dir)
     train = [x for x in recs if x.get("split") != "eval"]
     assert train and all(x["info"]["agent"]["calls"] >= 1 for x in train)
@@ -55,8 +63,18 @@ def test_an_edited_history_trains_as_stepwise_rows(tmp_path):
 @pytest.mark.slow
 def test_a_command_agent_trains_with_lora_and_resumes(tmp_path):
     run_dir = str(tmp_path / "cmd")
-    cmd = ["--rollout.agent-cmd", f"{sys.executable} examples/http_agent.py", "--lora.rank", "8",
-           "--eval.every", "0", "--log.ckpt-every", "1", "--log.run-dir", run_dir]  # fmt: skip
+    cmd = [
+        "--rollout.agent-cmd",
+        f"{sys.executable} examples/http_agent.py",
+        "--lora.rank",
+        "8",
+        "--eval.every",
+        "0",
+        "--log.ckpt-every",
+        "1",
+        "--log.run-dir",
+        run_dir,
+    ]
     r = torchrun([*SMALL, *cmd, "--steps", "1"])
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
     r = torchrun([*SMALL, *cmd, "--steps", "2", "--resume", "latest"])

@@ -32,13 +32,17 @@ def test_weights_are_read_once_and_every_shard_equals_a_per_rank_read(tmp_path):
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     cfg = Qwen2Config(  # 67M parameters in many small tensors: a shard is clearly half the model
-        vocab_size=1030, hidden_size=512, intermediate_size=2048, num_hidden_layers=16, num_attention_heads=8,
-        num_key_value_heads=8, max_position_embeddings=256, tie_word_embeddings=True,
-    )  # fmt: skip
+        vocab_size=1030,
+        hidden_size=512,
+        intermediate_size=2048,
+        num_hidden_layers=16,
+        num_attention_heads=8,
+        num_key_value_heads=8,
+        max_position_embeddings=256,
+        tie_word_embeddings=True,
+    )
     torch.manual_seed(0)
-    Qwen2ForCausalLM(cfg).to(torch.bfloat16).save_pretrained(
-        tmp_path / "model"
-    )  # bf16 on disk, as Qwen ships
+    Qwen2ForCausalLM(cfg).to(torch.bfloat16).save_pretrained(tmp_path / "model")  # bf16 on disk, as Qwen ships
     out = tmp_path / "out.json"
     script = os.path.join(ROOT, "tests", "scripts", "load_once.py")
     r = torchrun([str(out), str(tmp_path / "model")], timeout=300, script=script)

@@ -91,18 +91,14 @@ def test_the_step_sample_is_whole_groups_with_their_token_values(smoke_run):
         assert len({tok["adv"][t] for t in on}) == 1  # GRPO: the sequence's advantage on every token
         assert all(tok["ent"][t] >= 0 for t in on)
     for g in {(r["step"], r["group"]) for r in recs}:  # group-normalised: the advantages sum to ~0
-        advs = [
-            next(a for a in r["tokens"]["adv"] if a is not None) for r in recs if (r["step"], r["group"]) == g
-        ]
+        advs = [next(a for a in r["tokens"]["adv"] if a is not None) for r in recs if (r["step"], r["group"]) == g]
         assert abs(sum(advs)) < 1e-2
 
 
 @pytest.mark.slow
 def test_checkpoint_loads_in_transformers_and_vllm(smoke_run, tmp_path):
     ckpt = os.path.join(smoke_run, "checkpoints", "step_000003", "export")
-    assert os.path.exists(
-        os.path.join(smoke_run, "checkpoints", "step_000002", "export", "model.safetensors")
-    )
+    assert os.path.exists(os.path.join(smoke_run, "checkpoints", "step_000002", "export", "model.safetensors"))
     assert json.load(open(os.path.join(smoke_run, "summary.json")))["final_checkpoint"].endswith(ckpt[-30:])
     code = f"""
 import torch
@@ -166,18 +162,14 @@ def test_bad_config_fails_at_startup_naming_the_field(args, field, capsys):
 def test_algo_preset_and_overrides():
     from nanosky.cli import parse_args
 
-    cfg = parse_args(
-        ["--algo", "dapo", "--algorithm.clip-high", "0.3", "--rollout.group-size", "4"], console=False
-    )
+    cfg = parse_args(["--algo", "dapo", "--algorithm.clip-high", "0.3", "--rollout.group-size", "4"], console=False)
     assert cfg.algorithm.name == "dapo" and cfg.algorithm.dynamic_sampling and cfg.algorithm.clip_high == 0.3
     assert cfg.rollout.group_size == 4
     assert parse_args(["--algo", "sapo"], console=False).algorithm.policy_loss == "sapo"
 
 
 def test_help_documents_every_flag():
-    r = subprocess.run(
-        [sys.executable, "run.py", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120
-    )
+    r = subprocess.run([sys.executable, "run.py", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
     for flag in (
         "--algo",

@@ -20,18 +20,34 @@ TAGS = ("train/pg_loss", "train/reward_mean", "train/response_len", "train/grad_
 def _verl(tmp_path) -> list[str]:
     from envs.text_math import SYSTEM_PROMPT, train_problem
 
-    rows = [{"data_source": "text_math", "prompt": [{"role": "system", "content": SYSTEM_PROMPT},
-                                                   {"role": "user", "content": (p := train_problem(s)).question}],
-             "ability": "math", "reward_model": {"style": "rule", "ground_truth": p.answer}, "extra_info": {"index": s}}
-            for s in range(200)]  # fmt: skip
+    rows = [
+        {
+            "data_source": "text_math",
+            "prompt": [
+                {"role": "system", "content": SYSTEM_PROMPT},
+                {"role": "user", "content": (p := train_problem(s)).question},
+            ],
+            "ability": "math",
+            "reward_model": {"style": "rule", "ground_truth": p.answer},
+            "extra_info": {"index": s},
+        }
+        for s in range(200)
+    ]
     pd.DataFrame(rows).to_parquet(tmp_path / "train.parquet")
     return ["--env", "dataset", "--env-data", str(tmp_path / "train.parquet")]
 
 
 def _skyrl(tmp_path) -> list[str]:
-    rows = [{"data_source": "gsm8k", "prompt": [{"role": "user", "content": f"What is {i} + {i}? End with #### N"}],
-             "env_class": "gsm8k_multi_turn", "reward_spec": {"method": "rule", "ground_truth": str(2 * i)},
-             "extra_info": {"index": i, "max_turns": 3}} for i in range(60)]  # fmt: skip
+    rows = [
+        {
+            "data_source": "gsm8k",
+            "prompt": [{"role": "user", "content": f"What is {i} + {i}? End with #### N"}],
+            "env_class": "gsm8k_multi_turn",
+            "reward_spec": {"method": "rule", "ground_truth": str(2 * i)},
+            "extra_info": {"index": i, "max_turns": 3},
+        }
+        for i in range(60)
+    ]
     pd.DataFrame(rows).to_parquet(tmp_path / "skyrl.parquet")
     return [
         "--env",
@@ -46,8 +62,22 @@ def _skyrl(tmp_path) -> list[str]:
 
 
 def _textarena(tmp_path) -> list[str]:
-    return ["--env", "textarena", "--env-kwargs.game", "GuessTheNumber-v0", "--rollout.mode", "stepwise", "--algo", "gigpo",
-            "--rollout.history-window", "1", "--rollout.max-turns", "4", "--rollout.max-total-tokens", "512"]  # fmt: skip
+    return [
+        "--env",
+        "textarena",
+        "--env-kwargs.game",
+        "GuessTheNumber-v0",
+        "--rollout.mode",
+        "stepwise",
+        "--algo",
+        "gigpo",
+        "--rollout.history-window",
+        "1",
+        "--rollout.max-turns",
+        "4",
+        "--rollout.max-total-tokens",
+        "512",
+    ]
 
 
 def _samples(run_dir: str, step: int) -> list:
@@ -56,18 +86,21 @@ def _samples(run_dir: str, step: int) -> list:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("source", "turns", "env_tag"), [
-    (_verl, 1, None), (_skyrl, 2, "env/gsm8k_multi_turn/avg_steps"), (_textarena, 2, "env/turns"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("source", "turns", "env_tag"),
+    [
+        (_verl, 1, None),
+        (_skyrl, 2, "env/gsm8k_multi_turn/avg_steps"),
+        (_textarena, 2, "env/turns"),
+    ],
+)
 def test_two_steps_then_resumed_exactly(tmp_path, source, turns, env_tag):
     flags = [*BASE, *source(tmp_path), "--log.ckpt-every", "1"]
     straight, resumed = str(tmp_path / "straight"), str(tmp_path / "resumed")
     r = torchrun([*flags, "--log.run-dir", straight])
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
     a = scalars(straight)
-    assert [s for s, _ in a["train/pg_loss"]] == [1, 2] and all(
-        math.isfinite(v) for _, v in a["train/pg_loss"]
-    )
+    assert [s for s, _ in a["train/pg_loss"]] == [1, 2] and all(math.isfinite(v) for _, v in a["train/pg_loss"])
     assert a["rollout/turns_mean"][0][1] >= turns  # multi-turn sources really played several turns
     assert env_tag is None or env_tag in a  # the env's own metrics reach TensorBoard
     ckpt = os.path.join(straight, "checkpoints", "step_000001")
@@ -84,9 +117,18 @@ def test_two_steps_then_resumed_exactly(tmp_path, source, turns, env_tag):
 def test_reasoning_gym_two_tasks_through_the_endpoint_with_an_agents_sdk_agent(tmp_path):
     pytest.importorskip("agents")
     run_dir = str(tmp_path / "rg")
-    flags = ["--env", "reasoning_gym", "--env-kwargs.tasks", "basic_arithmetic,chain_sum",
-             "--env-kwargs.config", '{"basic_arithmetic": {"max_terms": 2, "max_digits": 1}}',
-             "--rollout.agent", "examples.openai_agents_tool_use:solve", "--rollout.max-total-tokens", "400"]  # fmt: skip
+    flags = [
+        "--env",
+        "reasoning_gym",
+        "--env-kwargs.tasks",
+        "basic_arithmetic,chain_sum",
+        "--env-kwargs.config",
+        '{"basic_arithmetic": {"max_terms": 2, "max_digits": 1}}',
+        "--rollout.agent",
+        "examples.openai_agents_tool_use:solve",
+        "--rollout.max-total-tokens",
+        "400",
+    ]
     r = torchrun([*BASE, *flags, "--log.run-dir", run_dir])
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
     s = scalars(run_dir)

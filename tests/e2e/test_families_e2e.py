@@ -14,12 +14,24 @@ from spawn import scalars, torchrun
 def test_two_ranks_train_a_real_family(family, tmp_path):
     model = build(family, str(tmp_path))
     run_dir = str(tmp_path / "run")
-    r = torchrun(["--preset", "smoke", "--steps", "2", "--model.path", model, "--log.run-dir", run_dir,
-                  "--log.ckpt-every", "0", "--eval.limit", "4"])  # fmt: skip
+    r = torchrun(
+        [
+            "--preset",
+            "smoke",
+            "--steps",
+            "2",
+            "--model.path",
+            model,
+            "--log.run-dir",
+            run_dir,
+            "--log.ckpt-every",
+            "0",
+            "--eval.limit",
+            "4",
+        ]
+    )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
     s = scalars(run_dir)
     assert [st for st, _ in s["rollout/logprob_diff_mean"]] == [0, 1, 2]  # the build's sync and both steps'
     assert all(v < 1e-4 for _, v in s["rollout/logprob_diff_max"]), s["rollout/logprob_diff_max"]
-    assert (
-        json.load(open(os.path.join(run_dir, "config.json")))["optim"]["packing"] == "prefix"
-    )  # verified exact
+    assert json.load(open(os.path.join(run_dir, "config.json")))["optim"]["packing"] == "prefix"  # verified exact

@@ -20,9 +20,18 @@ def judge(messages) -> str:
     """A deterministic judge: an attempt that ends in an <answer> scores by its length (a stand-in for quality)."""
     body = messages[-1]["content"]
     attempts = re.findall(r"<attempt id=(\d+)>\n(.*?)\n</attempt>", body, re.S)
-    return json.dumps({"scores": [
-        {"trajectory_id": int(i), "explanation": f"{len(a)} chars", "score": min(1.0, len(a) / 400) * ("<answer>" in a)}
-        for i, a in attempts]})  # fmt: skip
+    return json.dumps(
+        {
+            "scores": [
+                {
+                    "trajectory_id": int(i),
+                    "explanation": f"{len(a)} chars",
+                    "score": min(1.0, len(a) / 400) * ("<answer>" in a),
+                }
+                for i, a in attempts
+            ]
+        }
+    )
 
 
 def _straight_then_resumed(tmp_path, args: list[str]):
@@ -33,9 +42,7 @@ def _straight_then_resumed(tmp_path, args: list[str]):
     assert r.returncode == 0, r.stderr[-3000:]
     (resumed / "checkpoints").mkdir(parents=True)
     shutil.copytree(straight / "checkpoints" / "step_000001", resumed / "checkpoints" / "step_000001")
-    r2 = torchrun(
-        [*args, "--log.run-dir", str(resumed), "--resume", str(resumed / "checkpoints" / "step_000001")]
-    )
+    r2 = torchrun([*args, "--log.run-dir", str(resumed), "--resume", str(resumed / "checkpoints" / "step_000001")])
     assert r2.returncode == 0, r2.stderr[-3000:]
     return straight, r, scalars(str(straight)), scalars(str(resumed))
 
@@ -43,9 +50,30 @@ def _straight_then_resumed(tmp_path, args: list[str]):
 @pytest.mark.slow
 def test_tool_use_trains_with_a_judge_weighted_in_and_resumes_exactly(tmp_path):
     with ScriptedServer(judge) as url:
-        args = ["--preset", "tool_use", "--steps", "2", "--rollout.prompts-per-step", "2", "--rollout.group-size", "2",
-                "--eval.every", "0", "--eval.limit", "2", "--envpool.workers", "1", "--log.ckpt-every", "1",
-                "--reward.judge", "group", "--reward.judge-url", url, "--reward.judge-weight", "0.5"]  # fmt: skip
+        args = [
+            "--preset",
+            "tool_use",
+            "--steps",
+            "2",
+            "--rollout.prompts-per-step",
+            "2",
+            "--rollout.group-size",
+            "2",
+            "--eval.every",
+            "0",
+            "--eval.limit",
+            "2",
+            "--envpool.workers",
+            "1",
+            "--log.ckpt-every",
+            "1",
+            "--reward.judge",
+            "group",
+            "--reward.judge-url",
+            url,
+            "--reward.judge-weight",
+            "0.5",
+        ]
         straight, _, a, b = _straight_then_resumed(tmp_path, args)
     assert [s for s, _ in a["judge/errors"]] == [1, 2] and all(v == 0 for _, v in a["judge/errors"])
     assert all(0 <= v <= 1 for _, v in a["judge/score_mean"]) and all(v > 0 for _, v in a["judge/step_share"])
@@ -65,10 +93,35 @@ def test_the_env_without_a_checker_trains_on_its_own_engines_judgement_and_resum
     run's headline), and a resume from step 1 gives step 2 exactly."""
     rubric = tmp_path / "rubric.txt"
     rubric.write_text("Score each reply from 0 to 1: does it do what was asked, under every constraint?")
-    args = ["--preset", "smoke", "--env", "reply", "--steps", "2", "--rollout.prompts-per-step", "2",
-            "--rollout.group-size", "2", "--rollout.max-new-tokens", "16", "--eval.limit", "2", "--envpool.workers", "1",
-            "--log.ckpt-every", "1", "--reward.judge", "pointwise", "--reward.judge-url", "self", "--reward.judge-only",
-            "--reward.rubric", str(rubric), "--reward.judge-max-tokens", "100"]  # fmt: skip
+    args = [
+        "--preset",
+        "smoke",
+        "--env",
+        "reply",
+        "--steps",
+        "2",
+        "--rollout.prompts-per-step",
+        "2",
+        "--rollout.group-size",
+        "2",
+        "--rollout.max-new-tokens",
+        "16",
+        "--eval.limit",
+        "2",
+        "--envpool.workers",
+        "1",
+        "--log.ckpt-every",
+        "1",
+        "--reward.judge",
+        "pointwise",
+        "--reward.judge-url",
+        "self",
+        "--reward.judge-only",
+        "--reward.rubric",
+        str(rubric),
+        "--reward.judge-max-tokens",
+        "100",
+    ]
     straight, r, a, b = _straight_then_resumed(tmp_path, args)
     assert [v for _, v in a["judge/errors"]] == [0, 0] and all(0 <= v <= 1 for _, v in a["judge/score_mean"])
     assert all(math.isnan(v) for _, v in a["train/success_rate"])  # no checker: unknown, not 0
@@ -78,16 +131,12 @@ def test_the_env_without_a_checker_trains_on_its_own_engines_judgement_and_resum
     recs = [json.loads(x) for x in open(straight / "rollouts.jsonl")]
     train = [r for r in recs if r["split"] == "train"]
     assert train and all(r["reward"] == r["info"]["judge"]["score"] for r in train)  # the judge alone
-    checked = (
-        0  # the trainer's advantages are GRPO's on the judge's scores (each traced row's first loss token)
-    )
+    checked = 0  # the trainer's advantages are GRPO's on the judge's scores (each traced row's first loss token)
     for step, g in {(r["step"], r["group"]) for r in train}:
         rows = [r for r in train if (r["step"], r["group"]) == (step, g) and r.get("tokens")]
         if len(rows) == 2:
             scores = torch.tensor([[r["info"]["judge"]["score"]] for r in rows])  # [2, 1]
-            want, _ = algos.get_adv_estimator("grpo")(
-                scores, torch.ones(2, 1), torch.zeros(2, dtype=torch.long)
-            )
+            want, _ = algos.get_adv_estimator("grpo")(scores, torch.ones(2, 1), torch.zeros(2, dtype=torch.long))
             got = [next(a for a in r["tokens"]["adv"] if a is not None) for r in rows]
             assert got == pytest.approx(want[:, 0].tolist(), abs=1e-3), (step, g, got, scores)
             checked += 1

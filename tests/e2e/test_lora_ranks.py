@@ -54,9 +54,7 @@ def test_qlora_two_ranks_trains_syncs_and_resumes_exactly(tmp_path):
     (resumed / "checkpoints").mkdir(parents=True)
     step2 = straight / "checkpoints" / "step_000002"
     shutil.copytree(step2, resumed / "checkpoints" / "step_000002")
-    r = torchrun(
-        [*QLORA, "--log.run-dir", str(resumed), "--resume", str(resumed / "checkpoints" / "step_000002")]
-    )
+    r = torchrun([*QLORA, "--log.run-dir", str(resumed), "--resume", str(resumed / "checkpoints" / "step_000002")])
     assert r.returncode == 0, r.stderr[-3000:]
     b = scalars(str(resumed))
     for tag in ("train/pg_loss", "train/grad_norm", "train/reward_mean", "rollout/logprob_diff_mean"):

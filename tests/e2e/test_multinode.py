@@ -47,9 +47,7 @@ def test_two_nodes_over_c10d_rendezvous(tmp_path):
             "0",
         ]
         procs.append(
-            subprocess.Popen(
-                cmd, cwd=ROOT, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-            )
+            subprocess.Popen(cmd, cwd=ROOT, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         )
     outs = [p.communicate(timeout=600) for p in procs]
     for p, (_, err) in zip(procs, outs):

@@ -148,13 +148,27 @@ def test_gigpo_trains_on_alfworld_lite_at_two_ranks(tmp_path):
     from spawn import torchrun
 
     run_dir = str(tmp_path / "gigpo")
-    small = (
-        "--steps 2 --rollout.prompts-per-step 2 --rollout.group-size 2 --rollout.max-turns 6 --eval.every 0"
-    )
+    small = "--steps 2 --rollout.prompts-per-step 2 --rollout.group-size 2 --rollout.max-turns 6 --eval.every 0"
     # progress_reward pays each subgoal reached once: rewards differ between a group's episodes (success is rare)
-    r = torchrun(["--preset", "alfworld_lite", "--algo", "gigpo", "--log.run-dir", run_dir, *small.split(),
-                  "--rollout.mode", "concat", "--envpool.workers", "1", "--eval.limit", "2",
-                  "--env-kwargs.progress-reward", "0.2"])  # fmt: skip
+    r = torchrun(
+        [
+            "--preset",
+            "alfworld_lite",
+            "--algo",
+            "gigpo",
+            "--log.run-dir",
+            run_dir,
+            *small.split(),
+            "--rollout.mode",
+            "concat",
+            "--envpool.workers",
+            "1",
+            "--eval.limit",
+            "2",
+            "--env-kwargs.progress-reward",
+            "0.2",
+        ]
+    )
     assert r.returncode == 0, r.stderr[-4000:]
     s = scalars(run_dir)
     assert [step for step, _ in s["train/pg_loss"]] == [1, 2]
@@ -179,13 +193,30 @@ def test_stepwise_rollout_trains(algo, nproc, tmp_path):
     from spawn import torchrun
 
     run_dir = str(tmp_path / algo)
-    small = (
-        "--steps 2 --rollout.prompts-per-step 2 --rollout.group-size 2 --rollout.max-turns 5 --eval.every 0"
+    small = "--steps 2 --rollout.prompts-per-step 2 --rollout.group-size 2 --rollout.max-turns 5 --eval.every 0"
+    r = torchrun(
+        [
+            "--preset",
+            "alfworld_lite",
+            "--algo",
+            algo,
+            "--log.run-dir",
+            run_dir,
+            *small.split(),
+            "--rollout.mode",
+            "stepwise",
+            "--rollout.history-window",
+            "1",
+            "--envpool.workers",
+            "1",
+            "--eval.limit",
+            "2",
+            "--log.samples-per-step",
+            "2",
+        ]
+        + ["--rollout.constrain-actions"] * (algo == "gigpo"),
+        nproc=nproc,
     )
-    r = torchrun(["--preset", "alfworld_lite", "--algo", algo, "--log.run-dir", run_dir, *small.split(),
-                  "--rollout.mode", "stepwise", "--rollout.history-window", "1", "--envpool.workers", "1",
-                  "--eval.limit", "2", "--log.samples-per-step", "2"]
-                 + ["--rollout.constrain-actions"] * (algo == "gigpo"), nproc=nproc)  # fmt: skip
     assert r.returncode == 0, r.stderr[-4000:]
     s = scalars(run_dir)
     assert all(math.isfinite(v) for _, v in s["train/pg_loss"]) and len(s["train/pg_loss"]) == 2
@@ -205,10 +236,7 @@ def test_stepwise_rollout_trains(algo, nproc, tmp_path):
     if algo == "ppo":
         assert "train/value_loss" in s
     cfg = json.load(open(os.path.join(run_dir, "config.json")))
-    assert (
-        cfg["rollout"]["mode"] == "stepwise"
-        and cfg["algorithm"]["norm_const"] == cfg["rollout"]["max_new_tokens"]
-    )
+    assert cfg["rollout"]["mode"] == "stepwise" and cfg["algorithm"]["norm_const"] == cfg["rollout"]["max_new_tokens"]
     rollouts = [json.loads(line) for line in open(os.path.join(run_dir, "rollouts.jsonl"))]
     assert rollouts and all("steps" not in x for x in rollouts)  # episodes, readable, without the token ids
 
@@ -219,8 +247,22 @@ def swe_run(tmp_path_factory):
 
     run_dir = str(tmp_path_factory.mktemp("swe") / "swe")
     small = "--steps 2 --rollout.prompts-per-step 2 --rollout.group-size 2 --eval.every 0 --eval.limit 2"
-    r = torchrun(["--preset", "swe", "--log.run-dir", run_dir, *small.split(), "--envpool.workers", "1",
-                  "--env-kwargs.max-turns", "3", "--log.samples-per-step", "2", "--rollout.constrain-actions"])  # fmt: skip
+    r = torchrun(
+        [
+            "--preset",
+            "swe",
+            "--log.run-dir",
+            run_dir,
+            *small.split(),
+            "--envpool.workers",
+            "1",
+            "--env-kwargs.max-turns",
+            "3",
+            "--log.samples-per-step",
+            "2",
+            "--rollout.constrain-actions",
+        ]
+    )
     assert r.returncode == 0, r.stderr[-4000:]
     return run_dir, r.stdout + r.stderr
 
@@ -242,8 +284,11 @@ def test_swe_trains_at_two_ranks(swe_run):
     rollouts = [json.loads(line) for line in open(os.path.join(run_dir, "rollouts.jsonl"))]
     assert rollouts and all(x["messages"][0]["content"].startswith("Fix the issue") for x in rollouts)
     assert all(v < 1e-4 for _, v in s["train/mismatch/mismatch_abs_max"])
-    turns = [(m, log) for x in rollouts for m, log in zip([m for m in x["messages"] if m["role"] == "assistant"],
-                                                           x["turn_log"])]  # fmt: skip
+    turns = [
+        (m, log)
+        for x in rollouts
+        for m, log in zip([m for m in x["messages"] if m["role"] == "assistant"], x["turn_log"])
+    ]
     finished = [m["content"] for m, log in turns if log["finish_reason"] == "stop"]
     assert finished and all(len(c := parse_tool_calls(t)) == 1 and c[0].error is None for t in finished)
     errors = [c["error"] or "" for x in rollouts for c in x["info"].get("calls", [])]
@@ -290,6 +335,4 @@ def test_the_viewer_shows_the_swe_run_in_a_browser(swe_run):
         d.save_screenshot(artifact("viewer-swe.png"))
     finally:
         d.quit()
-    print(
-        f"viewer: page {os.path.getsize(page) / 1e3:.0f} kB written in {written:.2f} s, rendered in {seconds:.2f} s"
-    )
+    print(f"viewer: page {os.path.getsize(page) / 1e3:.0f} kB written in {written:.2f} s, rendered in {seconds:.2f} s")

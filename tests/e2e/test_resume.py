@@ -93,16 +93,16 @@ def test_kill_9_mid_step_then_resume_and_sigint_stop_then_resume_are_exact(tmp_p
     resume = out.split("Resume with:")[1].strip().splitlines()[0]
     # the launcher as typed, with the launch geometry as started (vLLM's CPU platform had overwritten
     # LOCAL_WORLD_SIZE by then: it said 1)
-    assert resume.startswith(f"{os.path.relpath(os.path.dirname(sys.executable), ROOT)}/torchrun --standalone "
-                             "--nproc_per_node 2 run.py --preset smoke") and resume.endswith("--resume latest"), resume  # fmt: skip
+    assert resume.startswith(
+        f"{os.path.relpath(os.path.dirname(sys.executable), ROOT)}/torchrun --standalone "
+        "--nproc_per_node 2 run.py --preset smoke"
+    ) and resume.endswith("--resume latest"), resume
     with open(os.path.join(run, "checkpoints", "latest")) as f:
         assert f.read().strip() == "step_000003"
     print(f"graceful stop: torchrun exit status {proc.returncode}; resume with: {resume}")
 
     # the printed command, verbatim, in a shell without the venv activated
-    r = subprocess.run(
-        resume, shell=True, cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=600
-    )
+    r = subprocess.run(resume, shell=True, cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     a, b = scalars(straight), scalars(run)
     assert [s for s, _ in b["train/pg_loss"]] == [1, 2, 3, 4]  # step 3 logged once, by the stopped run

@@ -12,9 +12,7 @@ from spawn import ROOT, torchrun
 
 TRIES = int(os.environ.get("NANOSKY_STARTUP_TRIES", "3"))
 # torchrun's launch banner (its OMP_NUM_THREADS notice), with or without its logger's prefix
-BANNER = re.compile(
-    r"^([WI]\d{4} \S+ \d+ \S*torch/distributed/run\.py:\d+\] ?)?(\*+|Setting OMP_NUM_THREADS.*)?$"
-)
+BANNER = re.compile(r"^([WI]\d{4} \S+ \d+ \S*torch/distributed/run\.py:\d+\] ?)?(\*+|Setting OMP_NUM_THREADS.*)?$")
 
 
 def _earlier_run(tmp_path):
@@ -28,13 +26,13 @@ CASES = {
     "divisibility": (
         lambda t: ["--rollout.prompts-per-step", "3"],
         r"--rollout.prompts-per-step \(3\) must be divisible by the world size \(2\)",
-    ),  # fmt: skip
+    ),
     "unknown algo": (lambda t: ["--algo", "grpp"], r"--algo 'grpp': unknown; valid: .*gigpo"),
     "config check": (lambda t: ["--rollout.group-size", "1"], r"--rollout.group-size must be >= 2"),
     "resume, no checkpoint": (
         lambda t: ["--resume", "latest", "--log.run-dir", str(t / "fresh")],
         r"--resume latest requested but no complete checkpoint",
-    ),  # fmt: skip
+    ),
     "earlier run": (_earlier_run, r"holds an earlier run \(TensorBoard events\)"),
 }
 
@@ -71,8 +69,17 @@ def test_the_resume_command_repeats_the_launcher_as_typed():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    launch = [f"{venv_bin}/torchrun", "--nnodes", "1", "--nproc_per_node", "1", "--rdzv-backend", "c10d",
-              "--rdzv-endpoint", f"127.0.0.1:{port}"]  # fmt: skip
+    launch = [
+        f"{venv_bin}/torchrun",
+        "--nnodes",
+        "1",
+        "--nproc_per_node",
+        "1",
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        f"127.0.0.1:{port}",
+    ]
     flags = [
         "tests/scripts/launch_echo.py",
         "--preset",
@@ -87,10 +94,8 @@ def test_the_resume_command_repeats_the_launcher_as_typed():
         (
             [f"{venv_bin}/python"],
             f"{venv_bin}/python tests/scripts/launch_echo.py --preset smoke --log.run-dir 'runs/a b'",
-        ),  # fmt: skip
+        ),
     ]:
-        r = subprocess.run(
-            [*cmd, *flags], cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=120
-        )
+        r = subprocess.run([*cmd, *flags], cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=120)
         assert r.returncode == 0, r.stderr[-2000:]
         assert f"RESUME: {expected} --resume latest" in r.stdout, r.stdout

@@ -9,11 +9,33 @@ from spawn import ROOT, SCRIPTS, child_env
 
 
 def test_a_run_that_raises_closes_its_pool_endpoint_and_loop(tmp_path):
-    flags = ["--preset", "smoke", "--log.run-dir", str(tmp_path / "run"), "--steps", "2", "--eval.every", "0",
-             "--envpool.workers", "1", "--debug.fail-rank", "0", "--debug.fail-step", "1",
-             "--rollout.agent-cmd", "echo '{\"reward\": 1}'", "--log.no-tqdm"]  # fmt: skip
-    r = subprocess.run([sys.executable, f"{SCRIPTS}/teardown_on_error.py", *flags], cwd=ROOT, env=child_env(),
-                       capture_output=True, text=True, timeout=600)  # fmt: skip
+    flags = [
+        "--preset",
+        "smoke",
+        "--log.run-dir",
+        str(tmp_path / "run"),
+        "--steps",
+        "2",
+        "--eval.every",
+        "0",
+        "--envpool.workers",
+        "1",
+        "--debug.fail-rank",
+        "0",
+        "--debug.fail-step",
+        "1",
+        "--rollout.agent-cmd",
+        "echo '{\"reward\": 1}'",
+        "--log.no-tqdm",
+    ]
+    r = subprocess.run(
+        [sys.executable, f"{SCRIPTS}/teardown_on_error.py", *flags],
+        cwd=ROOT,
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert out["raised"] and "injected failure" in out["raised"]

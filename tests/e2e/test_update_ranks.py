@@ -84,9 +84,7 @@ def test_skipping_zero_advantage_rows_keeps_the_gradient(tmp_path):
     equal group, the ranks keep different numbers of rows and must still run the same number of passes."""
     import json
 
-    cases = [
-        (mode, extra) for mode in ("token-mean", "seq-mean-token-mean") for extra in ((), ("tokens=30",))
-    ]
+    cases = [(mode, extra) for mode in ("token-mean", "seq-mean-token-mean") for extra in ((), ("tokens=30",))]
     for world in (1, 2):
         specs = [(4, mode, "ppo", "equal=1", f"skip={s}", *extra) for mode, extra in cases for s in (0, 1)]
         if world == 2:
@@ -128,11 +126,7 @@ def test_old_logprobs_only_for_rows_the_update_trains(tmp_path):
     grads = {}
     for world in (1, 2):
         mine = [extra for w, extra in cases if w == world]
-        specs = [
-            (4, "token-mean", "ppo", "equal=1", f"skip={s}", "old=1", *extra)
-            for extra in mine
-            for s in (0, 1)
-        ]
+        specs = [(4, "token-mean", "ppo", "equal=1", f"skip={s}", "old=1", *extra) for extra in mine for s in (0, 1)]
         got = _runs(tmp_path, world, *specs)
         grads |= {(world, extra): (got[2 * i], got[2 * i + 1]) for i, extra in enumerate(mine)}
     for world, extra in cases:

@@ -26,8 +26,23 @@ def test_the_guide_env_trains_from_its_own_folder_and_warns_without_signal(tmp_p
     venv_bin = os.path.dirname(sys.executable)
     env = {k: v for k, v in child_env().items() if k != "PYTHONPATH"}
     run_py = os.path.join(ROOT, "run.py")
-    flags = ["--preset", "smoke", "--plugins", "my_env", "--env", "add", "--env-kwargs", "max_n", "100000000",
-             "--rollout.prompts-per-step", "4", "--eval.limit", "4", "--log.ckpt-every", "0"]  # fmt: skip
+    flags = [
+        "--preset",
+        "smoke",
+        "--plugins",
+        "my_env",
+        "--env",
+        "add",
+        "--env-kwargs",
+        "max_n",
+        "100000000",
+        "--rollout.prompts-per-step",
+        "4",
+        "--eval.limit",
+        "4",
+        "--log.ckpt-every",
+        "0",
+    ]
     cmd = [os.path.join(venv_bin, "torchrun"), "--standalone", "--nproc_per_node", "2", run_py, *flags]
     r = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -39,15 +54,20 @@ def test_the_guide_env_trains_from_its_own_folder_and_warns_without_signal(tmp_p
     assert out.count("for 3 steps in a row every group's rewards were equal") == 1, out[-3000:]
 
     def run_py_once(*extra):
-        return subprocess.run([sys.executable, run_py, *flags, *extra], cwd=tmp_path, env=env,
-                              capture_output=True, text=True, timeout=120)  # fmt: skip
+        return subprocess.run(
+            [sys.executable, run_py, *flags, *extra], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+        )
 
     r = run_py_once()  # the same run dir again: refused, pointing at the ways on
-    assert r.returncode == 2 and "holds an earlier run" in r.stderr and "--log.overwrite" in r.stderr, (
-        r.stderr
+    assert r.returncode == 2 and "holds an earlier run" in r.stderr and "--log.overwrite" in r.stderr, r.stderr
+    r = subprocess.run(
+        [sys.executable, run_py, "--plugins", "my_envv", "--env", "add"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
-    r = subprocess.run([sys.executable, run_py, "--plugins", "my_envv", "--env", "add"], cwd=tmp_path, env=env,
-                       capture_output=True, text=True, timeout=120)  # fmt: skip
     assert r.returncode == 2 and r.stderr.strip().splitlines() == [
         "nanosky: --plugins my_envv: no module named 'my_envv' in the working directory or on PYTHONPATH"
     ], r.stderr

@@ -57,9 +57,7 @@ class ExpertBackend:
         if question == self.fail_on:
             raise BackendError("server said no")
         expert = self.experts[question]
-        assert (
-            messages == expert[: len(messages)]
-        )  # the runner rebuilt exactly the expert's conversation so far
+        assert messages == expert[: len(messages)]  # the runner rebuilt exactly the expert's conversation so far
         text = expert[len(messages)]["content"]
         return GenerationResult(text, None, None, "stop", sum(len(m["content"]) for m in messages), len(text))
 
@@ -100,8 +98,9 @@ class SleepBackend:
 
 def _tool_tasks(n: int) -> tuple[list[EnvTask], dict[str, list[dict]]]:
     tasks = [EnvTask.make("tool_use", "test", seed=s) for s in range(n)]
-    return tasks, {t.env.task.question: envs.make("tool_use", "test", seed=s).expert_conversation() for s, t in
-                   enumerate(tasks)}  # fmt: skip
+    return tasks, {
+        t.env.task.question: envs.make("tool_use", "test", seed=s).expert_conversation() for s, t in enumerate(tasks)
+    }
 
 
 def test_dispatcher_limits_stages_and_pipelines():
@@ -174,9 +173,7 @@ def test_turn_and_token_limits():
     ]:
         backend = Cut([], 0)
         backend.finish = finish
-        [t] = AgentRunner(backend, max_turns=max_turns, max_tokens_per_turn=7).run(
-            [EnvTask.make("tool_use", seed=1)]
-        )
+        [t] = AgentRunner(backend, max_turns=max_turns, max_tokens_per_turn=7).run([EnvTask.make("tool_use", seed=1)])
         assert (t.stop_reason, t.turns, t.completion_tokens) == (want_reason, want_turns, 7 * want_turns)
         assert t.reward == 0.0 and not t.success  # limits still get evaluated: a wrong/no answer scores 0
 
@@ -207,18 +204,28 @@ def test_pooled_env_task_math_through_runner():
         trajs = AgentRunner(backend).run([PooledEnvTask(pool, "math", "test", seed=s) for s in range(6)])
         assert pool.stats["steps"] == 6
     assert [t.success for t in trajs] == [s % 2 == 0 for s in range(6)]
-    assert [t.reward for t in trajs] == [
-        1.0 if s % 2 == 0 else 0.1 for s in range(6)
-    ]  # 0.1: well-formed, wrong
+    assert [t.reward for t in trajs] == [1.0 if s % 2 == 0 else 0.1 for s in range(6)]  # 0.1: well-formed, wrong
 
 
 def test_parse_completion_turns_structured_tool_calls_into_text():
     data = {
-        "choices": [{"finish_reason": "tool_calls", "message": {"content": None, "tool_calls": [
-            {"id": "c1", "type": "function", "function": {"name": "calculator", "arguments": '{"expression": "2+2"}'}}
-        ]}}],
+        "choices": [
+            {
+                "finish_reason": "tool_calls",
+                "message": {
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": "c1",
+                            "type": "function",
+                            "function": {"name": "calculator", "arguments": '{"expression": "2+2"}'},
+                        }
+                    ],
+                },
+            }
+        ],
         "usage": {"prompt_tokens": 12, "completion_tokens": 5},
-    }  # fmt: skip
+    }
     g = _parse_completion(data)
     from envs.tools import parse_tool_calls
 
@@ -238,9 +245,7 @@ def _tool_use_and_math_tasks(n_math: int = 4, n_tool: int = 4) -> list[EnvTask]:
 
 def test_engine_backend_is_continuous_and_token_in_token_out(engine, tok):
     backend = EngineBackend(engine, tok, version=engine.version)
-    runner = AgentRunner(
-        backend, tok=tok, max_parallel_agents=None, max_tokens_per_turn=24, max_total_tokens=480
-    )
+    runner = AgentRunner(backend, tok=tok, max_parallel_agents=None, max_tokens_per_turn=24, max_total_tokens=480)
     tasks = _tool_use_and_math_tasks()
     trajs = runner.run(tasks, sample_seed=3)
     # one engine step serves many agents: far fewer steps than (requests x tokens)
@@ -265,8 +270,9 @@ def test_continuous_dispatch_is_deterministic_for_fixed_seeds(engine, tok):
 
     def run_once(seed):
         tasks = [Jittery(envs.make("tool_use", "test", seed=s), f"t{s}") for s in range(6)]
-        runner = AgentRunner(EngineBackend(engine, tok), tok=tok, max_parallel_agents=None,
-                             max_tokens_per_turn=32, max_total_tokens=480)  # fmt: skip
+        runner = AgentRunner(
+            EngineBackend(engine, tok), tok=tok, max_parallel_agents=None, max_tokens_per_turn=32, max_total_tokens=480
+        )
         return runner.run(tasks, sample_seed=seed)
 
     a, b = run_once(11), run_once(11)
@@ -297,8 +303,9 @@ def test_engine_and_server_give_identical_trajectories_at_temperature_0(vllm_ser
     server = OpenAIBackend(url, model=None, logprobs=True, token_ids=True)  # model: the server's first
 
     def run(backend):
-        runner = AgentRunner(backend, tok=tok, max_parallel_agents=8, max_tokens_per_turn=24, temperature=0.0,
-                             max_total_tokens=480)  # fmt: skip
+        runner = AgentRunner(
+            backend, tok=tok, max_parallel_agents=8, max_tokens_per_turn=24, temperature=0.0, max_total_tokens=480
+        )
         return runner.run(_tool_use_and_math_tasks())
 
     local, served = run(EngineBackend(engine, tok)), run(server)
@@ -341,9 +348,7 @@ def test_runner_records_the_state_before_each_action(pooled):
         keys.append(env.step(a).info["state_key"])
     with EnvPool(n_workers=1) as pool:
         task = (
-            PooledEnvTask(pool, "alfworld_lite", "test", seed=1)
-            if pooled
-            else EnvTask.make("alfworld_lite", "test", 1)
+            PooledEnvTask(pool, "alfworld_lite", "test", seed=1) if pooled else EnvTask.make("alfworld_lite", "test", 1)
         )
         [t] = AgentRunner(ScriptBackend(actions), max_turns=3).run([task])
     assert t.stop_reason == "max_turns" and t.turns == 3

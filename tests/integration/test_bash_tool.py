@@ -21,17 +21,13 @@ def _isolated(sh: BashTool) -> None:
 def test_runs_in_the_work_tree_with_the_projects_python(tmp_path):
     (tmp_path / "pkg").mkdir()
     (tmp_path / "pkg" / "__init__.py").write_text("def add(a, b):\n    return a + b\n")
-    (tmp_path / "test_pkg.py").write_text(
-        "from pkg import add\n\ndef test_add():\n    assert add(2, 3) == 5\n"
-    )
+    (tmp_path / "test_pkg.py").write_text("from pkg import add\n\ndef test_add():\n    assert add(2, 3) == 5\n")
     sh = BashTool(root=str(tmp_path))
     assert sh(command="pwd") == os.path.realpath(tmp_path)
     assert sh(command="ls") == "pkg\ntest_pkg.py"
     out = sh(command="python -m pytest -q -p no:cacheprovider test_pkg.py 2>&1 | tail -1")
     assert "1 passed" in out
-    assert sh(command="sed -i 's/a + b/a - b/' pkg/__init__.py && cat pkg/__init__.py").endswith(
-        "return a - b"
-    )
+    assert sh(command="sed -i 's/a + b/a - b/' pkg/__init__.py && cat pkg/__init__.py").endswith("return a - b")
     assert (tmp_path / "pkg" / "__init__.py").read_text().endswith("return a - b\n")  # files persist
     failed = sh(command="python -m pytest -q -p no:cacheprovider test_pkg.py")
     assert "1 failed" in failed and failed.endswith("[exit code 1]")  # the verdict survives the cut

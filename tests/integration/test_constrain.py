@@ -75,9 +75,7 @@ def test_trainer_masked_logprobs_equal_the_engines(engine, tok, model, masker, p
     m = batch.loss_mask[:, :T] > 0
     eng = batch.rollout_logprobs[:, :T]
     assert (lp[m] - eng[m]).abs().max() < 1e-5
-    assert (
-        free[m] - eng[m]
-    ).abs().max() > 0.1  # the mask matters: without it the trainer scores another policy
+    assert (free[m] - eng[m]).abs().max() > 0.1  # the mask matters: without it the trainer scores another policy
     assert (ent[m] >= -1e-6).all() and torch.isfinite(ent[m]).all()
     # a position where the mask leaves one token (e.g. inside "b0585z" after "click[b0") is certain: logprob 0
     single = constrain.unpack(batch.choice_bits, model.config.vocab_size).sum(-1) == 1
@@ -89,8 +87,12 @@ def test_trainer_masked_logprobs_equal_the_engines(engine, tok, model, masker, p
 def test_masked_loss_has_finite_gradients(tok, model, masker):
     ids = tok("look")["input_ids"] + [tok.eos_token_id]
     prompt = tok("Your task is to: look around.")["input_ids"]
-    row = Trajectory(ids=prompt + ids, loss_mask=[0] * len(prompt) + [1] * len(ids), logprobs=[0.0] * (len(prompt) + len(ids)),
-                     constraints=[(len(prompt), CHOICES)])  # fmt: skip
+    row = Trajectory(
+        ids=prompt + ids,
+        loss_mask=[0] * len(prompt) + [1] * len(ids),
+        logprobs=[0.0] * (len(prompt) + len(ids)),
+        constraints=[(len(prompt), CHOICES)],
+    )
     from nanosky.train.policy import token_logprobs
 
     batch = to_batch([row], tok.pad_token_id, torch.device("cpu"))
@@ -115,8 +117,14 @@ def test_batch_slice_keeps_each_rows_masks(tok, masker):
     for i, c in enumerate(["look", "go to cabinet 10", "click[b0585z]"]):
         p = tok(f"step {i}")["input_ids"]
         a = tok(c)["input_ids"] + [tok.eos_token_id]
-        rows.append(Trajectory(ids=p + a, loss_mask=[0] * len(p) + [1] * len(a), logprobs=[0.0] * (len(p) + len(a)),
-                               constraints=[(len(p), CHOICES)]))  # fmt: skip
+        rows.append(
+            Trajectory(
+                ids=p + a,
+                loss_mask=[0] * len(p) + [1] * len(a),
+                logprobs=[0.0] * (len(p) + len(a)),
+                constraints=[(len(p), CHOICES)],
+            )
+        )
     batch = to_batch(rows + [None], tok.pad_token_id, torch.device("cpu"))
     masker.attach(batch, rows + [None])
     for idx in ([2, 0], slice(1, 3), [3]):
@@ -133,21 +141,23 @@ def test_batch_slice_keeps_each_rows_masks(tok, masker):
 
         assert blank(batch).allowed(batch.loss_mask.shape[1]) is None
         # the positions are exactly the loss mask's
-        assert torch.equal(
-            sub.loss_mask[sub.choice_pos[:, 0], sub.choice_pos[:, 1]], torch.ones(len(sub.choice_pos))
-        )
+        assert torch.equal(sub.loss_mask[sub.choice_pos[:, 0], sub.choice_pos[:, 1]], torch.ones(len(sub.choice_pos)))
 
 
 def test_runner_constrains_every_turn_to_the_admissible_actions(engine, tok):
     """Through the agent loop, step-wise: every action of the episode is valid, and each step records its choices."""
-    runner = AgentRunner(EngineBackend(engine, tok), tok=tok, max_turns=6, max_tokens_per_turn=48, history_window=1,
-                         max_total_tokens=512, constrain_actions=True)  # fmt: skip
+    runner = AgentRunner(
+        EngineBackend(engine, tok),
+        tok=tok,
+        max_turns=6,
+        max_tokens_per_turn=48,
+        history_window=1,
+        max_total_tokens=512,
+        constrain_actions=True,
+    )
 
     def tasks():
-        return [
-            EnvTask.make("alfworld_lite", "test", s, show_actions=True, n_receptacles=[3, 4])
-            for s in range(3)
-        ]
+        return [EnvTask.make("alfworld_lite", "test", s, show_actions=True, n_receptacles=[3, 4]) for s in range(3)]
 
     trajs = runner.run(tasks(), sample_seed=0)
     for t in trajs:
@@ -159,8 +169,9 @@ def test_runner_constrains_every_turn_to_the_admissible_actions(engine, tok):
         # the env never answered "Nothing happens." (alfworld's reply to an invalid command)
         assert not any(m["role"] == "user" and m["content"].startswith("Nothing happens") for m in t.messages)
     # and without the flag the same episodes do go astray (the tiny text model does not know the commands)
-    free = AgentRunner(EngineBackend(engine, tok), tok=tok, max_turns=6, max_tokens_per_turn=48, history_window=1,
-                       max_total_tokens=512).run(tasks(), sample_seed=0)  # fmt: skip
+    free = AgentRunner(
+        EngineBackend(engine, tok), tok=tok, max_turns=6, max_tokens_per_turn=48, history_window=1, max_total_tokens=512
+    ).run(tasks(), sample_seed=0)
     assert not any(t.constraints for t in free)
     valid = {a for t in trajs for s in t.steps for a in s.constraint}
     assert any(m["content"] not in valid for t in free for m in t.messages if m["role"] == "assistant")
@@ -187,8 +198,15 @@ def test_engine_samples_well_formed_tool_calls_under_a_grammar(engine, tok, mode
     free = engine.generate([prompt], SamplingSpec(n=16, max_tokens=96, seed=0))[0]
     assert not any(parse_tool_calls(tok.decode(o.token_ids, skip_special_tokens=True)) for o in free)
     n = len(prompt)
-    rows = [Trajectory(ids=prompt + o.token_ids, loss_mask=[0] * n + [1] * len(o.token_ids),
-                       logprobs=[0.0] * n + o.logprobs, constraints=[(n, grammar)]) for o in out]  # fmt: skip
+    rows = [
+        Trajectory(
+            ids=prompt + o.token_ids,
+            loss_mask=[0] * n + [1] * len(o.token_ids),
+            logprobs=[0.0] * n + o.logprobs,
+            constraints=[(n, grammar)],
+        )
+        for o in out
+    ]
     batch = to_batch(rows, tok.pad_token_id, torch.device("cpu"), masker=masker)
     ids, att, T = batch.inputs()
     with torch.no_grad():

@@ -32,9 +32,7 @@ def tool_model(dist_info):
 
 def _harness(tool_model, agent):
     engine, tok = tool_model
-    return Harness(
-        EngineBackend(engine, tok), tok, Sampling(0.0, 1.0, MAX_NEW, MAX_TOTAL), agent, timeout_s=120
-    )
+    return Harness(EngineBackend(engine, tok), tok, Sampling(0.0, 1.0, MAX_NEW, MAX_TOTAL), agent, timeout_s=120)
 
 
 def _tasks():
@@ -43,8 +41,14 @@ def _tasks():
 
 def test_a_mirroring_sdk_agent_equals_nanoskys_loop_at_temperature_0(tool_model):
     engine, tok = tool_model
-    runner = AgentRunner(EngineBackend(engine, tok), tok=tok, max_parallel_agents=None, max_tokens_per_turn=MAX_NEW,
-                         temperature=0.0, max_total_tokens=MAX_TOTAL)  # fmt: skip
+    runner = AgentRunner(
+        EngineBackend(engine, tok),
+        tok=tok,
+        max_parallel_agents=None,
+        max_tokens_per_turn=MAX_NEW,
+        temperature=0.0,
+        max_total_tokens=MAX_TOTAL,
+    )
     loop = runner.run(_tasks(), sample_seed=1)
     harness = _harness(tool_model, mirror)
     try:
@@ -73,12 +77,8 @@ def test_the_openai_agents_sdk_example_trains_on_one_chain_of_sampled_ids(tool_m
     calls = [c["function"]["name"] for t in trajs for m in t.messages for c in m.get("tool_calls") or []]
     assert "calculator" in calls, "the SDK ran no calculator call in any episode"
     ran = [t for t in trajs if any(m.get("role") == "tool" for m in t.messages)]
-    assert [t.task_id for t in ran] == [
-        t.task_id for t in trajs if t.tool_calls
-    ]  # each call's output went back
-    assert all(
-        t.info["env_steps"] == t.tool_calls + 1 for t in ran
-    )  # the calls ran in the env, then the grade
+    assert [t.task_id for t in ran] == [t.task_id for t in trajs if t.tool_calls]  # each call's output went back
+    assert all(t.info["env_steps"] == t.tool_calls + 1 for t in ran)  # the calls ran in the env, then the grade
     for t in trajs:
         assert t.info["agent"]["segments"] == 1  # the SDK's history extends the last call append-only
         turns = [m for m in t.messages if m["role"] == "assistant"]
@@ -91,18 +91,43 @@ def test_the_openai_agents_sdk_example_trains_on_one_chain_of_sampled_ids(tool_m
 def test_evals_agent_evaluates_your_agent_on_an_env_like_the_loop_at_temperature_0(tmp_path):
     """`python -m evals.agent --agent MODULE:FN --ckpt ... --env tool_use`: the mirroring agent scores what nanosky's
     loop scores on the same held-out episodes, greedy; a bad --agent is one line before any model loads."""
-    base = [sys.executable, "-m", "evals.agent", "--ckpt", "tiny-tool", "--env", "tool_use", "--limit", "6",
-            "--max-model-len", str(MAX_TOTAL), "--max-new-tokens", str(MAX_NEW)]  # fmt: skip
+    base = [
+        sys.executable,
+        "-m",
+        "evals.agent",
+        "--ckpt",
+        "tiny-tool",
+        "--env",
+        "tool_use",
+        "--limit",
+        "6",
+        "--max-model-len",
+        str(MAX_TOTAL),
+        "--max-new-tokens",
+        str(MAX_NEW),
+    ]
     reports = {}
     for name, extra in (("loop", []), ("agent", ["--agent", "examples.mirror_agent:solve"])):
-        r = subprocess.run([*base, *extra, "--out", str(tmp_path / name)], cwd=ROOT, capture_output=True, text=True,
-                           timeout=300, env=child_env())  # fmt: skip
+        r = subprocess.run(
+            [*base, *extra, "--out", str(tmp_path / name)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=child_env(),
+        )
         assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
         reports[name] = json.loads((tmp_path / name / "report.json").read_text())
     loop, agent = reports["loop"], reports["agent"]
     assert agent["n_episodes"] == loop["n_episodes"] == 6 and agent["accuracy"] == loop["accuracy"]
     assert agent["tool_calls_per_example"] == loop["tool_calls_per_example"] > 0
-    bad = subprocess.run([*base, "--agent", "no_such_agent:solve"], cwd=ROOT, capture_output=True, text=True,
-                         timeout=120, env=child_env())  # fmt: skip
+    bad = subprocess.run(
+        [*base, "--agent", "no_such_agent:solve"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=child_env(),
+    )
     assert bad.returncode != 0 and "--agent no_such_agent:solve: no module named" in bad.stderr
     assert "Traceback" not in bad.stderr

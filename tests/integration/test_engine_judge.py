@@ -37,8 +37,10 @@ class Spy:
 
 
 def _groups(n: int):
-    return [([{"role": "user", "content": q}], [REPLIES[(g + k) % len(REPLIES)] for k in range(n)])
-            for g, q in enumerate(TASKS)]  # fmt: skip
+    return [
+        ([{"role": "user", "content": q}], [REPLIES[(g + k) % len(REPLIES)] for k in range(n)])
+        for g, q in enumerate(TASKS)
+    ]
 
 
 @pytest.fixture()
@@ -68,20 +70,23 @@ def test_scores_land_on_the_trajectories_they_judge(backend, tmp_path, dist_info
     rubric = tmp_path / "rubric.txt"
     rubric.write_text(RUBRIC)
     trajs = [
-        Trajectory(ids=[1, 2], loss_mask=[0, 1], logprobs=[0.0, -1.0], group=g,
-                   messages=[{"role": "user", "content": q}, {"role": "assistant", "content": f"{REPLIES[k]} #{g}.{k}"}])
-        for g, q in enumerate(TASKS) for k in range(2)
-    ]  # fmt: skip
-    cfg = RewardConfig(
-        judge=mode, judge_url="self", judge_only=True, rubric=str(rubric), judge_max_tokens=200
-    )
+        Trajectory(
+            ids=[1, 2],
+            loss_mask=[0, 1],
+            logprobs=[0.0, -1.0],
+            group=g,
+            messages=[{"role": "user", "content": q}, {"role": "assistant", "content": f"{REPLIES[k]} #{g}.{k}"}],
+        )
+        for g, q in enumerate(TASKS)
+        for k in range(2)
+    ]
+    cfg = RewardConfig(judge=mode, judge_url="self", judge_only=True, rubric=str(rubric), judge_max_tokens=200)
     judging = rewards.Judging(cfg, backend)
     judging.judge = spy = Spy(judging.judge)  # the run's judge, spied on: which answer came for which prompt
     m = judging.step(trajs, asyncio.run)
     assert m["judge/errors"] == 0.0
     for t in trajs:
-        prompt, answer = next((msgs, a) for msgs, a in spy.seen
-                              if t.messages[-1]["content"] in msgs[-1]["content"])  # fmt: skip
+        prompt, answer = next((msgs, a) for msgs, a in spy.seen if t.messages[-1]["content"] in msgs[-1]["content"])
         k = int(t.messages[-1]["content"].rsplit(".", 1)[1])
         want = json.loads(answer)["scores"][k]["score"] if mode == "group" else json.loads(answer)["score"]
         assert t.info["judge"]["score"] == pytest.approx(want) and t.reward == t.info["judge"]["score"]

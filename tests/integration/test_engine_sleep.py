@@ -90,15 +90,13 @@ def test_cuda_only_choices_come_from_the_device_type():
         False,
         1,
     )
-    assert engine_args(
-        EngineConfig(enforce_eager=True), DistInfo(0, 1, 0, torch.device("cuda"), "nccl"), "m"
-    )["enforce_eager"]  # the flag still forces eager on CUDA
+    assert engine_args(EngineConfig(enforce_eager=True), DistInfo(0, 1, 0, torch.device("cuda"), "nccl"), "m")[
+        "enforce_eager"
+    ]  # the flag still forces eager on CUDA
     assert not engine_args(EngineConfig(sleep=False), DistInfo(0, 1, 0, torch.device("cuda"), "nccl"), "m")[
         "enable_sleep_mode"
     ]
-    assert RUNNER_ENV == {
-        "VLLM_USE_V2_MODEL_RUNNER": "0"
-    }  # the runner the CPU build runs, pinned on CUDA too
+    assert RUNNER_ENV == {"VLLM_USE_V2_MODEL_RUNNER": "0"}  # the runner the CPU build runs, pinned on CUDA too
 
 
 def test_cpu_sleep_is_noop():
@@ -129,9 +127,7 @@ def test_admission_keeps_each_prefill_inside_one_scheduler_step():
             done = [r for r, s in self.live.items() if self.step_no - s >= 2]
             for r in done:
                 del self.live[r]
-            out = SimpleNamespace(
-                token_ids=[1], logprobs=[{1: SimpleNamespace(logprob=-0.5)}], finish_reason="stop"
-            )
+            out = SimpleNamespace(token_ids=[1], logprobs=[{1: SimpleNamespace(logprob=-0.5)}], finish_reason="stop")
             return [SimpleNamespace(request_id=r, finished=True, outputs=[out]) for r in done]
 
     e = object.__new__(Engine)
@@ -145,9 +141,7 @@ def test_admission_keeps_each_prefill_inside_one_scheduler_step():
     while e.has_unfinished():
         running_before[e.llm.llm_engine.step_no] = len(e._running)
         done.update(e.step())
-    assert (
-        sorted(done) == sorted(rids) and [r for _, r, _ in e.llm.llm_engine.admitted] == rids
-    )  # FIFO, all served
+    assert sorted(done) == sorted(rids) and [r for _, r, _ in e.llm.llm_engine.admitted] == rids  # FIFO, all served
     by_step: dict[int, list[int]] = {}
     for step, _, n in e.llm.llm_engine.admitted:
         by_step.setdefault(step, []).append(n)

@@ -23,16 +23,21 @@ def test_extract_final_answer_and_confidence():
 
 @pytest.mark.parametrize(
     "pred, gold, ok",
-    [("The Moburg.", "moburg", True), ("  Feth   Norbaeth ", "Feth Norbaeth", True), ("1,200", "1200", True),
-     ("1200.0", "1200", True), ("Moburgs", "Moburg", False), ("1201", "1200", False), ("", "x", False)],
-)  # fmt: skip
+    [
+        ("The Moburg.", "moburg", True),
+        ("  Feth   Norbaeth ", "Feth Norbaeth", True),
+        ("1,200", "1200", True),
+        ("1200.0", "1200", True),
+        ("Moburgs", "Moburg", False),
+        ("1201", "1200", False),
+        ("", "x", False),
+    ],
+)
 def test_exact_match(pred, gold, ok):
     assert agent.grade(pred, gold, "exactMatch") is ok
 
 
-@pytest.mark.parametrize(
-    "pred", ["C", "c", "(C)", "C.", "C) Tethford", "Option C", "The answer is C", "Tethford"]
-)
+@pytest.mark.parametrize("pred", ["C", "c", "(C)", "C.", "C) Tethford", "Option C", "The answer is C", "Tethford"])
 def test_multiple_choice_accepts_letter_forms_and_option_text(pred):
     assert agent.parse_choices(MC_Q) == {"A": "Moburg", "B": "Brenmoor", "C": "Tethford", "D": "Famdale"}
     assert agent.grade(pred, "C", "multipleChoice", MC_Q)
@@ -49,9 +54,7 @@ def test_calibration_error():
     # one bin of 4: mean confidence 0.6, accuracy 0.5 -> |0.1|
     assert agent.calibration_error([0.9, 0.7, 0.5, 0.3], [True, True, False, False]) == pytest.approx(0.1)
     # two bins of 2, sorted by confidence: (0.1, 0.2) all wrong -> 0.15; (0.8, 0.9) right -> 0.15
-    assert agent.calibration_error(
-        [0.9, 0.1, 0.8, 0.2], [True, False, True, False], bin_size=2
-    ) == pytest.approx(0.15)
+    assert agent.calibration_error([0.9, 0.1, 0.8, 0.2], [True, False, True, False], bin_size=2) == pytest.approx(0.15)
 
 
 def test_load_rows_skips_images_and_bad_rows(tmp_path):
@@ -72,7 +75,10 @@ def test_load_rows_skips_images_and_bad_rows(tmp_path):
     good, bad = agent.load_rows(str(f))
     assert [r["id"] for r in good] == ["a"]
     assert {b["id"]: ("image" in b, "answer" in b["error"] or "answer_type" in b["error"]) for b in bad} == {
-        "b": (True, False), "c": (False, True), "d": (False, True)}  # fmt: skip
+        "b": (True, False),
+        "c": (False, True),
+        "d": (False, True),
+    }
 
 
 def test_shipped_sample_is_answerable_with_the_tools():
@@ -93,8 +99,9 @@ def test_shipped_sample_is_answerable_with_the_tools():
 
 
 def test_env_runs_tools_and_grades():
-    env = agent.AgentQAEnv({"question": "What is the capital of Bilovia?", "answer": "X", "answer_type": "exactMatch"},
-                           max_turns=3)  # fmt: skip
+    env = agent.AgentQAEnv(
+        {"question": "What is the capital of Bilovia?", "answer": "X", "answer_type": "exactMatch"}, max_turns=3
+    )
     msgs = env.reset()
     assert msgs[0]["role"] == "system" and [t.name for t in env.tools] == ["search", "wiki", "python_exec"]
     res = env.step('<tool_call>{"name": "python_exec", "arguments": {"code": "print(6 * 7)"}}</tool_call>')
@@ -139,9 +146,7 @@ def test_cli_tool_turns_confidence_and_images(tmp_path):
         last = messages[-1]["content"]
         if "<tool_response>" not in last:  # first turn: run the code
             expr = last.split("for ")[1].rstrip("?")
-            return (
-                f'<tool_call>{{"name": "python_exec", "arguments": {{"code": "print({expr})"}}}}</tool_call>'
-            )
+            return f'<tool_call>{{"name": "python_exec", "arguments": {{"code": "print({expr})"}}}}</tool_call>'
         value = re.search(r"<tool_response>(.*)</tool_response>", last).group(1)
         answer = value if value == "42" else "31"  # wrong on the second question
         return f"<answer>{answer}</answer> Confidence: 80%"
@@ -182,13 +187,11 @@ def test_judge_hook_rescues_free_form_misses(tmp_path):
     )
     judge = ScriptedServer(lambda m: "yes" if "Correct answer: Feth Norbaeth" in m[0]["content"] else "no")
     with model as url, judge as judge_url:
-        report = agent.main(["--base-url", url, "--judge-base-url", judge_url, "--data", str(data),
-                             "--out", str(tmp_path / "out")])  # fmt: skip
+        report = agent.main(
+            ["--base-url", url, "--judge-base-url", judge_url, "--data", str(data), "--out", str(tmp_path / "out")]
+        )
     assert report["accuracy"] == 0.5 and len(judge.requests) == 1
-    eps = {
-        json.loads(x)["id"]: json.loads(x)
-        for x in (tmp_path / "out" / "examples.jsonl").read_text().splitlines()
-    }
+    eps = {json.loads(x)["id"]: json.loads(x) for x in (tmp_path / "out" / "examples.jsonl").read_text().splitlines()}
     assert eps["a"]["judged"] and eps["a"]["correct"] and not eps["b"]["correct"]
 
 
@@ -207,8 +210,24 @@ def test_env_dataset_with_a_trl_reward_function_is_graded_per_example(tmp_path, 
 
     kwargs = json.dumps({"data_path": str(data), "reward": "trl_rewards:exact"})
     with ScriptedServer(reply) as url:
-        report = agent.main(["--base-url", url, "--env", "dataset", "--env-kwargs", kwargs, "--limit", "4",
-                             "--n-samples", "2", "--temperature", "1.0", "--out", str(tmp_path / "out")])  # fmt: skip
+        report = agent.main(
+            [
+                "--base-url",
+                url,
+                "--env",
+                "dataset",
+                "--env-kwargs",
+                kwargs,
+                "--limit",
+                "4",
+                "--n-samples",
+                "2",
+                "--temperature",
+                "1.0",
+                "--out",
+                str(tmp_path / "out"),
+            ]
+        )
     import envs
 
     want = [int(envs.make("dataset", "test", i, data_path=str(data)).task.answer) % 2 == 0 for i in range(4)]

@@ -24,8 +24,13 @@ def judge(messages) -> str:
     if "fire drill" in body:
         return "I refuse."
     attempts = re.findall(r"<attempt id=(\d+)>\n(.*?)\n</attempt>", body, re.S)
-    return json.dumps({"scores": [{"trajectory_id": int(i), "explanation": f"{len(a)} chars", "score": len(a) / 100}
-                                  for i, a in attempts]})  # fmt: skip
+    return json.dumps(
+        {
+            "scores": [
+                {"trajectory_id": int(i), "explanation": f"{len(a)} chars", "score": len(a) / 100} for i, a in attempts
+            ]
+        }
+    )
 
 
 def test_the_report_is_the_judges_mean_with_each_explanation_kept(tmp_path):
@@ -34,17 +39,32 @@ def test_the_report_is_the_judges_mean_with_each_explanation_kept(tmp_path):
     n = 12
     masked = sum("fire drill" in r.text for r in test_requests()[:n])
     with ScriptedServer(policy) as purl, ScriptedServer(judge) as jurl:
-        report = judged.main(["--base-url", purl, "--env", "reply", "--limit", str(n), "--n-samples", "2",
-                              "--temperature", "1", "--reward.judge", "group", "--reward.judge-url", jurl,
-                              "--out", str(tmp_path / "out")])  # fmt: skip
+        report = judged.main(
+            [
+                "--base-url",
+                purl,
+                "--env",
+                "reply",
+                "--limit",
+                str(n),
+                "--n-samples",
+                "2",
+                "--temperature",
+                "1",
+                "--reward.judge",
+                "group",
+                "--reward.judge-url",
+                jurl,
+                "--out",
+                str(tmp_path / "out"),
+            ]
+        )
     recs = [json.loads(x) for x in open(tmp_path / "out" / "examples.jsonl")]
     scored = [r for r in recs if r["score"] is not None]
     assert len(recs) == 2 * n and len(scored) == 2 * (n - masked)
     for r in scored:  # the attempt as the judge saw it: "[assistant]\n" + the reply
         reply = r["messages"][-1]["content"]
-        assert r["score"] == pytest.approx(len(f"[assistant]\n{reply}") / 100) and r["explanation"].endswith(
-            "chars"
-        )
+        assert r["score"] == pytest.approx(len(f"[assistant]\n{reply}") / 100) and r["explanation"].endswith("chars")
     assert all(r["judge_error"] for r in recs if r["score"] is None)
     assert report["headline"] == "score" and report["judge_errors"] == masked
     assert report["score"] == pytest.approx(sum(r["score"] for r in scored) / len(scored))
@@ -53,8 +73,22 @@ def test_the_report_is_the_judges_mean_with_each_explanation_kept(tmp_path):
 
 def test_a_judge_that_scores_nothing_reports_nan(tmp_path):
     with ScriptedServer(policy) as purl, ScriptedServer(lambda m: "no") as jurl:
-        report = judged.main(["--base-url", purl, "--env", "reply", "--limit", "2", "--reward.judge", "pointwise",
-                              "--reward.judge-url", jurl, "--out", str(tmp_path / "out")])  # fmt: skip
+        report = judged.main(
+            [
+                "--base-url",
+                purl,
+                "--env",
+                "reply",
+                "--limit",
+                "2",
+                "--reward.judge",
+                "pointwise",
+                "--reward.judge-url",
+                jurl,
+                "--out",
+                str(tmp_path / "out"),
+            ]
+        )
     assert math.isnan(report["score"]) and report["judge_errors"] == 2
 
 
@@ -75,6 +109,4 @@ def test_a_run_dir_brings_its_own_judge_and_a_judge_is_required(tmp_path):
     with pytest.raises(ValueError, match="needs a judge"):
         judged.JudgedEvalConfig(ckpt=str(tmp_path))
     with pytest.raises(ValueError, match="self judges with the evaluated model"):
-        judged.JudgedEvalConfig(
-            base_url="http://127.0.0.1:9/v1", reward=RewardConfig(judge="group", judge_url="self")
-        )
+        judged.JudgedEvalConfig(base_url="http://127.0.0.1:9/v1", reward=RewardConfig(judge="group", judge_url="self"))

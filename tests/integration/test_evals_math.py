@@ -31,10 +31,23 @@ def test_extract_answer(text, expected):
 
 @pytest.mark.parametrize(
     "pred, gold",
-    [("0.5", "1/2"), ("\\frac{1}{2}", "0.5"), ("\\dfrac12", "1/2"), ("-\\frac{3}{2}", "-1.5"),
-     ("\\frac{-3}{2}", "-1.5"), ("1,000", "1000"), ("$30", "30"), ("30 dollars", "30"), ("50\\%", "50"),
-     ("x = 6", "6"), ("(7,3)", "(7, 3)"), ("\\sqrt{2}", "\\sqrt2"), ("Yes.", "yes"), ("007", "7")],
-)  # fmt: skip
+    [
+        ("0.5", "1/2"),
+        ("\\frac{1}{2}", "0.5"),
+        ("\\dfrac12", "1/2"),
+        ("-\\frac{3}{2}", "-1.5"),
+        ("\\frac{-3}{2}", "-1.5"),
+        ("1,000", "1000"),
+        ("$30", "30"),
+        ("30 dollars", "30"),
+        ("50\\%", "50"),
+        ("x = 6", "6"),
+        ("(7,3)", "(7, 3)"),
+        ("\\sqrt{2}", "\\sqrt2"),
+        ("Yes.", "yes"),
+        ("007", "7"),
+    ],
+)
 def test_equivalent(pred, gold):
     assert emath.is_equiv(pred, gold)
 
@@ -114,9 +127,7 @@ def test_cli_against_scripted_server(tmp_path):
     """An oracle that is right on every other question: accuracy, pass@k, outputs and bad rows end to end."""
     data = tmp_path / "gsm.jsonl"
     qs = [(f"What is {i} + {i}?", 2 * i) for i in range(6)]
-    data.write_text(
-        "".join(json.dumps({"question": q, "answer": f"...\n#### {a}"}) + "\n" for q, a in qs) + "{}\n"
-    )
+    data.write_text("".join(json.dumps({"question": q, "answer": f"...\n#### {a}"}) + "\n" for q, a in qs) + "{}\n")
     answers = dict(qs)
 
     def reply(messages):
@@ -126,8 +137,9 @@ def test_cli_against_scripted_server(tmp_path):
 
     out = tmp_path / "out"
     with ScriptedServer(reply) as url:
-        report = emath.main(["--base-url", url, "--data", str(data), "--out", str(out), "--n-samples", "2",
-                             "--temperature", "1.0"])  # fmt: skip
+        report = emath.main(
+            ["--base-url", url, "--data", str(data), "--out", str(out), "--n-samples", "2", "--temperature", "1.0"]
+        )
     assert report["accuracy"] == pytest.approx(0.5) and report["pass@2"] == pytest.approx(0.5)
     assert report["n_examples"] == 6 and report["n_episodes"] == 12 and report["n_skipped"] == 1
     assert report["completion_tokens"] > 0 and report["mean_steps"] == 1.0
@@ -135,8 +147,7 @@ def test_cli_against_scripted_server(tmp_path):
     episodes = [x for x in lines if not x.get("skipped")]
     assert len(episodes) == 12 and len(lines) == 13
     assert all(
-        e["messages"][-1]["role"] == "assistant" and e["correct"] == (e["pred"] == e["answer"])
-        for e in episodes
+        e["messages"][-1]["role"] == "assistant" and e["correct"] == (e["pred"] == e["answer"]) for e in episodes
     )
     saved = json.loads((out / "report.json").read_text())
     assert saved["accuracy"] == report["accuracy"] and saved["config"]["n_samples"] == 2
@@ -147,9 +158,14 @@ def test_a_dataset_env_file_is_evaluated_with_its_prompt_and_math_verify(tmp_pat
     scored by math-verify (\\boxed{1/2} against 0.5), the same reward as in training."""
     pd = pytest.importorskip("pandas")
     pytest.importorskip("math_verify", reason="the gyms extra (make test installs it)")
-    rows = [{"data_source": "halves", "prompt": [{"role": "system", "content": "Box it."},
-                                                {"role": "user", "content": f"Half of {i}?"}],
-             "reward_model": {"style": "rule", "ground_truth": str(i / 2)}} for i in range(1, 7)]  # fmt: skip
+    rows = [
+        {
+            "data_source": "halves",
+            "prompt": [{"role": "system", "content": "Box it."}, {"role": "user", "content": f"Half of {i}?"}],
+            "reward_model": {"style": "rule", "ground_truth": str(i / 2)},
+        }
+        for i in range(1, 7)
+    ]
     data = tmp_path / "test.parquet"
     pd.DataFrame(rows).to_parquet(data)
     seen = []
@@ -164,6 +180,4 @@ def test_a_dataset_env_file_is_evaluated_with_its_prompt_and_math_verify(tmp_pat
     assert report["accuracy"] == pytest.approx(4 / 6) and report["accuracy_by_source"] == {
         "halves": pytest.approx(4 / 6)
     }
-    assert all(
-        m[0] == {"role": "system", "content": "Box it."} for m in seen
-    )  # the file's prompt, not text_math's
+    assert all(m[0] == {"role": "system", "content": "Box it."} for m in seen)  # the file's prompt, not text_math's

@@ -31,9 +31,7 @@ def test_family_trains_packs_and_syncs_exactly(family, dist_info, tmp_path):
     # packed == unpacked on sequences longer than any sliding window (the window is 16 in the families that slide)
     packed_diff = packing.verify(policy, packing.lm_forward(policy), tol=1e-5)
     others = {}
-    if (
-        family in TRANSFORMERS_BACKEND
-    ):  # vLLM rewrites this family's transformers classes when the engine starts
+    if family in TRANSFORMERS_BACKEND:  # vLLM rewrites this family's transformers classes when the engine starts
         from transformers import AutoModelForCausalLM
 
         others = {
@@ -41,9 +39,7 @@ def test_family_trains_packs_and_syncs_exactly(family, dist_info, tmp_path):
             "critic": (load_critic(path, dist_info), critic_forward),
         }
         unprotected = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-    engine = Engine(
-        EngineConfig(kv_cache_gib=1, max_model_len=256, max_batched_tokens=256, seed=0), path, dist_info
-    )
+    engine = Engine(EngineConfig(kv_cache_gib=1, max_model_len=256, max_batched_tokens=256, seed=0), path, dist_info)
     try:
         g = torch.Generator().manual_seed(1)
         ids = torch.randint(3, policy.config.vocab_size, (80,), generator=g).tolist()
@@ -64,8 +60,10 @@ def test_family_trains_packs_and_syncs_exactly(family, dist_info, tmp_path):
         del engine
         gc.collect()
     RESULTS[family] = {"kinds": sorted(set(kinds)), "window": window, "packed": packed_diff, "sync": after}
-    print(f"{family}: packed {packed_diff:.2e} trainer-engine {before['rollout/logprob_diff_max']:.2e} "
-          f"after sync {after['rollout/logprob_diff_max']:.2e} (moved {moved['rollout/logprob_diff_max']:.2f})")  # fmt: skip
+    print(
+        f"{family}: packed {packed_diff:.2e} trainer-engine {before['rollout/logprob_diff_max']:.2e} "
+        f"after sync {after['rollout/logprob_diff_max']:.2e} (moved {moved['rollout/logprob_diff_max']:.2f})"
+    )
     assert packed_diff < 1e-5
     assert before["rollout/logprob_diff_max"] < 1e-4
     assert moved["rollout/logprob_diff_max"] > 1e-2  # the change was real: the stale engine disagrees
@@ -76,11 +74,7 @@ def test_family_trains_packs_and_syncs_exactly(family, dist_info, tmp_path):
 def test_a_family_the_cpu_engine_cannot_match_is_refused_at_start_up(family, tmp_path):
     """One line naming the architecture and why, before any model loads (run.py: exit 2, no traceback)."""
     path = build(family, str(tmp_path))
-    cfg = parse_args(
-        ["--preset", "smoke", "--model.path", path, "--log.run-dir", str(tmp_path / "run")], console=False
-    )
+    cfg = parse_args(["--preset", "smoke", "--model.path", path, "--log.run-dir", str(tmp_path / "run")], console=False)
     arch = REFUSED[family][1]
-    with pytest.raises(
-        preflight.UsageError, match=rf"{arch} is not supported on the CPU: .*{REFUSED[family][3]}"
-    ):
+    with pytest.raises(preflight.UsageError, match=rf"{arch} is not supported on the CPU: .*{REFUSED[family][3]}"):
         preflight.check(cfg, world=1)

@@ -22,12 +22,8 @@ WINDOW = 120
 @pytest.fixture(scope="module")
 def cohere2(tmp_path_factory, dist_info):
     path = build("cohere2", str(tmp_path_factory.mktemp("c2")), sliding_window=WINDOW)
-    cfg = parse_args(
-        ["--preset", "smoke", "--model.path", path, "--engine.max-model-len", "256"], console=False
-    )
-    engine = Engine(
-        EngineConfig(kv_cache_gib=1, max_model_len=256, max_batched_tokens=256, seed=0), path, dist_info
-    )
+    cfg = parse_args(["--preset", "smoke", "--model.path", path, "--engine.max-model-len", "256"], console=False)
+    engine = Engine(EngineConfig(kv_cache_gib=1, max_model_len=256, max_batched_tokens=256, seed=0), path, dist_info)
     yield path, cfg, load_tokenizer(path), engine
     del engine
     gc.collect()
@@ -46,9 +42,7 @@ def test_an_engine_window_one_off_is_refused_at_build_by_name(cohere2, dist_info
     off = load_model(path, dist_info)
     short = Probe(build_probe(cfg, tok, off.config).ids)
     sync_weights(off, engine, 1, short)  # the short probe never reaches the window: it would pass
-    with pytest.raises(
-        BuildRefused, match=r"Cohere2ForCausalLM: the trainer and the engine disagree from position"
-    ):
+    with pytest.raises(BuildRefused, match=r"Cohere2ForCausalLM: the trainer and the engine disagree from position"):
         sync_weights(off, engine, 1, build_probe(cfg, tok, off.config))
     monkeypatch.undo()
 

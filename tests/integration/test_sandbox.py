@@ -59,9 +59,7 @@ def test_4gb_allocation_fails_inside(isolate):
 
 def test_fork_bomb_is_contained():
     token = uuid.uuid4().hex  # in every bomb process's command line, so survivors can be found
-    bomb = (
-        f"import os  # {token}\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"
-    )
+    bomb = f"import os  # {token}\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"
     start = time.monotonic()
     res = _py(bomb, timeout_s=4, max_procs=16)
     if res.isolation == "none" and os.geteuid() == 0:
@@ -117,9 +115,7 @@ def test_network_flag_allows_loopback():
     server.listen(1)
     port = server.getsockname()[1]
     try:
-        res = _py(
-            f"import socket; socket.create_connection(('127.0.0.1', {port}), 3); print('ok')", network=True
-        )
+        res = _py(f"import socket; socket.create_connection(('127.0.0.1', {port}), 3); print('ok')", network=True)
         assert res.stdout.strip() == "ok"
     finally:
         server.close()
@@ -162,8 +158,13 @@ def test_pytest_runs_in_a_writable_repo(tmp_path):
         "    open('artifact.txt', 'w').write('made in sandbox')\n"
         "    assert add(2, 3) == 5\n"
     )
-    res = run_sandboxed([PY, "-m", "pytest", "-q", "-p", "no:cacheprovider"], cwd=str(repo),
-                        writable_dirs=[str(repo)], timeout_s=60, mem_mb=2048)  # fmt: skip
+    res = run_sandboxed(
+        [PY, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
+        cwd=str(repo),
+        writable_dirs=[str(repo)],
+        timeout_s=60,
+        mem_mb=2048,
+    )
     assert res.returncode == 0, res.stdout + res.stderr
     assert "1 passed" in res.stdout
     assert (repo / "artifact.txt").read_text() == "made in sandbox"  # writable dirs do reach the host
@@ -171,7 +172,9 @@ def test_pytest_runs_in_a_writable_repo(tmp_path):
 
 def test_stdin_env_and_no_leaked_environment(monkeypatch):
     monkeypatch.setenv("NANOSKY_TEST_SECRET", "hunter2")
-    code = "import os, sys; print(sys.stdin.read().upper(), os.environ.get('MY_VAR'), 'NANOSKY_TEST_SECRET' in os.environ)"
+    code = (
+        "import os, sys; print(sys.stdin.read().upper(), os.environ.get('MY_VAR'), 'NANOSKY_TEST_SECRET' in os.environ)"
+    )
     res = _py(code, stdin="hello", env={"MY_VAR": "v"}, timeout_s=10)
     assert res.stdout.split() == ["HELLO", "v", "False"]
 

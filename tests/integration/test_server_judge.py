@@ -27,8 +27,10 @@ def server():
 def test_every_answer_parses_and_no_group_is_masked(server, mode, n, max_tokens):
     url, model = server
     judge = HTTPJudge(url, model, max_tokens=max_tokens, timeout_s=120)
-    groups = [([{"role": "user", "content": q}], [REPLIES[(g + k) % len(REPLIES)] for k in range(n)])
-              for g, q in enumerate(TASKS)]  # fmt: skip
+    groups = [
+        ([{"role": "user", "content": q}], [REPLIES[(g + k) % len(REPLIES)] for k in range(n)])
+        for g, q in enumerate(TASKS)
+    ]
     verdicts = asyncio.run(judge_groups(judge, groups, mode, RUBRIC))
     assert judge.mode == "regex"  # a vLLM server: the bounded answer as one regex over compact JSON
     for v in verdicts:

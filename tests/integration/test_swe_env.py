@@ -25,11 +25,7 @@ def _run_tests(task, files: dict[str, str], test_files: dict[str, str]) -> dict[
         pkg.__path__ = []
         sys.modules[task.package] = pkg
         for path, text in sorted(files.items()):
-            if (
-                path.startswith(task.package + "/")
-                and path.endswith(".py")
-                and not path.endswith("__init__.py")
-            ):
+            if path.startswith(task.package + "/") and path.endswith(".py") and not path.endswith("__init__.py"):
                 name = path[:-3].replace("/", ".")
                 mod = types.ModuleType(name)
                 exec(compile(text, path, "exec"), mod.__dict__)
@@ -67,9 +63,7 @@ def test_fail_to_pass_fails_on_the_bug_and_all_pass_after_the_gold_patch_on_200_
             assert not any(before[t] for t in task.fail_to_pass), where  # every FAIL_TO_PASS fails on the bug
             assert all(before[t] for t in task.pass_to_pass), where
             assert all(after.values()), where  # and everything passes after the fix
-            assert _run_tests(task, task.files, visible) == {
-                t: True for t in task.pass_to_pass
-            }  # repo's tests pass
+            assert _run_tests(task, task.files, visible) == {t: True for t in task.pass_to_pass}  # repo's tests pass
             kinds[task.bug["kind"]] += 1
             fixed_lines = set(task.fixed_files[task.bug["path"]].splitlines()) - set(
                 task.files[task.bug["path"]].splitlines()
@@ -139,30 +133,50 @@ def test_env_expert_resolves_and_an_empty_submit_does_not():
 
         return build
 
-    for split, kw, seeds in (("train", {"level": "[1, 2, 3]"}, range(3)), ("test", {}, [0, 13]),
-                             ("test", {"test_suite": "generated"}, [5])):  # fmt: skip
+    for split, kw, seeds in (
+        ("train", {"level": "[1, 2, 3]"}, range(3)),
+        ("test", {}, [0, 13]),
+        ("test", {"test_suite": "generated"}, [5]),
+    ):
         r = run_policy(make(split, **kw), lambda e: e.expert_action(), seeds)
         assert r["success_rate"] == 1.0 and r["mean_reward"] == 1.0, (split, kw, r)
-    empty = run_policy(make("train", level=1), lambda e: '<tool_call>{"name": "submit", "arguments": {}}</tool_call>',
-                       range(2))  # fmt: skip
+    empty = run_policy(
+        make("train", level=1), lambda e: '<tool_call>{"name": "submit", "arguments": {}}</tool_call>', range(2)
+    )
     assert empty == {"episodes": 2, "mean_reward": 0.0, "success_rate": 0.0, "mean_steps": 1.0}
 
 
 def test_env_instance_fields_reward_rule_and_bad_kwargs(monkeypatch):
     env = envs.make("swe", "train", 2, level=1, partial_credit=True)
     inst = env.instance
-    assert {"instance_id", "repo", "base_commit", "problem_statement", "patch", "test_patch", "FAIL_TO_PASS",
-            "PASS_TO_PASS", "local_repo"} <= set(inst) and isinstance(inst["FAIL_TO_PASS"], list)  # fmt: skip
+    assert {
+        "instance_id",
+        "repo",
+        "base_commit",
+        "problem_statement",
+        "patch",
+        "test_patch",
+        "FAIL_TO_PASS",
+        "PASS_TO_PASS",
+        "local_repo",
+    } <= set(inst) and isinstance(inst["FAIL_TO_PASS"], list)
     msgs = env.reset()
     assert msgs[1]["content"] == inst["problem_statement"].strip()
     assert [t.name for t in env.tools] == ["bash", "str_replace_editor", "submit"]
 
     def verdict(f2p_ok: int, p2p_broken: bool):
-        status = {"FAIL_TO_PASS": {"success": ["a"] * f2p_ok, "failure": ["b"] * (4 - f2p_ok)},
-                  "PASS_TO_PASS": {"success": [], "failure": ["c"] if p2p_broken else []}}  # fmt: skip
+        status = {
+            "FAIL_TO_PASS": {"success": ["a"] * f2p_ok, "failure": ["b"] * (4 - f2p_ok)},
+            "PASS_TO_PASS": {"success": [], "failure": ["c"] if p2p_broken else []},
+        }
         full = f2p_ok == 4 and not p2p_broken
-        return lambda *a, **k: {"resolved": full, "resolution": harness.FULL if full else harness.PARTIAL,
-                                "patch_applied": True, "empty_patch": False, "tests_status": status}  # fmt: skip
+        return lambda *a, **k: {
+            "resolved": full,
+            "resolution": harness.FULL if full else harness.PARTIAL,
+            "patch_applied": True,
+            "empty_patch": False,
+            "tests_status": status,
+        }
 
     # partial credit: the fraction of FAIL_TO_PASS that pass, only when no PASS_TO_PASS test broke
     for f2p_ok, broken, want in ((4, False, 1.0), (1, False, 0.25), (3, True, 0.0), (0, False, 0.0)):
@@ -172,9 +186,7 @@ def test_env_instance_fields_reward_rule_and_bad_kwargs(monkeypatch):
         assert res.done and res.reward == want
         env.partial_credit = False
         env.reset()
-        assert env.step('<tool_call>{"name": "submit", "arguments": {}}</tool_call>').reward == float(
-            want == 1.0
-        )
+        assert env.step('<tool_call>{"name": "submit", "arguments": {}}</tool_call>').reward == float(want == 1.0)
         env.partial_credit = True
     with pytest.raises(ValueError, match="level"):
         envs.make("swe", "train", 0, level=5)

@@ -46,9 +46,7 @@ def _edit_and_diff(inst: dict, tmp_path: Path, edits: list[tuple[str, str, str]]
 
 def test_suite_is_deterministic_and_well_formed(cache, instances, tmp_path):
     again = build_suite(tmp_path / "other_cache")
-    assert {r["instance_id"]: r["base_commit"] for r in again} == {
-        i: x["base_commit"] for i, x in instances.items()
-    }
+    assert {r["instance_id"]: r["base_commit"] for r in again} == {i: x["base_commit"] for i, x in instances.items()}
     assert len(instances) >= 20 and len({x["repo"] for x in instances.values()}) >= 5
     for inst in instances.values():
         assert inst["FAIL_TO_PASS"] and inst["problem_statement"].strip() and inst["version"]
@@ -57,9 +55,7 @@ def test_suite_is_deterministic_and_well_formed(cache, instances, tmp_path):
     inst = instances["nanosky-mini__textkit-4"]
     wd = str(tmp_path / "wd")
     harness.checkout(inst["local_repo"], inst["base_commit"], wd)
-    log = subprocess.run(
-        ["git", "-C", wd, "log", "--all", "--format=%H"], capture_output=True, text=True
-    ).stdout
+    log = subprocess.run(["git", "-C", wd, "log", "--all", "--format=%H"], capture_output=True, text=True).stdout
     assert log.split() == [inst["base_commit"]]
     assert "return text[:width] + suffix" in Path(wd, "textkit/wrap.py").read_text()  # the bug is there
 
@@ -69,9 +65,7 @@ def test_gold_resolves_all_and_empty_resolves_none(cache, instances, tmp_path):
     assert gold["resolved_rate"] == 1.0 and gold["resolved_ids"] == sorted(instances)
     assert gold["error_instances"] == 0 and gold["resolutions"]["RESOLVED_FULL"] == len(instances)
     preds = [json.loads(x) for x in (tmp_path / "gold" / "predictions.jsonl").read_text().splitlines()]
-    assert {p["instance_id"]: p["model_patch"] for p in preds} == {
-        i: x["patch"] for i, x in instances.items()
-    }
+    assert {p["instance_id"]: p["model_patch"] for p in preds} == {i: x["patch"] for i, x in instances.items()}
     assert all(p["model_name_or_path"] == "gold" for p in preds)
 
     empty = swebench.main(["--predictions", "empty", "--cache-dir", cache, "--out", str(tmp_path / "empty")])
@@ -81,21 +75,24 @@ def test_gold_resolves_all_and_empty_resolves_none(cache, instances, tmp_path):
 
 def test_partial_fix_is_partial_and_a_regression_is_no(instances, tmp_path):
     inst = instances["nanosky-mini__textkit-4"]  # truncate: two FAIL_TO_PASS tests
-    only_bound = _edit_and_diff(
-        inst, tmp_path / "a", [("textkit/wrap.py", "len(text) < width", "len(text) <= width")]
-    )
+    only_bound = _edit_and_diff(inst, tmp_path / "a", [("textkit/wrap.py", "len(text) < width", "len(text) <= width")])
     r = harness.evaluate_instance(inst, only_bound)
     assert r["resolution"] == harness.PARTIAL and not r["resolved"]
-    assert r["tests_status"]["FAIL_TO_PASS"]["success"] == [
-        "tests/test_wrap.py::test_truncate_exact_width_unchanged"
-    ]
+    assert r["tests_status"]["FAIL_TO_PASS"]["success"] == ["tests/test_wrap.py::test_truncate_exact_width_unchanged"]
     assert not r["tests_status"]["PASS_TO_PASS"]["failure"]
 
-    wd_gold_plus_break = _edit_and_diff(inst, tmp_path / "b", [
-        ("textkit/wrap.py", "    if len(text) < width:\n        return text\n    return text[:width] + suffix",
-         "    if len(text) <= width:\n        return text\n    return text[: width - len(suffix)].rstrip() + suffix"),
-        ("textkit/wrap.py", "    return lines", "    return []"),
-    ])  # fmt: skip
+    wd_gold_plus_break = _edit_and_diff(
+        inst,
+        tmp_path / "b",
+        [
+            (
+                "textkit/wrap.py",
+                "    if len(text) < width:\n        return text\n    return text[:width] + suffix",
+                "    if len(text) <= width:\n        return text\n    return text[: width - len(suffix)].rstrip() + suffix",
+            ),
+            ("textkit/wrap.py", "    return lines", "    return []"),
+        ],
+    )
     r = harness.evaluate_instance(inst, wd_gold_plus_break)
     assert not r["tests_status"]["FAIL_TO_PASS"]["failure"]  # every target test passes...
     assert r["tests_status"]["PASS_TO_PASS"]["failure"] and r["resolution"] == harness.NO  # ...but wrap broke
@@ -107,9 +104,15 @@ def test_partial_fix_is_partial_and_a_regression_is_no(instances, tmp_path):
 
 @pytest.mark.parametrize(
     "f2p_ok, p2p_ok, expected",
-    [((1, 1), (1, 1), "RESOLVED_FULL"), ((1, 0), (1, 1), "RESOLVED_PARTIAL"), ((0, 0), (1, 1), "RESOLVED_NO"),
-     ((1, 1), (1, 0), "RESOLVED_NO"), ((1, 0), (0, 1), "RESOLVED_NO"), ((), (), "RESOLVED_FULL")],
-)  # fmt: skip
+    [
+        ((1, 1), (1, 1), "RESOLVED_FULL"),
+        ((1, 0), (1, 1), "RESOLVED_PARTIAL"),
+        ((0, 0), (1, 1), "RESOLVED_NO"),
+        ((1, 1), (1, 0), "RESOLVED_NO"),
+        ((1, 0), (0, 1), "RESOLVED_NO"),
+        ((), (), "RESOLVED_FULL"),
+    ],
+)
 def test_grade_rule(f2p_ok, p2p_ok, expected):
     f2p = [f"f{i}" for i in range(len(f2p_ok))]
     p2p = [f"p{i}" for i in range(len(p2p_ok))]
@@ -132,8 +135,11 @@ SKIPPED [1] tests/test_a.py:9: later
 XFAIL tests/test_a.py::test_four - known
 """
     assert harness.parse_pytest_log(log) == {
-        "tests/test_a.py::test_one": "PASSED", "tests/test_a.py::test_two": "FAILED",
-        "tests/test_a.py::test_three[1-2]": "ERROR", "tests/test_a.py::test_four": "XFAIL"}  # fmt: skip
+        "tests/test_a.py::test_one": "PASSED",
+        "tests/test_a.py::test_two": "FAILED",
+        "tests/test_a.py::test_three[1-2]": "ERROR",
+        "tests/test_a.py::test_four": "XFAIL",
+    }
 
 
 def test_patch_apply_fallbacks(instances):
@@ -169,16 +175,19 @@ def test_bad_rows_tarballs_and_instances_without_repo(instances, tmp_path, monke
     inst_file = tmp_path / "instances.jsonl"
     inst_file.write_text("".join(json.dumps(r) + "\n" for r in rows) + "{broken\n")
     pred_file = tmp_path / "preds.jsonl"
-    pred_file.write_text("".join(json.dumps(p) + "\n" for p in [
-        {"instance_id": a["instance_id"], "model_name_or_path": "m", "model_patch": a["patch"]},
-        {"instance_id": b["instance_id"], "model_name_or_path": "m", "model_patch": b["patch"]},
-        {"instance_id": "x__official-1", "model_name_or_path": "m", "model_patch": a["patch"]},
-        {"instance_id": "x__junk", "model_patch": 42},
-    ]))  # fmt: skip
-    out = tmp_path / "out"
-    report = swebench.main(
-        ["--predictions", str(pred_file), "--instances", str(inst_file), "--out", str(out)]
+    pred_file.write_text(
+        "".join(
+            json.dumps(p) + "\n"
+            for p in [
+                {"instance_id": a["instance_id"], "model_name_or_path": "m", "model_patch": a["patch"]},
+                {"instance_id": b["instance_id"], "model_name_or_path": "m", "model_patch": b["patch"]},
+                {"instance_id": "x__official-1", "model_name_or_path": "m", "model_patch": a["patch"]},
+                {"instance_id": "x__junk", "model_patch": 42},
+            ]
+        )
     )
+    out = tmp_path / "out"
+    report = swebench.main(["--predictions", str(pred_file), "--instances", str(inst_file), "--out", str(out)])
     assert report["resolved_ids"] == sorted([a["instance_id"], b["instance_id"]])
     assert report["not_evaluated_ids"] == ["x__official-1"] and "local_repo" in report["official_harness"]
     assert report["total_instances"] == 3 and report["model"] == "m"
@@ -202,20 +211,32 @@ def test_env_tools_stay_in_the_repo(instances, request):
     ]
     call = lambda name, **args: json.dumps({"name": name, "arguments": args})  # noqa: E731
     ed = lambda **args: f"<tool_call>{call('str_replace_editor', **args)}</tool_call>"  # noqa: E731
-    res = env.step(
-        ed(command="view", path=".") + ed(command="view", path="textkit/wrap.py", view_range=[3, 3])
-    )
+    res = env.step(ed(command="view", path=".") + ed(command="view", path="textkit/wrap.py", view_range=[3, 3]))
     listing, source = (o["content"] for o in res.observations)
-    assert listing.split() == ["./", "tests/", "textkit/", "README.md", "tests/test_case.py", "tests/test_slug.py",
-                               "tests/test_wrap.py", "textkit/__init__.py", "textkit/case.py", "textkit/slug.py",
-                               "textkit/wrap.py"]  # fmt: skip
+    assert listing.split() == [
+        "./",
+        "tests/",
+        "textkit/",
+        "README.md",
+        "tests/test_case.py",
+        "tests/test_slug.py",
+        "tests/test_wrap.py",
+        "textkit/__init__.py",
+        "textkit/case.py",
+        "textkit/slug.py",
+        "textkit/wrap.py",
+    ]
     assert source == "     3\t    if len(text) < width:"
-    res = env.step(ed(command="create", path="../../etc/passwd", file_text="x") + ed(command="view", path=".git/config")
-                   + ed(command="str_replace", path="textkit/wrap.py", old_str="nope", new_str="x"))  # fmt: skip
+    res = env.step(
+        ed(command="create", path="../../etc/passwd", file_text="x")
+        + ed(command="view", path=".git/config")
+        + ed(command="str_replace", path="textkit/wrap.py", old_str="nope", new_str="x")
+    )
     assert all(o["content"].startswith("Error:") for o in res.observations) and res.info["invalid_calls"] == 3
-    res = env.step(ed(command="str_replace", path="textkit/wrap.py", old_str="len(text) < width",
-                      new_str="len(text) <= width")
-                   + f"<tool_call>{call('bash', command='python -m pytest -q tests/test_wrap.py 2>&1 | tail -1; touch /etc/x')}</tool_call>")  # fmt: skip
+    res = env.step(
+        ed(command="str_replace", path="textkit/wrap.py", old_str="len(text) < width", new_str="len(text) <= width")
+        + f"<tool_call>{call('bash', command='python -m pytest -q tests/test_wrap.py 2>&1 | tail -1; touch /etc/x')}</tool_call>"
+    )
     edited, shell = (o["content"] for o in res.observations)
     assert edited.startswith("edited textkit/wrap.py") and "passed" in shell and "exit code" in shell
     res = env.step(f"<tool_call>{call('submit')}</tool_call>")
@@ -232,10 +253,7 @@ def _edits_from_patch(patch: str) -> list[dict]:
 
 def test_oracle_agent_through_base_url(instances, tmp_path):
     """A scripted agent that writes the gold fix with the edit tool, then submits; one that only submits."""
-    picked = [
-        instances[i]
-        for i in ("nanosky-mini__textkit-4", "nanosky-mini__cartlib-4", "nanosky-mini__csvlite-2")
-    ]
+    picked = [instances[i] for i in ("nanosky-mini__textkit-4", "nanosky-mini__cartlib-4", "nanosky-mini__csvlite-2")]
     inst_file = tmp_path / "instances.jsonl"
     inst_file.write_text("".join(json.dumps(i) + "\n" for i in picked))
     lazy = picked[2]["problem_statement"].splitlines()[0]
@@ -248,16 +266,10 @@ def test_oracle_agent_through_base_url(instances, tmp_path):
         return "".join(f"<tool_call>{json.dumps(c)}</tool_call>" for c in _edits_from_patch(inst["patch"]))
 
     with ScriptedServer(reply) as url:
-        report = swebench.main(
-            ["--base-url", url, "--instances", str(inst_file), "--out", str(tmp_path / "out")]
-        )
+        report = swebench.main(["--base-url", url, "--instances", str(inst_file), "--out", str(tmp_path / "out")])
     assert report["resolved_ids"] == sorted(i["instance_id"] for i in picked[:2])
-    assert report["empty_patch_ids"] == [picked[2]["instance_id"]] and report[
-        "resolved_rate"
-    ] == pytest.approx(2 / 3)
-    assert report["mean_steps"] == pytest.approx(5 / 3) and report["tool_calls_per_example"] == pytest.approx(
-        5 / 3
-    )
+    assert report["empty_patch_ids"] == [picked[2]["instance_id"]] and report["resolved_rate"] == pytest.approx(2 / 3)
+    assert report["mean_steps"] == pytest.approx(5 / 3) and report["tool_calls_per_example"] == pytest.approx(5 / 3)
     assert report["stop_reasons"] == {"done": 3} and report["prompt_tokens"] > 0
 
 
@@ -271,12 +283,23 @@ def test_agent_end_to_end_with_the_tiny_model(tmp_path):
     (run / "checkpoints" / "step_000003").mkdir(parents=True)
     (run / "checkpoints" / "step_000003" / "export").symlink_to(SWE_DIR)
     (run / "checkpoints" / "latest").write_text("step_000003")
-    cmd = [sys.executable, "-m", "evals.swebench", "--ckpt", str(run), "--limit", "2", "--max-steps", "2",
-           "--cache-dir", str(tmp_path / "cache"), "--out", str(out)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "evals.swebench",
+        "--ckpt",
+        str(run),
+        "--limit",
+        "2",
+        "--max-steps",
+        "2",
+        "--cache-dir",
+        str(tmp_path / "cache"),
+        "--out",
+        str(out),
+    ]
     launcher = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
-    env = {
-        k: v for k, v in os.environ.items() if k not in launcher
-    }  # a fresh world of one, not the test's group
+    env = {k: v for k, v in os.environ.items() if k not in launcher}  # a fresh world of one, not the test's group
     env |= {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "TOKENIZERS_PARALLELISM": "false"}
     r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]

@@ -18,12 +18,26 @@ def _record(step: int, group: int, n_tokens: int, rng: random.Random) -> dict:
     mask = [0] * 8 + [1] * (n_tokens - 8)
     on = lambda f: [None if not m else round(f(), 4) for m in mask]  # noqa: E731
     return {
-        "step": step, "split": "train", "group": group, "reward": round(rng.random(), 3), "success": False,
-        "stop_reason": "done", "turns": 1, "task_id": f"math/train/{group}", "env_seed": group, "prompt_len": 8,
+        "step": step,
+        "split": "train",
+        "group": group,
+        "reward": round(rng.random(), 3),
+        "success": False,
+        "stop_reason": "done",
+        "turns": 1,
+        "task_id": f"math/train/{group}",
+        "env_seed": group,
+        "prompt_len": 8,
         "messages": [{"role": "user", "content": f"question {group}"}, {"role": "assistant", "content": "answer"}],
-        "tokens": {"ids": ids, "mask": mask, "lp": on(lambda: -rng.random()), "lp_train": on(lambda: -rng.random()),
-                   "adv": on(lambda: 0.5), "ent": on(rng.random)},
-    }  # fmt: skip
+        "tokens": {
+            "ids": ids,
+            "mask": mask,
+            "lp": on(lambda: -rng.random()),
+            "lp_train": on(lambda: -rng.random()),
+            "adv": on(lambda: 0.5),
+            "ent": on(rng.random),
+        },
+    }
 
 
 def _run(tmp_path, name: str, lines: list[str]) -> str:
@@ -79,8 +93,10 @@ def test_a_50_mb_run_opens_within_the_page_budget(tmp_path, chrome):
     assert "shown without token values" in notes
     steps = len(chrome.find_elements("css selector", "#steps tr[data-step]"))
     assert steps == 40  # every step is still listed; the older ones lost their token values
-    print(f"50 MB run: rollouts.jsonl {size / 1e6:.1f} MB, page {os.path.getsize(page) / 1e6:.1f} MB, "
-          f"rendered in {seconds:.1f} s")  # fmt: skip
+    print(
+        f"50 MB run: rollouts.jsonl {size / 1e6:.1f} MB, page {os.path.getsize(page) / 1e6:.1f} MB, "
+        f"rendered in {seconds:.1f} s"
+    )
 
 
 def test_an_eval_folder_and_an_external_agents_episode(tmp_path, chrome):
@@ -92,8 +108,10 @@ def test_an_eval_folder_and_an_external_agents_episode(tmp_path, chrome):
     recs = [_record(0, g, 20, rng) for g in range(3)]
     for r in recs:
         del r["step"], r["split"], r["tokens"]  # what evals write
-    recs[0]["info"] = {"agent": {"segments": 2, "calls": 5, "rejected": 1, "versions": [3, 3]},
-                       "judge": {"score": 0.75, "explanation": "correct but terse"}}  # fmt: skip
+    recs[0]["info"] = {
+        "agent": {"segments": 2, "calls": 5, "rejected": 1, "versions": [3, 3]},
+        "judge": {"score": 0.75, "explanation": "correct but terse"},
+    }
     (d / "examples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
     (d / "report.json").write_text(json.dumps({"eval": "math", "accuracy": 0.5}))
     data = load(str(d))
@@ -126,9 +144,7 @@ def test_serve_rereads_a_running_run_and_answers_bad_paths_plainly(tmp_path):
             assert r.status == 200 and "text/html" in r.headers["Content-Type"] and '"step": 1' in first
             with open(os.path.join(path, "rollouts.jsonl"), "a") as f:  # the run goes on
                 f.write(json.dumps(_record(2, 0, 10, rng)) + "\n")
-            os.utime(
-                os.path.join(path, "rollouts.jsonl"), (1e10, 1e10)
-            )  # a change the clock's resolution sees
+            os.utime(os.path.join(path, "rollouts.jsonl"), (1e10, 1e10))  # a change the clock's resolution sees
             assert '"step": 2' in await (await c.get("/")).text()
             assert (await c.get("/etc/passwd")).status == 404
             assert (await c.post("/", data=b"x")).status == 405

@@ -42,9 +42,7 @@ def main(out: str, tmp: str) -> None:
         opt.step()
         opt.zero_grad(set_to_none=True)
 
-    ids = torch.randint(
-        3, 500, (3, 12), generator=torch.Generator().manual_seed(99)
-    )  # same probe on every rank
+    ids = torch.randint(3, 500, (3, 12), generator=torch.Generator().manual_seed(99))  # same probe on every rank
     att = torch.ones_like(ids)
     with torch.no_grad():
         want, _ = token_logprobs(model, ids, att)

@@ -58,9 +58,7 @@ def main(out: str, path: str) -> None:
     if info.is_main:
         full_mib = sum(t.numel() * 4 for t in old.state_dict().values() if t.dim()) / 2**20
         with open(out, "w") as f:
-            json.dump(
-                {"grow_mib": grows, "full_mib": full_mib, "diffs": diffs, "checked": checked, "tied": tied}, f
-            )
+            json.dump({"grow_mib": grows, "full_mib": full_mib, "diffs": diffs, "checked": checked, "tied": tied}, f)
     dist.barrier()
     dist.shutdown()
 

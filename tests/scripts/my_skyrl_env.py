@@ -17,9 +17,7 @@ class EchoTwiceEnv(BaseTextEnv):
         reward = 0.5 if self.word in action else 0.0
         done = self.turns >= self.max_turns
         obs = [] if done else [{"role": "user", "content": "Again."}]
-        return BaseTextEnvStepOutput(
-            observations=obs, reward=reward, done=done, metadata={"turn": self.turns}
-        )
+        return BaseTextEnvStepOutput(observations=obs, reward=reward, done=done, metadata={"turn": self.turns})
 
 
 if "echo_twice" not in skyrl_gym.registry:

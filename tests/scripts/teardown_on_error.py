@@ -60,6 +60,4 @@ try:
     answers = True
 except OSError:
     answers = False
-print(
-    json.dumps({"raised": raised, "closed": closed, "children": children(), "url": urls, "answers": answers})
-)
+print(json.dumps({"raised": raised, "closed": closed, "children": children(), "url": urls, "answers": answers}))

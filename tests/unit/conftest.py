@@ -11,6 +11,4 @@ def _no_vllm():
     before = "vllm" in sys.modules
     yield
     if not before and "vllm" in sys.modules:
-        pytest.fail(
-            "this test loaded vLLM: it belongs in tests/integration/ (the engine) or tests/e2e/ (torchrun)"
-        )
+        pytest.fail("this test loaded vLLM: it belongs in tests/integration/ (the engine) or tests/e2e/ (torchrun)")

@@ -89,9 +89,7 @@ def test_take_moves_the_object_into_the_inventory_and_move_puts_it_back():
     other = next((o for o in env.contents[r] if o != LAMP), None)
     if other is not None:  # one object at a time
         assert _obs(env.step(f"take {other} from {r}")) == NOTHING
-    assert (
-        _obs(env.step(f"put {obj} on {r}")) == f"You move the {obj} to the {r}."
-    )  # the old grammar works too
+    assert _obs(env.step(f"put {obj} on {r}")) == f"You move the {obj} to the {r}."  # the old grammar works too
     assert env.inventory == [] and obj in env.contents[r]
     assert _obs(env.step("inventory")) == "You are not carrying anything."
 
@@ -207,9 +205,7 @@ def test_expert_demo_and_pickling():
     env = AlfWorldEnv(split="test", seed=0)
     env.step(demo[2]["content"])
     clone = pickle.loads(pickle.dumps(env))  # env pools may ship envs to worker processes
-    assert (
-        clone.available_actions() == env.available_actions() and clone.expert_action() == env.expert_action()
-    )
+    assert clone.available_actions() == env.available_actions() and clone.expert_action() == env.expert_action()
 
 
 def test_show_actions_lists_admissible_commands_and_changes_nothing_else():

@@ -129,9 +129,7 @@ def test_kw_only():
 
 
 def test_tyro_cli_overrides_a_preset_and_shows_docstrings(capsys):
-    cfg = tyro.cli(
-        AlgoConfig, args=["--clip-high", "0.3", "--dual-clip-c", "3"], default=algos.preset("dapo")
-    )
+    cfg = tyro.cli(AlgoConfig, args=["--clip-high", "0.3", "--dual-clip-c", "3"], default=algos.preset("dapo"))
     assert cfg.clip_high == 0.3 and cfg.dual_clip_c == 3.0 and cfg.dynamic_sampling
     with pytest.raises(SystemExit):
         tyro.cli(AlgoConfig, args=["--help"])
@@ -148,10 +146,7 @@ def test_each_preset_runs_its_pieces(name):
     g = torch.Generator().manual_seed(0)
     mask = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0], [1, 1, 1, 1], [1, 0, 0, 0]])
     rewards = algos.scalar_to_token_rewards(torch.tensor([1.0, 0.0, 0.0, 1.0]), mask)
-    rewards = (
-        rewards
-        + algos.overlong_penalty(mask.sum(-1), max_len=64, cache_len=cfg.overlong_cache_len)[:, None] * 0
-    )
+    rewards = rewards + algos.overlong_penalty(mask.sum(-1), max_len=64, cache_len=cfg.overlong_cache_len)[:, None] * 0
     log_prob = (-torch.rand(4, 4, generator=g)).requires_grad_()
     old = log_prob.detach() + 0.01 * torch.randn(4, 4, generator=g)
     if cfg.kl_in_reward:
@@ -159,9 +154,7 @@ def test_each_preset_runs_its_pieces(name):
     values = torch.randn(4, 4, generator=g, requires_grad=True) if cfg.needs_critic else None
     extra = {}
     if algos.registry.ADV_ESTIMATORS.meta(cfg.adv_estimator)["needs_steps"]:  # one step per row, keys shared
-        extra["steps"] = algos.StepInfo(
-            [[(0, int(m.sum()))] for m in mask], [[1.0], [0.0], [0.0], [1.0]], [["s"]] * 4
-        )
+        extra["steps"] = algos.StepInfo([[(0, int(m.sum()))] for m in mask], [[1.0], [0.0], [0.0], [1.0]], [["s"]] * 4)
     adv, ret = algos.get_adv_estimator(cfg.adv_estimator)(
         rewards,
         mask,

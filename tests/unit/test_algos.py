@@ -30,9 +30,7 @@ def test_agg_loss_modes_hand_values():
     assert algos.agg_loss(L, m, "seq-mean-token-sum-norm", norm_const=2).item() == pytest.approx(7 / (2 * 2))
     L4 = d64([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0], [7.0, 8.0]])
     m4 = T_([[1, 1], [1, 0], [0, 0], [1, 1]])  # a fully masked row still counts in B
-    assert algos.agg_loss(L4, m4, "seq-mean-token-sum-norm", norm_const=5).item() == pytest.approx(
-        21 / (4 * 5)
-    )
+    assert algos.agg_loss(L4, m4, "seq-mean-token-sum-norm", norm_const=5).item() == pytest.approx(21 / (4 * 5))
 
 
 @pytest.mark.parametrize("mode", algos.AGG_MODES)
@@ -189,9 +187,7 @@ def test_grpo_hand_values():
     # group 9 = [3, 3]: std 0 → advantage 0.
     per_seq = _run_outcome("grpo")
     s = 0.5 + 1e-6
-    torch.testing.assert_close(
-        per_seq, T_([0.25 / s, -0.75 / s, 2.0 / (1 + 1e-6), 0.25 / s, 0.0, 0.25 / s, 0.0])
-    )
+    torch.testing.assert_close(per_seq, T_([0.25 / s, -0.75 / s, 2.0 / (1 + 1e-6), 0.25 / s, 0.0, 0.25 / s, 0.0]))
 
 
 def test_dr_grpo_hand_values():
@@ -207,9 +203,7 @@ def test_rloo_hand_values():
 
 def test_reinforce_pp_reward_to_go_skips_masked_tokens():
     rewards = d64([[1.0, 0.0, 2.0, 5.0], [0.0, 0.0, 0.0, 0.0], [0.0, 7.0, 1.0, 0.0]])
-    mask = T_(
-        [[1, 1, 1, 0], [1, 1, 0, 0], [1, 0, 1, 0]]
-    )  # row 2: an env token in the middle (its reward ignored)
+    mask = T_([[1, 1, 1, 0], [1, 1, 0, 0], [1, 0, 1, 0]])  # row 2: an env token in the middle (its reward ignored)
     adv, ret = algos.get_adv_estimator("reinforce_pp")(rewards, mask, T_([0, 0, 1]), gamma=0.5)
     expected_ret = d64([[1 + 0.5 * 0 + 0.25 * 2, 0 + 0.5 * 2, 2, 0], [0, 0, 0, 0], [0 + 0.5 * 1, 0, 1, 0]])
     torch.testing.assert_close(ret, expected_ret)
@@ -324,9 +318,7 @@ def test_ppo_asymmetric_clip_higher():
 def test_dual_clip_bounds_loss_for_negative_advantages():
     lp, old = _lp([[10.0, 3.0, 0.0, 10.0]])
     adv, mask = d64([[-1.0, -2.0, -1.0, 1.0]]), T_([[1, 1, 1, 1]])
-    plain, _ = algos.get_policy_loss("ppo")(
-        lp, old, adv, mask, AlgoConfig(loss_agg_mode="seq-mean-token-sum")
-    )
+    plain, _ = algos.get_policy_loss("ppo")(lp, old, adv, mask, AlgoConfig(loss_agg_mode="seq-mean-token-sum"))
     assert plain.item() > 2e4  # unbounded without the dual clip (r = e^10 with A < 0)
     cfg = AlgoConfig(dual_clip_c=3.0, loss_agg_mode="seq-mean-token-sum")
     loss, metrics = algos.get_policy_loss("ppo")(lp, old, adv, mask, cfg)
@@ -344,13 +336,9 @@ def test_gspo_token_forward_equals_sequence_ratio():
     mask = T_([[1, 1, 1, 1], [1, 1, 0, 0], [1, 0, 1, 0]])
     log_s = ((lp - old) * mask).sum(-1) / mask.sum(-1)  # [B]
     s = torch.exp(log_s).detach()
-    torch.testing.assert_close(
-        algos.gspo_token_log_ratio(lp, old, mask), log_s[:, None].expand(3, 4).detach()
-    )
+    torch.testing.assert_close(algos.gspo_token_log_ratio(lp, old, mask), log_s[:, None].expand(3, 4).detach())
     cfg = AlgoConfig(clip_low=10.0, clip_high=10.0, loss_agg_mode="seq-mean-token-mean")  # no clipping
-    loss, metrics = algos.get_policy_loss("gspo")(
-        lp, old, torch.ones(3, 4, dtype=torch.float64) * mask, mask, cfg
-    )
+    loss, metrics = algos.get_policy_loss("gspo")(lp, old, torch.ones(3, 4, dtype=torch.float64) * mask, mask, cfg)
     assert loss.item() == pytest.approx(-s.mean().item())  # L = -mean_i s_i·A_i, A = 1
     assert metrics["ratio_mean"] == pytest.approx(((s[:, None] * mask).sum() / mask.sum()).item())
     # gradient per token: d/dlogπ_t of -(1/B)(1/|y_i|) Σ_t s_i·A = -s_i / (B·|y_i|)
@@ -361,9 +349,7 @@ def test_gspo_token_forward_equals_sequence_ratio():
 def test_gspo_paper_clip_range_clips_whole_sequence():
     lp, old = _lp([[0.01, 0.01], [0.0, 0.0]])
     cfg = AlgoConfig(clip_low=3e-4, clip_high=4e-4, loss_agg_mode="seq-mean-token-mean")
-    loss, metrics = algos.get_policy_loss("gspo")(
-        lp, old, d64([[1.0, 1.0], [1.0, 1.0]]), T_([[1, 1], [1, 1]]), cfg
-    )
+    loss, metrics = algos.get_policy_loss("gspo")(lp, old, d64([[1.0, 1.0], [1.0, 1.0]]), T_([[1, 1], [1, 1]]), cfg)
     assert metrics["clip_frac"] == pytest.approx(0.5)  # s = e^0.01 > 1.0004 clipped; s = 1 not
     (grad,) = torch.autograd.grad(loss, lp)
     assert (grad[0] == 0).all() and (grad[1] != 0).all()
@@ -386,9 +372,7 @@ def test_sapo_hand_values_and_soft_decay():
     # r = 2, A = +1 (τ = 1): L = -σ(1)·4; dL/dlogπ = -4σ(1)(1-σ(1))·r.  r = 2, A = -1 (τ = 1.05): L = σ(1.05)·4/1.05.
     lp, old = _lp([[math.log(2.0), math.log(2.0), 0.0]])
     adv, mask = d64([[1.0, -1.0, 1.0]]), T_([[1, 1, 1]])
-    loss, _ = algos.get_policy_loss("sapo")(
-        lp, old, adv, mask, AlgoConfig(loss_agg_mode="seq-mean-token-sum")
-    )
+    loss, _ = algos.get_policy_loss("sapo")(lp, old, adv, mask, AlgoConfig(loss_agg_mode="seq-mean-token-sum"))
     sig = lambda x: 1 / (1 + math.exp(-x))  # noqa: E731
     assert loss.item() == pytest.approx(-4 * sig(1.0) + 4 * sig(1.05) / 1.05 - 2.0)
     (grad,) = torch.autograd.grad(loss, lp)
@@ -533,9 +517,7 @@ def test_registry_errors_list_valid_names():
     assert all(n in str(e.value) for n in ["ppo", "gspo", "sapo", "cispo"])
     with pytest.raises(ValueError) as e:
         algos.get_adv_estimator("grpoo")
-    assert all(
-        n in str(e.value) for n in ["grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "gae"]
-    )
+    assert all(n in str(e.value) for n in ["grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "gae"])
 
 
 def test_user_registration_via_decorator():

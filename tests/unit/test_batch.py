@@ -23,12 +23,8 @@ def test_balanced_split_beats_contiguous_split_on_sorted_lengths():
 
 
 def test_to_batch_aligns_masks_with_next_token():
-    t = Trajectory(
-        ids=[5, 6, 7, 8], loss_mask=[0, 0, 1, 1], logprobs=[0, 0, -0.5, -0.25], prompt_len=2, reward=1.0
-    )
-    u = Trajectory(
-        ids=[5, 6, 9], loss_mask=[0, 0, 1], logprobs=[0, 0, -1.0], prompt_len=2, reward=0.0, group=1
-    )
+    t = Trajectory(ids=[5, 6, 7, 8], loss_mask=[0, 0, 1, 1], logprobs=[0, 0, -0.5, -0.25], prompt_len=2, reward=1.0)
+    u = Trajectory(ids=[5, 6, 9], loss_mask=[0, 0, 1], logprobs=[0, 0, -1.0], prompt_len=2, reward=0.0, group=1)
     b = to_batch([t, u], pad_id=0, device="cpu")
     assert b.input_ids.tolist() == [[5, 6, 7, 8], [5, 6, 9, 0]]
     assert b.attention_mask.tolist() == [[1, 1, 1, 1], [1, 1, 1, 0]]
@@ -41,8 +37,7 @@ def test_to_batch_aligns_masks_with_next_token():
 def test_split_groups_keeps_groups_whole_and_rows_equal():
     lengths = [30, 30, 5, 5, 20, 20, 10, 10]  # 4 groups of 2, group totals 60, 10, 40, 20
     trajs = [
-        Trajectory(ids=[1] * n, loss_mask=[1] * n, logprobs=[0.0] * n, group=i // 2)
-        for i, n in enumerate(lengths)
+        Trajectory(ids=[1] * n, loss_mask=[1] * n, logprobs=[0.0] * n, group=i // 2) for i, n in enumerate(lengths)
     ]
     parts = split_groups(trajs, 2)
     assert sorted(i for p in parts for i in p) == list(range(8)) and [len(p) for p in parts] == [4, 4]

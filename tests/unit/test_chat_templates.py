@@ -26,7 +26,9 @@ DROPS_THINK = (
     "{{- '<|im_start|>' + m['role'] + '\\n' + c + '<|im_end|>\\n' -}}{%- endfor -%}"
     "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}"
 )
-NO_SYSTEM = "{%- if messages[0]['role'] == 'system' -%}{{- raise_exception('System role not supported') -}}{%- endif -%}"
+NO_SYSTEM = (
+    "{%- if messages[0]['role'] == 'system' -%}{{- raise_exception('System role not supported') -}}{%- endif -%}"
+)
 
 
 @pytest.fixture
@@ -39,12 +41,8 @@ def test_bundled_and_chatml_templates_append_only(tok):
     chat.check_template(tok, "concat")
     chatml = chat.load_tokenizer(resolve_model_path("tiny"), str(chat.CHATML))
     assert chatml.chat_template != tok.chat_template and chat.append_only(chatml, chat.PROBE)
-    tools = [
-        {"type": "function", "function": {"name": "f", "description": "d", "parameters": {"properties": {}}}}
-    ]
-    assert '"name": "f"' in chat.render(
-        chatml, chat.PROBE, tools
-    )  # ChatML shows the tools in the system turn
+    tools = [{"type": "function", "function": {"name": "f", "description": "d", "parameters": {"properties": {}}}}]
+    assert '"name": "f"' in chat.render(chatml, chat.PROBE, tools)  # ChatML shows the tools in the system turn
 
 
 def test_a_template_that_drops_earlier_reasoning_is_refused_in_concat_mode(tok):

@@ -109,9 +109,7 @@ def test_latest_only_points_to_complete(dist_info, tmp_path):
     assert resolve_checkpoint(root, "latest").endswith("step_000001")
     with pytest.raises(FileNotFoundError, match="not a complete checkpoint"):
         resolve_checkpoint(root, os.path.join(root, "step_000003"))
-    with open(
-        os.path.join(root, "latest"), "w"
-    ) as f:  # a hand-edited pointer to an incomplete dir is refused
+    with open(os.path.join(root, "latest"), "w") as f:  # a hand-edited pointer to an incomplete dir is refused
         f.write("step_000003\n")
     with pytest.raises(FileNotFoundError, match="missing or incomplete"):
         resolve_checkpoint(root, "latest")
@@ -122,9 +120,7 @@ def test_latest_only_points_to_complete(dist_info, tmp_path):
 
 
 def test_missing_checkpoint_is_a_clear_error(tmp_path):
-    with pytest.raises(
-        FileNotFoundError, match=r"--resume latest requested but no complete checkpoint under"
-    ):
+    with pytest.raises(FileNotFoundError, match=r"--resume latest requested but no complete checkpoint under"):
         resolve_checkpoint(str(tmp_path / "runs" / "x" / "checkpoints"), "latest")
     with pytest.raises(FileNotFoundError, match="no such checkpoint directory"):
         resolve_checkpoint(str(tmp_path), str(tmp_path / "nope"))
@@ -133,9 +129,7 @@ def test_missing_checkpoint_is_a_clear_error(tmp_path):
 def test_check_compatible_names_the_field():
     saved = {"model": {"path": "a", "lora": {"rank": 8}}, "world_size": 2, "optim": {"betas": [0.9, 0.99]}}
     now = {"model": {"path": "b", "lora": {"rank": 8}}, "world_size": 2, "optim": {"betas": (0.9, 0.99)}}
-    check_compatible(
-        saved, now, ["world_size", "model.lora.rank", "optim.betas"]
-    )  # tuple vs JSON list: equal
+    check_compatible(saved, now, ["world_size", "model.lora.rank", "optim.betas"])  # tuple vs JSON list: equal
     with pytest.raises(ValueError, match=r"resume refused: model\.path differs \(saved 'a', now 'b'\)"):
         check_compatible(saved, now, ["world_size", "model.path"])
     with pytest.raises(ValueError, match="world_size differs"):
@@ -160,9 +154,7 @@ def test_export_hook_is_inside_the_atomic_dir(dist_info, tmp_path):
 def test_kill_during_save_keeps_previous(dist_info, tmp_path, stage):
     """kill -9 while step 2 is being saved: `latest` still names step 1, which loads to the step-1 weights."""
     root = tmp_path / "ckpt"
-    env = {
-        k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")
-    }
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")}
     proc = subprocess.Popen(
         [sys.executable, SCRIPT, "kill", str(root), stage],
         cwd=ROOT,
@@ -185,9 +177,7 @@ def test_kill_during_save_keeps_previous(dist_info, tmp_path, stage):
     assert proc.returncode == -signal.SIGKILL
     names = os.listdir(root)
     if stage == "written":
-        assert any(
-            n.startswith(".tmp-step_000002") for n in names
-        )  # the half-finished save is there, uncommitted
+        assert any(n.startswith(".tmp-step_000002") for n in names)  # the half-finished save is there, uncommitted
     else:
         assert "step_000002" in names  # committed, but `latest` was not yet moved
     path = resolve_checkpoint(str(root), "latest")
@@ -213,9 +203,7 @@ def test_find_export_takes_a_run_dir_a_checkpoint_or_a_model_folder(tmp_path):
     assert find_export(str(ckpts / "step_000004")) == str(ckpts / "step_000004" / "export")
     assert find_export(str(ckpts / "step_000004" / "export")) == str(ckpts / "step_000004" / "export")
     (ckpts / "latest").unlink()
-    assert find_export(str(run)) == str(
-        ckpts / "step_000004" / "export"
-    )  # no latest: the newest complete one
+    assert find_export(str(run)) == str(ckpts / "step_000004" / "export")  # no latest: the newest complete one
     with pytest.raises(FileNotFoundError, match="no such directory"):
         find_export(str(tmp_path / "nope"))
     (tmp_path / "empty_run" / "checkpoints").mkdir(parents=True)

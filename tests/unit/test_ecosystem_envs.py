@@ -18,9 +18,16 @@ MALFORMED = ["", "\\boxed{", "<answer>", "\x00\xff" * 50, "}}}{{{"]
 
 
 def _verl(path, n=40):
-    rows = [{"data_source": "openai/gsm8k", "prompt": [{"role": "user", "content": f"What is {i} + {i}?"}],
-             "ability": "math", "reward_model": {"style": "rule", "ground_truth": str(2 * i)},
-             "extra_info": {"index": i, "split": "train"}} for i in range(n)]  # fmt: skip
+    rows = [
+        {
+            "data_source": "openai/gsm8k",
+            "prompt": [{"role": "user", "content": f"What is {i} + {i}?"}],
+            "ability": "math",
+            "reward_model": {"style": "rule", "ground_truth": str(2 * i)},
+            "extra_info": {"index": i, "split": "train"},
+        }
+        for i in range(n)
+    ]
     pd.DataFrame(rows).to_parquet(path)
     return path
 
@@ -30,10 +37,18 @@ def _jsonl(path, rows):
     return str(path)
 
 
-@pytest.mark.parametrize(("reply", "gold", "want"), [
-    ("so \\boxed{0.5}", "1/2", 1.0), ("\\boxed{\\frac{1}{2}}", "0.5", 1.0), ("it is 72 apples.", "72", 1.0),
-    ("#### 1,200", "1200", 1.0), ("\\boxed{1+x}", "x+1", 1.0), ("\\boxed{71}", "72", 0.0), ("no idea", "72", 0.0),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("reply", "gold", "want"),
+    [
+        ("so \\boxed{0.5}", "1/2", 1.0),
+        ("\\boxed{\\frac{1}{2}}", "0.5", 1.0),
+        ("it is 72 apples.", "72", 1.0),
+        ("#### 1,200", "1200", 1.0),
+        ("\\boxed{1+x}", "x+1", 1.0),
+        ("\\boxed{71}", "72", 0.0),
+        ("no idea", "72", 0.0),
+    ],
+)
 def test_math_reward_is_math_verify_on_the_last_boxed_else_the_last_number(reply, gold, want):
     assert math_reward(reply, gold)[0] == want
     for bad in MALFORMED:
@@ -56,14 +71,14 @@ def test_dataset_reads_verl_parquet_and_scores_with_math_verify(tmp_path):
 
 
 def test_dataset_layouts_trl_gsm8k_math_and_named_columns(tmp_path):
-    gsm = _jsonl(
-        tmp_path / "g.jsonl", [{"question": f"q{i}?", "answer": f"work\n#### {i}"} for i in range(20)]
-    )
+    gsm = _jsonl(tmp_path / "g.jsonl", [{"question": f"q{i}?", "answer": f"work\n#### {i}"} for i in range(20)])
     env = envs.make("dataset", "train", 0, data_path=gsm)
     assert env.task.source == "gsm8k" and env.gold == env.task.answer.rsplit("####")[1].strip()
     assert env.step(f"#### {env.gold}").reward == 1.0
-    trl = _jsonl(tmp_path / "t.jsonl", [{"prompt": [{"role": "user", "content": f"p{i}"}], "solution": f"\\boxed{{{i}}}"}
-                                        for i in range(20)])  # fmt: skip
+    trl = _jsonl(
+        tmp_path / "t.jsonl",
+        [{"prompt": [{"role": "user", "content": f"p{i}"}], "solution": f"\\boxed{{{i}}}"} for i in range(20)],
+    )
     env = envs.make("dataset", "test", 0, data_path=trl)
     assert env.reset() == env.task.prompt and env.step(f"\\boxed{{{env.gold}}}").reward == 1.0
     other = _jsonl(tmp_path / "o.jsonl", [{"text": f"t{i}", "meta": {"gold": str(i)}} for i in range(20)])
@@ -72,8 +87,12 @@ def test_dataset_layouts_trl_gsm8k_math_and_named_columns(tmp_path):
     folder = tmp_path / "saved"
     import datasets
 
-    datasets.DatasetDict({"train": datasets.Dataset.from_list([{"question": "a?", "answer": "1"}] * 3),
-                          "test": datasets.Dataset.from_list([{"question": "b?", "answer": "2"}])}).save_to_disk(folder)  # fmt: skip
+    datasets.DatasetDict(
+        {
+            "train": datasets.Dataset.from_list([{"question": "a?", "answer": "1"}] * 3),
+            "test": datasets.Dataset.from_list([{"question": "b?", "answer": "2"}]),
+        }
+    ).save_to_disk(folder)
     assert envs.make("dataset", "test", 5, data_path=str(folder)).task.prompt[0]["content"] == "b?"
     assert envs.make("dataset", "train", 5, data_path=str(folder)).task.prompt[0]["content"] == "a?"
 
@@ -160,8 +179,14 @@ def test_textarena_game_plays_to_its_end_and_an_invalid_move_is_an_observation()
         assert r.step(junk).reward == 0.0
 
 
-@pytest.mark.parametrize(("game", "why"), [("Wordle-v0", "nltk download"), ("Debate-v0", "API key"),
-                                          ("Nope-v0", "unknown game 'Nope-v0'; single-player games here: 2048-v0")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("game", "why"),
+    [
+        ("Wordle-v0", "nltk download"),
+        ("Debate-v0", "API key"),
+        ("Nope-v0", "unknown game 'Nope-v0'; single-player games here: 2048-v0"),
+    ],
+)
 def test_textarena_refuses_a_game_it_cannot_play_in_one_line(game, why):
     with pytest.raises(ValueError, match=why) as e:
         envs.make("textarena", game=game)
@@ -169,9 +194,16 @@ def test_textarena_refuses_a_game_it_cannot_play_in_one_line(game, why):
 
 
 def _skyrl_rows(tmp_path, cls="gsm8k", n=30):
-    rows = [{"data_source": "openai/gsm8k", "prompt": [{"role": "user", "content": f"What is {i} + {i}? End with #### N"}],
-             "env_class": cls, "reward_spec": {"method": "rule", "ground_truth": str(2 * i)},
-             "extra_info": {"index": i, "max_turns": 3}} for i in range(n)]  # fmt: skip
+    rows = [
+        {
+            "data_source": "openai/gsm8k",
+            "prompt": [{"role": "user", "content": f"What is {i} + {i}? End with #### N"}],
+            "env_class": cls,
+            "reward_spec": {"method": "rule", "ground_truth": str(2 * i)},
+            "extra_info": {"index": i, "max_turns": 3},
+        }
+        for i in range(n)
+    ]
     pd.DataFrame(rows).to_parquet(tmp_path / f"{cls}.parquet")
     return str(tmp_path / f"{cls}.parquet")
 
@@ -247,9 +279,7 @@ def test_a_row_whose_prompt_cannot_fit_is_skipped_and_counted(tmp_path, tok):
     tasks = [EnvTask(envs.make("dataset", "train", s, data_path=path)) for s in range(8)]
     trajs = AgentRunner(Never(), tok=tok, max_tokens_per_turn=16, max_total_tokens=200).run(tasks)
     long = [t for t, task in zip(trajs, tasks) if "word" in task.env.task.prompt[0]["content"]]
-    assert long and all(
-        t.stop_reason == "prompt_too_long" and t.success is None and t.turns == 0 for t in long
-    )
+    assert long and all(t.stop_reason == "prompt_too_long" and t.success is None and t.turns == 0 for t in long)
     assert all(t.loss_mask == [0] * len(t.ids) for t in long)  # nothing of it is trained
     assert Never.calls == len(trajs) - len(long)  # the others were sampled and graded
 
@@ -258,8 +288,11 @@ def test_skyrl_gym_lcb_runs_the_models_code_in_the_sandbox(tmp_path):
     from envs.tools.sandbox import run_sandboxed
 
     tests = [{"input": f"{n}\n", "output": f"{2 * n}\n", "testtype": "stdin"} for n in (3, 7)]
-    row = {"prompt": [{"role": "user", "content": "Read n, print 2n."}], "env_class": "lcb",
-           "reward_spec": {"method": "rule", "ground_truth": json.dumps(tests)}}  # fmt: skip
+    row = {
+        "prompt": [{"role": "user", "content": "Read n, print 2n."}],
+        "env_class": "lcb",
+        "reward_spec": {"method": "rule", "ground_truth": json.dumps(tests)},
+    }
     pd.DataFrame(
         [row | {"prompt": [{"role": "user", "content": f"Read n, print 2n. ({i})"}]} for i in range(4)]
     ).to_parquet(tmp_path / "lcb.parquet")
@@ -273,8 +306,10 @@ def test_skyrl_gym_lcb_runs_the_models_code_in_the_sandbox(tmp_path):
 
     server = socket.create_server(("127.0.0.1", 0))  # a host service the model's code must not reach
     port = server.getsockname()[1]
-    reach = (f"```python\nimport socket\ntry:\n    socket.create_connection(('127.0.0.1', {port}), timeout=2)\n"
-             "    ok = 1\nexcept OSError:\n    ok = 2\nn = int(input())\nprint(ok * n)\n```")  # fmt: skip
+    reach = (
+        f"```python\nimport socket\ntry:\n    socket.create_connection(('127.0.0.1', {port}), timeout=2)\n"
+        "    ok = 1\nexcept OSError:\n    ok = 2\nn = int(input())\nprint(ok * n)\n```"
+    )
     r = env.step(reach)  # prints 2n only where the connection fails
     server.close()
     if run_sandboxed(["true"]).isolation == "namespaces":  # an empty network namespace: no loopback service
@@ -286,23 +321,29 @@ def test_a_users_skyrl_env_registered_in_a_plugin_works(tmp_path, monkeypatch):
 
     monkeypatch.syspath_prepend(str(__import__("pathlib").Path(__file__).parents[1] / "scripts"))
     import_plugins(["my_skyrl_env"])  # what --plugins my_skyrl_env does
-    rows = [{"prompt": [{"role": "user", "content": f"Say w{i}."}], "env_class": "echo_twice",
-             "reward_spec": {"ground_truth": f"w{i}"}} for i in range(6)]  # fmt: skip
+    rows = [
+        {
+            "prompt": [{"role": "user", "content": f"Say w{i}."}],
+            "env_class": "echo_twice",
+            "reward_spec": {"ground_truth": f"w{i}"},
+        }
+        for i in range(6)
+    ]
     pd.DataFrame(rows).to_parquet(tmp_path / "mine.parquet")
     env = envs.make("skyrl_gym", "train", 1, data_path=str(tmp_path / "mine.parquet"))
     word = env.row["reward_spec"]["ground_truth"]
     assert env.max_turns == 2 and env.reset() == env.task.prompt
     first = env.step(word)
-    assert first.observations == [{"role": "user", "content": "Again."}] and first.info["metadata"] == {
-        "turn": 1
-    }
+    assert first.observations == [{"role": "user", "content": "Again."}] and first.info["metadata"] == {"turn": 1}
     last = env.step(word)
     assert last.done and last.reward == 0.5 and first.reward + last.reward == 1.0
 
 
 def test_reasoning_gym_weights_pick_the_tasks():
-    picked = {envs.make("reasoning_gym", "train", s, tasks="basic_arithmetic,chain_sum", weights="0,1").task
-              for s in range(30)}  # fmt: skip
+    picked = {
+        envs.make("reasoning_gym", "train", s, tasks="basic_arithmetic,chain_sum", weights="0,1").task
+        for s in range(30)
+    }
     assert picked == {"chain_sum"}
     with pytest.raises(ValueError, match="weights: 2 non-negative numbers"):
         envs.make("reasoning_gym", tasks="basic_arithmetic,chain_sum", weights="1")

@@ -32,8 +32,11 @@ def _group(data, fn, replies, group=0, seed=None):
         res = env.step(r)
         assert res.reward == 0.0 and res.info["success"] is None  # scored with its group, not alone
         msgs = [*env.task.prompt, {"role": "assistant", "content": r}]
-        out.append(Trajectory(ids=[1, 2, 3], loss_mask=[0, 1, 1], group=group, env_seed=seed, messages=msgs,
-                              stop_reason="done"))  # fmt: skip
+        out.append(
+            Trajectory(
+                ids=[1, 2, 3], loss_mask=[0, 1, 1], group=group, env_seed=seed, messages=msgs, stop_reason="done"
+            )
+        )
     return out, envs.group_scorer("dataset", "train", **kw)
 
 
@@ -55,9 +58,7 @@ def test_the_function_gets_the_group_and_the_rows_columns(data):
     assert env_metrics("dataset", trajs, scored=True) == {"env/reward_errors": 0.0}
 
 
-@pytest.mark.parametrize(
-    ("fn", "why"), [("raises", "RuntimeError: the judge is down"), ("short", "returned 2 values")]
-)
+@pytest.mark.parametrize(("fn", "why"), [("raises", "RuntimeError: the judge is down"), ("short", "returned 2 values")])
 def test_a_function_that_fails_masks_its_group_and_the_run_goes_on(data, fn, why):
     bad, scorer = _group(data, fn, ["a", "b", "c"], group=1)
     good, ok = _group(data, "exact", ["x", "y", "z"], group=2)

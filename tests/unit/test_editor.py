@@ -143,9 +143,7 @@ def test_errors_become_observations_through_run_tool_call(tmp_path, monkeypatch)
     monkeypatch.chdir(tmp_path)  # the registered instance works in the current directory
     (tmp_path / "a.py").write_text("x = 1\n")
     tools = {"str_replace_editor": get_tool("str_replace_editor")}
-    call = ToolCall(
-        name="str_replace_editor", arguments={"command": "str_replace", "path": "a.py", "old_str": "y"}
-    )
+    call = ToolCall(name="str_replace_editor", arguments={"command": "str_replace", "path": "a.py", "old_str": "y"})
     res = run_tool_call(call, tools, timeout_s=5)
     assert not res.ok and res.output.startswith("Error") and "no match" in res.output
     call = ToolCall(name="str_replace_editor", arguments={"command": "view", "path": "a.py"})

@@ -11,8 +11,16 @@ from nanosky.bundled import resolve_model_path
 from nanosky.endpoint.episode import Episode, normalise
 from nanosky.rollout.chat import encode, load_tokenizer, observation_ids, prompt_ids
 
-TOOLS = [{"type": "function", "function": {"name": "calculator", "description": "exact arithmetic",
-                                           "parameters": {"type": "object", "properties": {"expression": {}}}}}]  # fmt: skip
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "calculator",
+            "description": "exact arithmetic",
+            "parameters": {"type": "object", "properties": {"expression": {}}},
+        },
+    }
+]
 OPENING = [{"role": "system", "content": "Use the tools."}, {"role": "user", "content": "What is 17 * 23?"}]
 # Qwen3-style: an assistant turn before the last user message loses its <think> block
 DROP_THINK = (
@@ -47,15 +55,31 @@ def _call(ep, tok, messages, text, reply, version=0, finish="stop", tools=TOOLS)
 def test_append_only_tool_call_round_trip_continues_the_row_with_the_sampled_ids(tok):
     ep = Episode(tok)
     text = '<tool_call>{"name": "calculator", "arguments": {"expression": "17*23"}}</tool_call>'
-    reply = {"role": "assistant", "content": None, "tool_calls": [
-        {"id": "call_0", "type": "function", "function": {"name": "calculator", "arguments": '{"expression": "17*23"}'}}]}  # fmt: skip
+    reply = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": "call_0",
+                "type": "function",
+                "function": {"name": "calculator", "arguments": '{"expression": "17*23"}'},
+            }
+        ],
+    }
     ids1, cont1, s1 = _call(ep, tok, OPENING, text, reply)
     assert not cont1 and ids1 == prompt_ids(tok, OPENING, TOOLS)
     # the SDK sends the reply back re-serialised, then the tool's result
     back = json.loads(json.dumps(reply))
     back["tool_calls"][0]["function"]["arguments"] = '{"expression":"17*23"}'
     tool = {"role": "tool", "tool_call_id": "call_0", "content": "391"}
-    ids2, cont2, s2 = _call(ep, tok, [*OPENING, back, tool], "<answer>391</answer>", {"role": "assistant", "content": "<answer>391</answer>"}, version=1)  # fmt: skip
+    ids2, cont2, s2 = _call(
+        ep,
+        tok,
+        [*OPENING, back, tool],
+        "<answer>391</answer>",
+        {"role": "assistant", "content": "<answer>391</answer>"},
+        version=1,
+    )
     assert cont2 and len(ep.segments) == 1
     # exactly nanosky's own loop: prompt + sampled + observation ids (the rendering's difference)
     hist = [*OPENING, {"role": "assistant", "content": text}]
@@ -134,10 +158,16 @@ def test_a_reply_cut_at_the_length_limit_is_not_continued(tok):
 
 
 def test_normalise_compares_what_reaches_the_template():
-    a = {"role": "assistant", "content": None, "tool_calls": [{"id": "x", "type": "function",
-         "function": {"name": "f", "arguments": '{"a": 1, "b": [2]}'}}]}  # fmt: skip
-    b = {"role": "assistant", "content": "", "tool_calls": [{"id": "y", "type": "function",
-         "function": {"name": "f", "arguments": '{"b":[2],"a":1}'}}]}  # fmt: skip
+    a = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": "x", "type": "function", "function": {"name": "f", "arguments": '{"a": 1, "b": [2]}'}}],
+    }
+    b = {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [{"id": "y", "type": "function", "function": {"name": "f", "arguments": '{"b":[2],"a":1}'}}],
+    }
     assert normalise(a) == normalise(b)
     b["tool_calls"][0]["function"]["arguments"] = '{"a": 2, "b": [2]}'
     assert normalise(a) != normalise(b)

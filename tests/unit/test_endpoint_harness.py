@@ -56,8 +56,16 @@ def host(tok):
     made = []
 
     def make(agent=None, cmd=None, timeout_s=30.0, log_dir=None, seeds=SEEDS, concurrency=32):
-        h = Harness(Expert(tok, seeds), tok, Sampling(max_tokens=64, max_total_tokens=1024), agent, cmd,
-                    timeout_s, log_dir, concurrency=concurrency)  # fmt: skip
+        h = Harness(
+            Expert(tok, seeds),
+            tok,
+            Sampling(max_tokens=64, max_total_tokens=1024),
+            agent,
+            cmd,
+            timeout_s,
+            log_dir,
+            concurrency=concurrency,
+        )
         made.append(h)
         return h
 
@@ -144,9 +152,7 @@ def test_a_hanging_agent_times_out_and_its_late_call_gets_410(host, tok, tmp_pat
     t0 = time.perf_counter()
     h, trajs = _run(host, tok, solve, timeout_s=0.5, log_dir=str(tmp_path))
     assert time.perf_counter() - t0 < 1.5  # the step did not wait for the hung agent
-    assert (
-        trajs[1].stop_reason == "timeout" and trajs[1].reward == 0.5 and "agent-timeout-s" in trajs[1].error
-    )
+    assert trajs[1].stop_reason == "timeout" and trajs[1].reward == 0.5 and "agent-timeout-s" in trajs[1].error
     assert metrics(trajs)["agent/timeouts"] == 1
 
     async def next_phase():  # between phases the rank's loop is still; the late call is answered when it runs
@@ -175,9 +181,7 @@ def test_a_command_agent_reads_its_task_and_reports_a_reward(host, tok, tmp_path
     )
     _, trajs = _run(host, tok, cmd=f"{sys.executable} {script}", log_dir=str(tmp_path))
     assert [t.reward for t in trajs[:3]] == [0.25] * 3 and trajs[0].info["agent"]["calls"] == 1
-    assert (
-        trajs[3].stop_reason == "error" and "status 3" in trajs[3].error and "no luck today" in trajs[3].error
-    )
+    assert trajs[3].stop_reason == "error" and "status 3" in trajs[3].error and "no luck today" in trajs[3].error
 
 
 def test_reward_lines_and_agent_specs():
@@ -185,8 +189,11 @@ def test_reward_lines_and_agent_specs():
     assert reward_line('{"reward": 1}\nlast words') is None and reward_line("") is None
     assert reward_line('{"reward": true}') is None
     assert json.dumps(load_agent("examples.mirror_agent:solve").__name__) == '"solve"'
-    for spec, why in [("nope", "MODULE:FUNCTION"), ("no_such_mod:f", "no module"),
-                      ("examples.mirror_agent:nope", "has no")]:  # fmt: skip
+    for spec, why in [
+        ("nope", "MODULE:FUNCTION"),
+        ("no_such_mod:f", "no module"),
+        ("examples.mirror_agent:nope", "has no"),
+    ]:
         with pytest.raises(AgentError, match=why):
             load_agent(spec)
 

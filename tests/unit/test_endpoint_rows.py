@@ -74,8 +74,12 @@ def test_several_segments_train_as_stepwise_rows_with_their_episodes_advantage(t
 
 
 def test_failed_episodes_are_masked_at_their_groups_mean(tok):
-    trajs = [_episode(tok, ["a"], 0, 1.0), _episode(tok, ["b"], 0, 0.0), _episode(tok, ["c"], 0, 0.0),
-             _episode(tok, ["d"], 1, 0.5)]  # fmt: skip
+    trajs = [
+        _episode(tok, ["a"], 0, 1.0),
+        _episode(tok, ["b"], 0, 0.0),
+        _episode(tok, ["c"], 0, 0.0),
+        _episode(tok, ["d"], 1, 0.5),
+    ]
     trajs[2].stop_reason, trajs[3].stop_reason = "error", "timeout"
     mask_failed(trajs, ("error", "timeout"))
     assert trajs[2].reward == 0.5 and trajs[3].reward == 0.0 and not trajs[2].success

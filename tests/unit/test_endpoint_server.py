@@ -15,8 +15,16 @@ from nanosky.bundled import resolve_model_path
 from nanosky.endpoint.server import Endpoint, Sampling
 from nanosky.rollout.chat import encode, load_tokenizer
 
-TOOLS = [{"type": "function", "function": {"name": "calculator", "description": "exact arithmetic",
-                                           "parameters": {"type": "object", "properties": {"expression": {}}}}}]  # fmt: skip
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "calculator",
+            "description": "exact arithmetic",
+            "parameters": {"type": "object", "properties": {"expression": {}}},
+        },
+    }
+]
 
 
 class Scripted:
@@ -66,21 +74,17 @@ def test_a_tool_call_round_trip_through_the_sdk_is_one_row_of_engine_sampled_ids
         key = ep.open_episode("t0")
         client = openai.AsyncOpenAI(base_url=ep.base_url, api_key=key, max_retries=0)
         msgs = [{"role": "user", "content": "What is 17 * 23?"}]
-        r = await client.chat.completions.create(
-            model="any-name", messages=msgs, tools=TOOLS, max_tokens=1000
-        )
+        r = await client.chat.completions.create(model="any-name", messages=msgs, tools=TOOLS, max_tokens=1000)
         choice = r.choices[0]
         assert choice.finish_reason == "tool_calls" and choice.message.content is None
         call = choice.message.tool_calls[0]
-        assert call.function.name == "calculator" and json.loads(call.function.arguments) == {
-            "expression": "17*23"
-        }
-        msgs += [choice.message.model_dump(exclude_none=True),
-                 {"role": "tool", "tool_call_id": call.id, "content": "391"}]  # fmt: skip
+        assert call.function.name == "calculator" and json.loads(call.function.arguments) == {"expression": "17*23"}
+        msgs += [
+            choice.message.model_dump(exclude_none=True),
+            {"role": "tool", "tool_call_id": call.id, "content": "391"},
+        ]
         r2 = await client.chat.completions.create(model="m", messages=msgs, tools=TOOLS)
-        assert (
-            r2.choices[0].message.content == "<answer>391</answer>" and r2.choices[0].finish_reason == "stop"
-        )
+        assert r2.choices[0].message.content == "<answer>391</answer>" and r2.choices[0].finish_reason == "stop"
         models = await client.models.list()
         assert [m.id for m in models.data] == ["nanosky-policy"]
         await client.close()
@@ -97,9 +101,7 @@ def test_a_tool_call_round_trip_through_the_sdk_is_one_row_of_engine_sampled_ids
         *encode(tok, "<answer>391</answer>"),
         tok.eos_token_id,
     ]
-    assert (
-        backend.requests[1].prompt_ids == seg.ids[: seg.turn_starts[1]]
-    )  # the second call continued the row
+    assert backend.requests[1].prompt_ids == seg.ids[: seg.turn_starts[1]]  # the second call continued the row
     assert backend.requests[0].max_tokens == 64  # capped by the config
     assert slot.asked[0]["max_tokens"] == 1000 and slot.asked[0]["model"] == "any-name"
 
@@ -155,12 +157,8 @@ def test_a_retried_request_is_answered_again_and_recorded_once(tok):
             b = (await http.post("/chat/completions", json=j, headers=h)).json()
             # a retry that arrives while the first request is still being sampled (the client timed out)
             h2 = {**h, "Idempotency-Key": "stainless-retry-2"}
-            j2 = {
-                "messages": [*j["messages"], a["choices"][0]["message"], {"role": "user", "content": "more"}]
-            }
-            c, d = await asyncio.gather(
-                *(http.post("/chat/completions", json=j2, headers=h2) for _ in range(2))
-            )
+            j2 = {"messages": [*j["messages"], a["choices"][0]["message"], {"role": "user", "content": "more"}]}
+            c, d = await asyncio.gather(*(http.post("/chat/completions", json=j2, headers=h2) for _ in range(2)))
         return a, b, c.json(), d.json(), ep.slots[key], backend
 
     a, b, c, d, slot, backend = _run(tok, lambda p: "hello", body)
@@ -196,9 +194,7 @@ def test_sixteen_concurrent_episodes_each_get_their_own_row(tok):
 def _stream_script(prompt: str) -> str:
     if "<tool_response>" in prompt:
         return "The product is <answer>391</answer>"
-    return (
-        'Let me compute. <tool_call>{"name": "calculator", "arguments": {"expression": "17*23"}}</tool_call>'
-    )
+    return 'Let me compute. <tool_call>{"name": "calculator", "arguments": {"expression": "17*23"}}</tool_call>'
 
 
 async def _sdk_round_trip(ep, stream: bool) -> list:
@@ -210,8 +206,9 @@ async def _sdk_round_trip(ep, stream: bool) -> list:
     for _ in range(2):
         if stream:
             content, calls, finish = "", {}, None
-            events = await client.chat.completions.create(model="m", messages=msgs, tools=TOOLS, stream=True,
-                                                          stream_options={"include_usage": True})  # fmt: skip
+            events = await client.chat.completions.create(
+                model="m", messages=msgs, tools=TOOLS, stream=True, stream_options={"include_usage": True}
+            )
             usage = None
             async for ev in events:
                 usage = ev.usage or usage
@@ -229,14 +226,15 @@ async def _sdk_round_trip(ep, stream: bool) -> list:
             r = await client.chat.completions.create(model="m", messages=msgs, tools=TOOLS)
             m = r.choices[0].message
             content, finish = m.content or "", r.choices[0].finish_reason
-            calls = [{"id": c.id, "name": c.function.name, "arguments": c.function.arguments}
-                     for c in m.tool_calls or []]  # fmt: skip
+            calls = [
+                {"id": c.id, "name": c.function.name, "arguments": c.function.arguments} for c in m.tool_calls or []
+            ]
         out.append((content, [(c["name"], json.loads(c["arguments"])) for c in calls], finish))
-        tool_calls = [{"id": c["id"], "type": "function",
-                       "function": {"name": c["name"], "arguments": c["arguments"]}} for c in calls]  # fmt: skip
-        msgs.append(
-            {"role": "assistant", "content": content or None, **({"tool_calls": tool_calls} if calls else {})}
-        )
+        tool_calls = [
+            {"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
+            for c in calls
+        ]
+        msgs.append({"role": "assistant", "content": content or None, **({"tool_calls": tool_calls} if calls else {})})
         if calls:
             msgs.append({"role": "tool", "tool_call_id": calls[0]["id"], "content": "391"})
     await client.close()
@@ -271,12 +269,10 @@ def test_malformed_requests_get_a_400_naming_the_field_and_valid_forms_pass(tok)
                 good,
                 {
                     "role": "assistant",
-                    "tool_calls": [
-                        {"id": "c", "type": "function", "function": {"name": "f", "arguments": {"x": 1}}}
-                    ],
+                    "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": {"x": 1}}}],
                 },
             ]
-        },  # fmt: skip
+        },
     }
 
     async def body(ep, backend):
@@ -285,24 +281,16 @@ def test_malformed_requests_get_a_400_naming_the_field_and_valid_forms_pass(tok)
         async with httpx.AsyncClient(base_url=ep.base_url) as http:
             bad = {f: (await http.post("/chat/completions", json=j, headers=auth)) for f, j in cases.items()}
             # content as text parts (LangChain sends these) renders as the same prompt as a string
-            parts = [
-                {"role": "user", "content": [{"type": "text", "text": "h"}, {"type": "text", "text": "i"}]}
-            ]
-            ok = await http.post(
-                "/chat/completions", json={"messages": parts, "temperature": 0.5}, headers=auth
-            )
-            ok2 = await http.post(
-                "/chat/completions", json={"messages": [good], "temperature": 1}, headers=auth
-            )
+            parts = [{"role": "user", "content": [{"type": "text", "text": "h"}, {"type": "text", "text": "i"}]}]
+            ok = await http.post("/chat/completions", json={"messages": parts, "temperature": 0.5}, headers=auth)
+            ok2 = await http.post("/chat/completions", json={"messages": [good], "temperature": 1}, headers=auth)
         return bad, ok, ok2, backend
 
     bad, ok, ok2, backend = _run(tok, lambda p: "hello", body)
     for field, r in bad.items():
         assert r.status_code == 400, (field, r.text)
         err = r.json()["error"]
-        assert err["type"] == "invalid_request_error" and err["message"].startswith(
-            f"invalid request: {field}"
-        )
+        assert err["type"] == "invalid_request_error" and err["message"].startswith(f"invalid request: {field}")
     assert ok.status_code == ok2.status_code == 200
     assert len(backend.requests) == 2 and backend.requests[0].prompt_ids == backend.requests[1].prompt_ids
 
@@ -355,8 +343,10 @@ def test_three_hundred_malformed_and_hostile_requests_get_4xx_never_5xx_and_the_
     values = [None, 7, -5, 0, 1.5, "hot", "", "x" * 3000, [], {}, [1, 2], {"a": 1}, True, "alien", "\ud800"]
 
     def message():
-        m = {"role": rng.choice(["user", "assistant", "tool", "system", "alien", 3, None]),
-             "content": rng.choice([*values, "hi", [{"type": "text", "text": "hi"}], [{"type": "image_url"}]])}  # fmt: skip
+        m = {
+            "role": rng.choice(["user", "assistant", "tool", "system", "alien", 3, None]),
+            "content": rng.choice([*values, "hi", [{"type": "text", "text": "hi"}], [{"type": "image_url"}]]),
+        }
         if rng.random() < 0.3:
             m["tool_calls"] = rng.choice(values + [[{"id": "c", "function": {"name": "f", "arguments": 3}}]])
         return m

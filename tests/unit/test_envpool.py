@@ -97,9 +97,7 @@ def test_envs_sharing_a_replaced_worker_are_replayed():
         pid = first[0].info["pid"]
         assert isinstance(p.step([(b, "die")])[0], EnvFailure)
         out_a, out_c = p.step([(a, "z"), (c, "z")])
-        assert (
-            out_a.observations[0]["content"] == "3:z" and out_a.info["pid"] != pid
-        )  # state rebuilt elsewhere
+        assert out_a.observations[0]["content"] == "3:z" and out_a.info["pid"] != pid  # state rebuilt elsewhere
         assert isinstance(out_c, EnvFailure) and "diverged" in out_c.reason  # never silently different
         assert (p.stats["failed"], p.stats["worker_restarts"], p.stats["replayed"]) == (2, 1, 1)
 

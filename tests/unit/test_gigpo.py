@@ -64,9 +64,7 @@ def test_gigpo_rows_in_any_order_and_groups_kept_apart():
     a = 0.5 / (math.sqrt(0.5) + 1e-6)  # group/anchor of (1, 0): ±0.5 over the unbiased std √0.5
     torch.testing.assert_close(out, T_([2 * a, -2 * a, -2 * a, 2 * a]))
     perm = [3, 1, 0, 2]
-    shuffled = algos.gigpo_advantages(
-        rewards[perm], episode[perm], step[perm], group[perm], [keys[i] for i in perm]
-    )
+    shuffled = algos.gigpo_advantages(rewards[perm], episode[perm], step[perm], group[perm], [keys[i] for i in perm])
     plain = algos.gigpo_advantages(rewards, episode, step, group, keys)
     torch.testing.assert_close(shuffled, plain[perm])
 

@@ -86,8 +86,12 @@ def test_rows_are_capped_by_the_attention_the_model_runs(models):
 
     dense, grouped = models
     g = torch.Generator().manual_seed(0)
-    trajs = [Trajectory(ids=torch.randint(3, 500, (300,), generator=g).tolist(), loss_mask=[1] * 300,
-                        logprobs=[0.0] * 300, group=i) for i in range(8)]  # fmt: skip
+    trajs = [
+        Trajectory(
+            ids=torch.randint(3, 500, (300,), generator=g).tolist(), loss_mask=[1] * 300, logprobs=[0.0] * 300, group=i
+        )
+        for i in range(8)
+    ]
     m = to_batch(trajs, 0, torch.device("cpu"))
     _, _, T = m.inputs()
     assert pack_batch(m, T, OptimConfig(), grouped).input_ids.shape == (1, 2400)
@@ -107,8 +111,9 @@ def test_the_choice_by_device_and_flag():
     assert OptimConfig(pack_row_tokens=300).row_tokens(grouped=True) == 300
 
 
-def _reference_varlen(query, key, value, cu_q, cu_k, max_q, max_k, *, window_size=(-1, -1), scale=None,
-                      enable_gqa=False):  # fmt: skip
+def _reference_varlen(
+    query, key, value, cu_q, cu_k, max_q, max_k, *, window_size=(-1, -1), scale=None, enable_gqa=False
+):
     """flash-attention's varlen semantics, segment by segment (what torch's CUDA kernel computes): query i of a
     segment with n queries and lk keys sits at key position i + lk - n (causal aligned bottom-right) and sees the keys
     within `window_size` = (left, right) of it, -1 meaning unbounded."""
@@ -133,9 +138,7 @@ def _reference_varlen(query, key, value, cu_q, cu_k, max_q, max_k, *, window_siz
 def _old_reference_varlen(query, key, value, cu_q, cu_k, max_q, max_k, *, is_causal=False):
     """torch 2.9's signature: causal or not, no window, no scale, no GQA."""
     assert query.shape[1] == key.shape[1]
-    return _reference_varlen(
-        query, key, value, cu_q, cu_k, max_q, max_k, window_size=(-1, 0 if is_causal else -1)
-    )
+    return _reference_varlen(query, key, value, cu_q, cu_k, max_q, max_k, window_size=(-1, 0 if is_causal else -1))
 
 
 @pytest.mark.parametrize("kernel", [_reference_varlen, _old_reference_varlen])
@@ -158,9 +161,7 @@ def test_the_varlen_path_equals_the_dense_mask(models, kernel, monkeypatch):
     ref = logprobs_and_grads(dense, p, keep, adv, chunk=8)
     assert_same(ref, logprobs_and_grads(grouped, p, keep, adv, chunk=8), keep)
     kinds, window = packing.attention_kinds(dense.config)
-    if (
-        kernel is _old_reference_varlen and window
-    ):  # no window in the old signature: windowed layers take SDPA
+    if kernel is _old_reference_varlen and window:  # no window in the old signature: windowed layers take SDPA
         assert bool(calls) == (packing.FULL in kinds) and all(kw == {"is_causal": True} for kw in calls)
     else:
         assert len(calls) >= dense.config.num_hidden_layers

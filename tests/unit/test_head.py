@@ -52,9 +52,7 @@ def test_only_the_log_p_term_or_only_the_entropy_term():
     t = torch.randint(0, 20, (6,), generator=g)
     for pick in (0, 1):
         want = torch.autograd.grad(_plain(h, w, None, t, (1.0, None, 1.0))[pick].sum(), [h, w])
-        got = torch.autograd.grad(
-            head.TargetLogprobs.apply(h, w, None, t, (1.0, None, 1.0), 4)[pick].sum(), [h, w]
-        )
+        got = torch.autograd.grad(head.TargetLogprobs.apply(h, w, None, t, (1.0, None, 1.0), 4)[pick].sum(), [h, w])
         for x, y in zip(got, want):
             assert (x - y).abs().max() <= 1e-5 * y.abs().max()
 

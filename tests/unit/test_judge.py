@@ -28,8 +28,14 @@ def _replies(messages) -> list[str]:
 
 def oracle(messages) -> str:
     """Scores each attempt by the number it says, / 10: a judge whose answers the test knows."""
-    return json.dumps({"scores": [{"trajectory_id": i, "explanation": f"said {r}", "score": int(r) / 10}
-                                  for i, r in zip(_ids(messages), _replies(messages))]})  # fmt: skip
+    return json.dumps(
+        {
+            "scores": [
+                {"trajectory_id": i, "explanation": f"said {r}", "score": int(r) / 10}
+                for i, r in zip(_ids(messages), _replies(messages))
+            ]
+        }
+    )
 
 
 def _run(server_reply, groups, mode="group", **kw):
@@ -48,9 +54,7 @@ def test_group_scores_are_tied_to_their_attempts_and_clipped():
 def test_pointwise_is_one_call_per_attempt():
     def point(messages):
         n = re.search(r"<attempt>\n(.*?)\n</attempt>", messages[-1]["content"], re.S).group(1)
-        return (
-            f'Sure! ```json\n{{"explanation": "ok", "score": {int(n) / 10}}}\n```'  # prose around: tolerant
-        )
+        return f'Sure! ```json\n{{"explanation": "ok", "score": {int(n) / 10}}}\n```'  # prose around: tolerant
 
     verdicts, _ = _run(point, [(TASK, ["2", "9"])], mode="pointwise")
     assert verdicts[0].scores == {0: 0.2, 1: 0.9} and verdicts[0].calls == 2
@@ -58,9 +62,12 @@ def test_pointwise_is_one_call_per_attempt():
 
 @pytest.mark.parametrize(
     "bad",
-    ["not json at all", '{"scores": [{"trajectory_id": 0, "explanation": "x", "score": 0.5}]}',  # id 1 missing
-     '{"scores": [{"trajectory_id": 0, "explanation": "", "score": "high"}, {"trajectory_id": 1, "score": 1}]}'],
-)  # fmt: skip
+    [
+        "not json at all",
+        '{"scores": [{"trajectory_id": 0, "explanation": "x", "score": 0.5}]}',  # id 1 missing
+        '{"scores": [{"trajectory_id": 0, "explanation": "", "score": "high"}, {"trajectory_id": 1, "score": 1}]}',
+    ],
+)
 def test_a_bad_answer_is_retried_once_then_masks_only_its_group(bad):
     calls = {"bad": 0}
 
@@ -97,9 +104,7 @@ def test_the_key_goes_only_in_the_header_and_structured_outputs_are_asked(monkey
     async def chat(request):
         body = await request.json()
         seen.append((dict(request.headers), body))
-        return web.json_response(
-            {"choices": [{"message": {"role": "assistant", "content": oracle(body["messages"])}}]}
-        )
+        return web.json_response({"choices": [{"message": {"role": "assistant", "content": oracle(body["messages"])}}]})
 
     async def go():
         app = web.Application()
@@ -120,9 +125,7 @@ def test_the_key_goes_only_in_the_header_and_structured_outputs_are_asked(monkey
 
     assert body["max_tokens"] == judge.max_tokens == 1024
     assert body["response_format"]["json_schema"]["schema"] == bounded_schema(1, 1024, slack=SEPARATOR_SLACK)
-    assert (
-        judge.mode == "json_schema"
-    )  # not a vLLM server (no /models owned by vllm): the standard constraint
+    assert judge.mode == "json_schema"  # not a vLLM server (no /models owned by vllm): the standard constraint
 
 
 def test_an_answer_cut_at_max_tokens_masks_its_group_with_the_reason():
@@ -162,9 +165,7 @@ def test_calls_run_concurrently_under_the_limit():
 
 def test_parsers_refuse_what_cannot_be_tied_to_an_attempt():
     with pytest.raises(JudgeError, match="unknown or repeated"):
-        parse_group(
-            '{"scores": [{"trajectory_id": 0, "score": 1}, {"trajectory_id": 0, "score": 1}]}', [0, 1]
-        )
+        parse_group('{"scores": [{"trajectory_id": 0, "score": 1}, {"trajectory_id": 0, "score": 1}]}', [0, 1])
     with pytest.raises(JudgeError, match="unknown or repeated"):
         parse_group('{"scores": [{"trajectory_id": 5, "score": 1}]}', [0])
     with pytest.raises(JudgeError, match="finite"):
@@ -219,12 +220,8 @@ def test_the_strict_schema_bounds_the_answer_and_ties_ids_to_positions(n):
     assert accepts(g, worst) and len(worst) == answer_chars(n, 10)
     expl = "~" * 10 if n is None else "a!#[]" * 2
     assert not accepts(g, worst.replace(expl, "x" * 11, 1))
-    assert not accepts(
-        g, worst.replace(expl, 'ab\\"cd', 1)
-    )  # valid JSON, but an escape costs more than a token
-    assert not accepts(g, worst.replace("0.000001", "1.5", 1)) and not accepts(
-        g, worst.replace("0.000001", "-0.1", 1)
-    )
+    assert not accepts(g, worst.replace(expl, 'ab\\"cd', 1))  # valid JSON, but an escape costs more than a token
+    assert not accepts(g, worst.replace("0.000001", "1.5", 1)) and not accepts(g, worst.replace("0.000001", "-0.1", 1))
     if n and n > 1:
         assert not accepts(g, worst.replace('"trajectory_id": 1,', '"trajectory_id": 0,'))
         assert parse_group(worst, list(range(n)))[n - 1][0] == pytest.approx(1e-6)
@@ -247,6 +244,4 @@ def test_the_longest_strict_schema_compiles_against_a_real_vocabulary(tiny_path)
     for n in (None, 8):
         chars = explanation_chars(n, 100_000)
         assert chars == EXPLANATION_MAX
-        comp.compile_json_schema(
-            json.dumps(strict_schema(n, chars)), any_whitespace=False, separators=(",", ":")
-        )
+        comp.compile_json_schema(json.dumps(strict_schema(n, chars)), any_whitespace=False, separators=(",", ":"))

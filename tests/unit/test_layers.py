@@ -41,9 +41,7 @@ def project_files() -> dict[str, Path]:
         p = ROOT / top
         paths = [p] if p.is_file() else sorted(p.rglob("*.py"))
         for f in paths:
-            if (
-                "data" in f.relative_to(ROOT).parts[:-1]
-            ):  # shipped data (the swe suite's repos), not the project
+            if "data" in f.relative_to(ROOT).parts[:-1]:  # shipped data (the swe suite's repos), not the project
                 continue
             files[module_name(f)] = f
     return files
@@ -119,9 +117,7 @@ def inner_upward_imports() -> list[str]:
             continue
         for dep in deps:
             if dep.split(".")[0] == "nanosky" and floor_of(dep) > floor_of(mod):
-                bad.append(
-                    f"{mod}:{lines[mod, dep]} imports {dep} (floor {floor_of(dep)} is above {floor_of(mod)})"
-                )
+                bad.append(f"{mod}:{lines[mod, dep]} imports {dep} (floor {floor_of(dep)} is above {floor_of(mod)})")
     return sorted(bad)
 
 
@@ -198,18 +194,13 @@ def test_parser_reads_function_level_and_relative_imports(tmp_path):
 
 def test_no_upward_imports():
     bad = upward_imports()
-    assert not bad, "imports must run algos <- envs <- nanosky <- evals <- run.py/bench/tests:\n" + "\n".join(
-        bad
-    )
+    assert not bad, "imports must run algos <- envs <- nanosky <- evals <- run.py/bench/tests:\n" + "\n".join(bad)
 
 
 def test_nanosky_floors_import_only_downward():
     bad = inner_upward_imports()
     assert not bad, (
-        "inside nanosky/, imports must run "
-        + " <- ".join(r[0] for r in INNER)
-        + " <- the rest:\n"
-        + ("\n".join(bad))
+        "inside nanosky/, imports must run " + " <- ".join(r[0] for r in INNER) + " <- the rest:\n" + ("\n".join(bad))
     )
 
 

@@ -234,15 +234,11 @@ def test_packing_takes_eager_attention_with_an_additive_mask_and_refuses_others(
         a, _ = packing.logprobs(sdpa, p)
         b, _ = packing.logprobs(eager, p)
     assert (a - b).abs().max() < 1e-5 and a.abs().max() > 0.1
-    flash = SimpleNamespace(
-        config=SimpleNamespace(_attn_implementation="flash_attention_2", num_hidden_layers=2)
-    )
+    flash = SimpleNamespace(config=SimpleNamespace(_attn_implementation="flash_attention_2", num_hidden_layers=2))
     with pytest.raises(ValueError, match="--optim.packing none"):
         packing.check_attention(flash)
     chunked = SimpleNamespace(
-        config=SimpleNamespace(
-            _attn_implementation="sdpa", layer_types=["chunked_attention"], sliding_window=None
-        )
+        config=SimpleNamespace(_attn_implementation="sdpa", layer_types=["chunked_attention"], sliding_window=None)
     )
     with pytest.raises(ValueError, match="chunked_attention"):
         packing.check_attention(chunked)
@@ -261,9 +257,7 @@ def test_activation_checkpointing_recomputes_each_layer_and_keeps_the_gradients(
     for ckpt in (False, True):
         torch.manual_seed(0)
         if lora:
-            model = load_lora_model(
-                tiny_path, LoraConfig(rank=4, alpha=8), dist_info, activation_checkpointing=ckpt
-            )
+            model = load_lora_model(tiny_path, LoraConfig(rank=4, alpha=8), dist_info, activation_checkpointing=ckpt)
             for n, q in model.named_parameters():
                 if "lora_B" in n:  # a fresh adapter's B is 0: make it count
                     torch.nn.init.normal_(q, std=0.05, generator=torch.Generator().manual_seed(1))

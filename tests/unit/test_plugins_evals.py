@@ -34,7 +34,5 @@ def test_an_eval_imports_the_users_module_first_so_their_env_is_registered(tmp_p
 
 def test_a_missing_plugin_is_one_line_on_every_eval_cli(capsys):
     for config in (AgentEvalConfig, MathEvalConfig):
-        with pytest.raises(
-            SystemExit, match=r"--plugins no_such_user_mod: no module named 'no_such_user_mod'"
-        ):
+        with pytest.raises(SystemExit, match=r"--plugins no_such_user_mod: no module named 'no_such_user_mod'"):
             tyro.cli(config, args=["--plugins", "no_such_user_mod"])

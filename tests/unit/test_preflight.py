@@ -35,16 +35,15 @@ def test_model_path(tmp_path):
     preflight.check(_cfg(tmp_path), world=1)  # the bundled model passes
 
 
-def test_a_missing_bundled_model_is_one_line_naming_the_build_command_and_nothing_is_built(
-    tmp_path, monkeypatch
-):
+def test_a_missing_bundled_model_is_one_line_naming_the_build_command_and_nothing_is_built(tmp_path, monkeypatch):
     import nanosky.tiny
     from nanosky import bundled
 
     built = []
     monkeypatch.setattr(bundled, "ASSETS", tmp_path / "assets")  # as in a checkout whose assets were removed
-    monkeypatch.setattr(nanosky.tiny, "VARIANTS", {k: (f, tmp_path / "assets" / a.name) for k, (f, a) in
-                                                    nanosky.tiny.VARIANTS.items()})  # fmt: skip
+    monkeypatch.setattr(
+        nanosky.tiny, "VARIANTS", {k: (f, tmp_path / "assets" / a.name) for k, (f, a) in nanosky.tiny.VARIANTS.items()}
+    )
     monkeypatch.setattr(nanosky.tiny, "CACHE_DIR", tmp_path / "cache")
     monkeypatch.setattr(nanosky.tiny, "build", lambda cfg: built.append(cfg))
     with pytest.raises(bundled.MissingBundledModel, match=r"python -m nanosky.tiny --variant tool"):
@@ -67,12 +66,8 @@ def test_env_data(tmp_path):
     )
     data = tmp_path / "gsm.jsonl"
     good = json.dumps({"question": "1+1?", "answer": "1+1=2\n#### 2"})
-    data.write_text(
-        "\n".join([good, "{not json", good, json.dumps({"question": "q", "answer": "no marker"})])
-    )
-    _fails(
-        _cfg(tmp_path, "--env-data", str(data)), r"2 bad row\(s\) among the first 4: line 2: not JSON.*line 4"
-    )
+    data.write_text("\n".join([good, "{not json", good, json.dumps({"question": "q", "answer": "no marker"})]))
+    _fails(_cfg(tmp_path, "--env-data", str(data)), r"2 bad row\(s\) among the first 4: line 2: not JSON.*line 4")
     data.write_text(good + "\n" + good)
     preflight.check(_cfg(tmp_path, "--env-data", str(data)), world=1)
     _fails(_cfg(tmp_path, "--env", "alfworld_lite", "--env-data", str(data)), "takes no data file")
@@ -154,12 +149,8 @@ def test_every_config_error_is_one_line_naming_the_flag_as_typed(flags, expected
 def test_world_size_checks_name_the_flags(tmp_path):
     from nanosky.startup import check
 
-    with pytest.raises(
-        preflight.UsageError, match=r"--rollout.prompts-per-step \(3\) must be divisible.*\(2\)"
-    ):
-        check(
-            ["--preset", "smoke", "--rollout.prompts-per-step", "3", "--log.run-dir", str(tmp_path)], 2, False
-        )
+    with pytest.raises(preflight.UsageError, match=r"--rollout.prompts-per-step \(3\) must be divisible.*\(2\)"):
+        check(["--preset", "smoke", "--rollout.prompts-per-step", "3", "--log.run-dir", str(tmp_path)], 2, False)
     flags = ["--preset", "smoke", "--algorithm.mini-batches", "3", "--log.run-dir", str(tmp_path)]
     with pytest.raises(preflight.UsageError, match=r"must be divisible by --algorithm.mini-batches \(3\)"):
         check(flags, 2, False)
@@ -202,8 +193,11 @@ def test_a_fresh_run_into_an_earlier_run_is_refused_and_overwrite_moves_it_aside
     run = tmp_path / "run"
     preflight.check(_cfg(tmp_path), world=1)  # empty: fine
     (run / "events.out.tfevents.1.host").write_text("x")
-    _fails(_cfg(tmp_path), r"holds an earlier run \(TensorBoard events\): continue it with --resume latest, .*"
-                           r"new --log.run-dir, or pass --log.overwrite")  # fmt: skip
+    _fails(
+        _cfg(tmp_path),
+        r"holds an earlier run \(TensorBoard events\): continue it with --resume latest, .*"
+        r"new --log.run-dir, or pass --log.overwrite",
+    )
     (run / "checkpoints" / "step_000002").mkdir(parents=True)
     (run / "checkpoints" / "step_000004").mkdir()
     _fails(_cfg(tmp_path), r"\(2 checkpoints\)")

@@ -60,9 +60,7 @@ def test_one_token_off_at_build_is_refused_by_name_and_position():
     d[37:] = 5e-3  # the last tokens, past a window
     m = {"rollout/logprob_diff_mean": float(d.mean()), "rollout/logprob_diff_max": float(d.max())}
     assert m["rollout/logprob_diff_mean"] < 1e-3  # the mean ceiling alone would let it train
-    with pytest.raises(
-        StaleWeightsError, match=r"Cohere2ForCausalLM: .* from position 38 of the build probe"
-    ):
+    with pytest.raises(StaleWeightsError, match=r"Cohere2ForCausalLM: .* from position 38 of the build probe"):
         Probe([1]).check(m, "float32", 0, [], d, "Cohere2ForCausalLM")
     bf16 = Probe([1])
     bf16.check(m, "bfloat16", 0, [], d, "Cohere2ForCausalLM")  # rounding alone moves single bf16 tokens

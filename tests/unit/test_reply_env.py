@@ -53,12 +53,18 @@ def test_an_env_without_a_checker_needs_a_judge_alone(tmp_path):
     for extra in ([], ["--reward.judge", "group", "--reward.judge-url", "self"]):
         with pytest.raises(preflight.UsageError, match="--env reply has no checker.*--reward.judge-only"):
             preflight.check(parse_args([*base, *extra], console=False), 1)
-    ok = [*base, "--reward.judge", "pointwise", "--reward.judge-url", "self", "--reward.judge-only",
-          "--reward.judge-max-tokens", "128"]  # fmt: skip
+    ok = [
+        *base,
+        "--reward.judge",
+        "pointwise",
+        "--reward.judge-url",
+        "self",
+        "--reward.judge-only",
+        "--reward.judge-max-tokens",
+        "128",
+    ]
     preflight.check(parse_args(ok, console=False), 1)
     with pytest.raises(preflight.UsageError, match="cannot hold one judgement of 8 attempts"):
-        preflight.check(
-            parse_args([*ok, "--reward.judge", "group", "--rollout.group-size", "8"], console=False), 1
-        )
+        preflight.check(parse_args([*ok, "--reward.judge", "group", "--rollout.group-size", "8"], console=False), 1)
     with pytest.raises(preflight.UsageError, match="leaves no room for the judge's prompt"):
         preflight.check(parse_args([*ok, "--reward.judge-max-tokens", "4096"], console=False), 1)

@@ -20,9 +20,7 @@ def test_checkpointer_is_due_every_k_steps_but_leaves_the_last_to_close():
     assert [s for s in range(1, 8) if ck.due(s)] == [3, 6]
     ck = Checkpointer(_cfg("--steps", "6", "--log.ckpt-every", "3"), None, None, None, None)
     assert [s for s in range(1, 7) if ck.due(s)] == [3]  # step 6 is the final checkpoint, written by close
-    assert not any(
-        Checkpointer(_cfg("--log.ckpt-every", "0"), None, None, None, None).due(s) for s in range(9)
-    )
+    assert not any(Checkpointer(_cfg("--log.ckpt-every", "0"), None, None, None, None).due(s) for s in range(9))
 
 
 def test_evaluator_is_due_every_k_steps_but_not_at_the_last():
@@ -33,9 +31,12 @@ def test_evaluator_is_due_every_k_steps_but_not_at_the_last():
 
 @pytest.mark.parametrize(
     "old,new",
-    [("--probe.skip-sync", "--debug.skip-sync"), ("--dist.fail-rank", "--debug.fail-rank"),
-     ("--dist.fail_step=2", "--debug.fail-step")],
-)  # fmt: skip
+    [
+        ("--probe.skip-sync", "--debug.skip-sync"),
+        ("--dist.fail-rank", "--debug.fail-rank"),
+        ("--dist.fail_step=2", "--debug.fail-step"),
+    ],
+)
 def test_testing_only_flags_moved_under_debug(old, new):
     with pytest.raises(SystemExit, match=new):
         _cfg(old, *([] if "=" in old else ["1"]))
@@ -63,10 +64,7 @@ def test_replacing_a_builtin_name_logs_a_warning(caplog):
     finally:
         algos.register_policy_loss("cispo", zero_at_zero_adv=True)(builtin)
         envs._REGISTRY.pop("tool_use", None)
-    assert (
-        algos.get_policy_loss("cispo") is builtin
-        and algos.registry.POLICY_LOSSES.meta("cispo")["zero_at_zero_adv"]
-    )
+    assert algos.get_policy_loss("cispo") is builtin and algos.registry.POLICY_LOSSES.meta("cispo")["zero_at_zero_adv"]
 
 
 def test_packing_checked_at_build_falls_back_to_unpacked_rows(monkeypatch):
@@ -82,9 +80,7 @@ def test_packing_checked_at_build_falls_back_to_unpacked_rows(monkeypatch):
     def verify(model, forward, tol):
         seen.append(model)
         if model == "critic":
-            raise packing.PackingUnsupported(
-                "packed and unpacked forwards differ by 0.5 (> 0.0001) on Critic"
-            )
+            raise packing.PackingUnsupported("packed and unpacked forwards differ by 0.5 (> 0.0001) on Critic")
         return 0.0
 
     monkeypatch.setattr(packing, "verify", verify)
@@ -95,15 +91,17 @@ def test_packing_checked_at_build_falls_back_to_unpacked_rows(monkeypatch):
     before = copy.deepcopy(cfg)
     p = plan.decide(cfg.optim, "cpu", "policy", "ref", "critic", say=lines.append)
     assert seen == ["policy", "ref", "critic"] and p.packing == "none" and p.attention is None
+    assert cfg == before and p.optim(cfg.optim).packing == "none"  # the plan says what runs; cfg stays as parsed
     assert (
-        cfg == before and p.optim(cfg.optim).packing == "none"
-    )  # the plan says what runs; cfg stays as parsed
-    assert lines == list(p.notes) == ["nanosky: packed and unpacked forwards differ by 0.5 (> 0.0001) on Critic; "
-                                      "this run uses --optim.packing none (exact, slower)"]  # fmt: skip
-    seen.clear()
-    assert (
-        plan.decide(p.optim(cfg.optim), "cpu", "policy", "ref", "critic", say=lines.append).packing == "none"
+        lines
+        == list(p.notes)
+        == [
+            "nanosky: packed and unpacked forwards differ by 0.5 (> 0.0001) on Critic; "
+            "this run uses --optim.packing none (exact, slower)"
+        ]
     )
+    seen.clear()
+    assert plan.decide(p.optim(cfg.optim), "cpu", "policy", "ref", "critic", say=lines.append).packing == "none"
     assert seen == []  # unpacked: nothing to check
 
 
@@ -111,9 +109,7 @@ def test_no_signal_warning_after_three_steps_in_a_row_and_once():
     from nanosky.metrics import NoSignalWatch
 
     w = NoSignalWatch()
-    assert [w(1.0, 0.0), w(1.0, 0.0), w(0.5, 0.2), w(1.0, 0.0), w(None, 0.0)] == [
-        None
-    ] * 5  # the streak resets
+    assert [w(1.0, 0.0), w(1.0, 0.0), w(0.5, 0.2), w(1.0, 0.0), w(None, 0.0)] == [None] * 5  # the streak resets
     assert w(1.0, 0.0) is None and w(1.0, 0.0) is None
     msg = w(1.0, 0.0)
     assert "3 steps in a row every group's rewards were equal" in msg and "--rollout.max-new-tokens" in msg
@@ -141,8 +137,10 @@ def test_a_soft_capped_model_packs_under_the_dense_mask_and_says_so(tmp_path):
     assert not grouped_attention.enabled(model) and p.attention == "mask"
     assert p.packing == "prefix"  # packed, under the mask: the check passed on it
     assert cfg == before and not p.optim(cfg.optim).grouped("cuda")  # what the update runs: the mask
-    assert lines == ["nanosky: gemma2 runs eager attention (soft-capped), which grouped attention does not cover; "
-                     "packed rows use the dense mask"]  # fmt: skip
+    assert lines == [
+        "nanosky: gemma2 runs eager attention (soft-capped), which grouped attention does not cover; "
+        "packed rows use the dense mask"
+    ]
 
 
 def test_a_model_grouped_attention_cannot_reproduce_falls_back_to_the_dense_mask(tmp_path, monkeypatch):
@@ -162,9 +160,7 @@ def test_a_model_grouped_attention_cannot_reproduce_falls_back_to_the_dense_mask
     def verify(m, forward, tol):
         checked.append("grouped" if grouped_attention.enabled(m) else "mask")
         if grouped_attention.enabled(m):
-            raise packing.PackingUnsupported(
-                "packed and unpacked forwards differ by 2.1 (> 0.1) on Qwen2ForCausalLM"
-            )
+            raise packing.PackingUnsupported("packed and unpacked forwards differ by 2.1 (> 0.1) on Qwen2ForCausalLM")
         return 0.0
 
     monkeypatch.setattr(packing, "verify", verify)
@@ -173,5 +169,7 @@ def test_a_model_grouped_attention_cannot_reproduce_falls_back_to_the_dense_mask
     p = plan.decide(cfg.optim, "cuda", model, say=lines.append)
     assert checked == ["grouped", "mask"] and (p.packing, p.attention) == ("prefix", "mask")
     assert not grouped_attention.enabled(model) and cfg == before
-    assert lines == ["nanosky: packed and unpacked forwards differ by 2.1 (> 0.1) on Qwen2ForCausalLM with grouped "
-                     "attention; this run uses the dense mask"]  # fmt: skip
+    assert lines == [
+        "nanosky: packed and unpacked forwards differ by 2.1 (> 0.1) on Qwen2ForCausalLM with grouped "
+        "attention; this run uses the dense mask"
+    ]

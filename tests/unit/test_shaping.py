@@ -18,10 +18,7 @@ def test_group_has_signal_keeps_groups_whose_rewards_differ():
     # group 7 differs; group 2 is all equal; group 9 differs by 1e-9 only: equal at 6 decimals
     assert keep.tolist() == [True, True, True, False, False, False, False, False]
     assert algos.group_has_signal(torch.tensor([0.0]), torch.tensor([0])).tolist() == [False]  # a singleton
-    assert (
-        algos.group_has_signal(torch.tensor([0.1, 0.2]), torch.tensor([3, 3]), decimals=0).tolist()
-        == [False] * 2
-    )
+    assert algos.group_has_signal(torch.tensor([0.1, 0.2]), torch.tensor([3, 3]), decimals=0).tolist() == [False] * 2
 
 
 def test_filter_groups_returns_whole_groups_in_order():

@@ -65,9 +65,7 @@ def test_the_build_check_compares_target_token_logprobs_not_the_whole_vocabulary
         packing.verify(model, perturbed(at_targets=True), tol=1e-4)
 
 
-def test_the_build_check_allows_the_models_own_rounding_and_still_refuses_a_missed_window(
-    tmp_path, monkeypatch
-):
+def test_the_build_check_allows_the_models_own_rounding_and_still_refuses_a_missed_window(tmp_path, monkeypatch):
     """A deep model in bf16 rounds differently in every kernel shape: packed vs unpacked then differs by about what
     a sequence differs from itself right-padded (0.3-0.5 nats on a random 7B-shaped model, H100). Such noise passes
     the check; a missed window, far larger, is still refused with the noise on top."""
@@ -76,23 +74,17 @@ def test_the_build_check_allows_the_models_own_rounding_and_still_refuses_a_miss
     model = AutoModelForCausalLM.from_pretrained(build("mistral_swa", str(tmp_path)), dtype=torch.float32)
     forward = packing.lm_forward(model)
 
-    def rounding(
-        ids, mask, pos, **kw
-    ):  # a shape-dependent error, as bf16 kernels make; none for one plain row
+    def rounding(ids, mask, pos, **kw):  # a shape-dependent error, as bf16 kernels make; none for one plain row
         out = forward(ids, mask, pos, **kw)
         plain = isinstance(mask, torch.Tensor) and mask.shape == ids.shape and bool(mask.all())
         if not plain:
             g = torch.Generator().manual_seed(ids.shape[-1])
-            out = (
-                out + 0.3 * torch.rand(out.shape[:-1], generator=g)[..., None]
-            )  # log p(target) moves by < 0.3
+            out = out + 0.3 * torch.rand(out.shape[:-1], generator=g)[..., None]  # log p(target) moves by < 0.3
         return out
 
     got = packing.verify(model, rounding, tol=0.1)
     assert 0.1 < got < 0.3  # above the fixed tolerance: passed on the model's measured rounding
     real = packing.attention_kinds
     monkeypatch.setattr(packing, "attention_kinds", lambda cfg: ([packing.FULL] * len(real(cfg)[0]), None))
-    with pytest.raises(
-        packing.PackingUnsupported, match=r"differ by [1-9].* 2x the model's own rounding, 0\.[12]"
-    ):
+    with pytest.raises(packing.PackingUnsupported, match=r"differ by [1-9].* 2x the model's own rounding, 0\.[12]"):
         packing.verify(model, rounding, tol=0.1)  # the probe still spans the window: packed ignores it

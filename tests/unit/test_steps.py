@@ -11,8 +11,15 @@ from nanosky.train.step_credit import action_spans, anchor_metrics, step_info
 
 def _traj(mask, turn_rewards, keys, reward, group=0):
     n = len(mask)
-    return Trajectory(ids=list(range(10, 10 + n)), loss_mask=mask, logprobs=[0.0] * n, reward=reward,
-                      turn_rewards=turn_rewards, state_keys=keys, group=group)  # fmt: skip
+    return Trajectory(
+        ids=list(range(10, 10 + n)),
+        loss_mask=mask,
+        logprobs=[0.0] * n,
+        reward=reward,
+        turn_rewards=turn_rewards,
+        state_keys=keys,
+        group=group,
+    )
 
 
 def test_action_spans():
@@ -27,9 +34,7 @@ def test_step_info_lines_up_with_the_batch_and_rewards_sum_to_the_outcome():
     info = step_info([t])
     assert info.spans == [[(2, 4), (6, 9), (10, 11)]]
     batch = to_batch([t], 0, "cpu")
-    for a, b in info.spans[
-        0
-    ]:  # position p of the [B, L-1] tensors scores token p+1: the spans are policy tokens
+    for a, b in info.spans[0]:  # position p of the [B, L-1] tensors scores token p+1: the spans are policy tokens
         assert batch.loss_mask[0, a:b].sum() == b - a
     assert batch.loss_mask.sum() == sum(b - a for a, b in info.spans[0])
     # The unstepped turn is a step of its own with its own key; the final verdict's remainder lands on the last step.
@@ -53,9 +58,7 @@ def test_anchor_metrics_counts_shared_states():
 def test_overlong_penalty_reads_the_longest_turn_not_the_episode():
     from nanosky.collect import overlong_penalty
 
-    short_turns = _traj(
-        [0, 1, 1, 1, 0, 1, 1, 1, 0, 1, 1, 1], [], [], reward=1.0
-    )  # 9 policy tokens, turns of 3
+    short_turns = _traj([0, 1, 1, 1, 0, 1, 1, 1, 0, 1, 1, 1], [], [], reward=1.0)  # 9 policy tokens, turns of 3
     long_turn = _traj([0, 1, 1, 1, 1, 1, 0, 1], [], [], reward=1.0)  # a turn of 5 = max_new_tokens
     overlong_penalty([short_turns, long_turn], max_len=5, cache_len=2)  # the band starts at 3 tokens
     assert short_turns.reward == 1.0 and long_turn.reward == pytest.approx(0.0)

@@ -74,18 +74,14 @@ class IdsBackend:
         self.prompts.append((list(req.messages), list(req.prompt_ids)))
         ids = encode(self.tok, self.actions[k]) + [self.tok.eos_token_id]
         await asyncio.sleep(0)
-        return GenerationResult(
-            self.actions[k], ids, [-0.1 * (j + 1) for j in range(len(ids))], "stop", 0, len(ids)
-        )
+        return GenerationResult(self.actions[k], ids, [-0.1 * (j + 1) for j in range(len(ids))], "stop", 0, len(ids))
 
 
 def test_runner_samples_each_turn_from_its_window_and_keeps_the_sampled_ids(tok):
     env = envs.make("alfworld_lite", split="test", seed=2)
     actions = ["look", "inventory", f"go to {env.layout.receptacles[0]}", "look"]
     backend = IdsBackend(tok, actions)
-    [t] = AgentRunner(backend, tok=tok, max_turns=4, history_window=1).run(
-        [EnvTask.make("alfworld_lite", "test", 2)]
-    )
+    [t] = AgentRunner(backend, tok=tok, max_turns=4, history_window=1).run([EnvTask.make("alfworld_lite", "test", 2)])
     assert t.turns == 4 and len(t.steps) == 4 and t.stop_reason == "max_turns"
     for k, (step, (shown, ids)) in enumerate(zip(t.steps, backend.prompts)):
         history = t.messages[: 2 + 2 * k]  # opening + k (action, observation) pairs
@@ -99,9 +95,7 @@ def test_runner_samples_each_turn_from_its_window_and_keeps_the_sampled_ids(tok)
 
 def _episode(group: int, rewards: list[float], reward: float, keys: list) -> Trajectory:
     steps = [Step([1, 2, 3 + k], [10 + k, 11], [-0.5, -0.25]) for k in range(len(keys))]
-    return Trajectory(
-        reward=reward, turn_rewards=rewards, state_keys=keys, steps=steps, group=group, turns=len(keys)
-    )
+    return Trajectory(reward=reward, turn_rewards=rewards, state_keys=keys, steps=steps, group=group, turns=len(keys))
 
 
 def test_samples_are_one_row_per_step_with_their_bookkeeping():
@@ -109,9 +103,7 @@ def test_samples_are_one_row_per_step_with_their_bookkeeping():
     rows = samples(trajs)
     assert [(r.info["episode"], r.info["step"]) for r in rows] == [(0, 0), (0, 1), (1, 0)]
     r = rows[1]
-    assert (
-        r.ids == [1, 2, 4, 11, 11] and r.loss_mask == [0, 0, 0, 1, 1] and r.logprobs == [0, 0, 0, -0.5, -0.25]
-    )
+    assert r.ids == [1, 2, 4, 11, 11] and r.loss_mask == [0, 0, 0, 1, 1] and r.logprobs == [0, 0, 0, -0.5, -0.25]
     assert r.prompt_len == 3 and r.reward == 1.0 and r.group == 0 and r.state_keys == ["B"]
     assert [x.turn_rewards[0] for x in rows] == [0.0, 1.0, 0.0]  # the verdict's remainder on the last step
 

@@ -55,9 +55,7 @@ def test_a_signal_is_answered_after_the_step_and_a_second_one_stops_at_once():
 def test_resume_command_repeats_the_flags_with_resume_latest(monkeypatch):
     monkeypatch.setattr(sys, "argv", ["run.py"])
     monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
-    assert (
-        resume_command(["--env", "math", "--resume", "step_2"]) == "python run.py --env math --resume latest"
-    )
+    assert resume_command(["--env", "math", "--resume", "step_2"]) == "python run.py --env math --resume latest"
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
     cmd = resume_command(["--resume=latest", "--log.run-dir", "runs/a b"])
     assert cmd == "torchrun --nproc_per_node 2 run.py --log.run-dir 'runs/a b' --resume latest"
@@ -74,6 +72,4 @@ def test_the_launch_geometry_is_read_once_at_start_up(monkeypatch):
     dist.record_launch()
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")  # what the engine leaves behind
     dist.record_launch()  # a second call (train() after run.py) keeps the first
-    assert (
-        resume_command(["--env", "math"]) == "torchrun --nproc_per_node 2 run.py --env math --resume latest"
-    )
+    assert resume_command(["--env", "math"]) == "torchrun --nproc_per_node 2 run.py --env math --resume latest"

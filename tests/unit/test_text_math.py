@@ -59,7 +59,10 @@ def _solve(p: Problem) -> str:
             return "yes"
         assert {member, asked} == {p_, q_}
         return "no"
-    if m := re.fullmatch(r"(\w+) is (taller|shorter) than (\w+)\. (\w+) is (taller|shorter) than (\w+)\. Who is the (tallest|shortest)\?", q):  # fmt: skip
+    if m := re.fullmatch(
+        r"(\w+) is (taller|shorter) than (\w+)\. (\w+) is (taller|shorter) than (\w+)\. Who is the (tallest|shortest)\?",
+        q,
+    ):
         taller = {}  # name -> set of names they are taller than (direct facts only)
         for x, rel, y in (m.group(1, 2, 3), m.group(4, 5, 6)):
             hi, lo = (x, y) if rel == "taller" else (y, x)
@@ -327,9 +330,9 @@ def test_bundled_gsm8k_fixture():
         assert 1 <= r.level <= 3
     for line in FIXTURE.read_text().splitlines():  # the calculator annotations in the fixture are right
         for a, op, b, c in re.findall(r"<<(\d+)([-+*/])(\d+)=(\d+)>>", json.loads(line)["answer"]):
-            assert {"+": int(a) + int(b), "-": int(a) - int(b), "*": int(a) * int(b), "/": int(a) / int(b)}[
-                op
-            ] == int(c)
+            assert {"+": int(a) + int(b), "-": int(a) - int(b), "*": int(a) * int(b), "/": int(a) / int(b)}[op] == int(
+                c
+            )
 
 
 # ------------------------------------------------------------------------------------------ env

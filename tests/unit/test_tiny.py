@@ -159,9 +159,7 @@ def test_swe_variant_data_are_real_expert_episodes_and_editor_copy_drills(tok):
     ((messages, schemas),) = _swe_examples(1, 0)
     assert [s["function"]["name"] for s in schemas] == ["bash", "str_replace_editor", "submit"]
     actions = [m["content"] for m in messages if m["role"] == "assistant"]
-    assert (
-        json.loads(actions[-1].removeprefix("<tool_call>").removesuffix("</tool_call>"))["name"] == "submit"
-    )
+    assert json.loads(actions[-1].removeprefix("<tool_call>").removesuffix("</tool_call>"))["name"] == "submit"
     assert any('"command": "str_replace"' in a for a in actions)
     assert any("passed" in m["content"] for m in messages if m["role"] == "tool")  # the test run really ran
     ids, mask = _encode(tok, (messages, schemas))

@@ -77,9 +77,7 @@ def test_each_editor_command_is_admitted(matcher, args):
         format_tool_call(
             "str_replace_editor", {"command": "str_replace", "path": "a.py", "new_str": "x"}
         ),  # no old_str
-        format_tool_call(
-            "str_replace_editor", {"command": "view", "path": "a.py", "old_str": "x"}
-        ),  # not view's
+        format_tool_call("str_replace_editor", {"command": "view", "path": "a.py", "old_str": "x"}),  # not view's
         format_tool_call(
             "str_replace_editor", {"command": "replace_lines", "path": "a", "line_range": [3], "new_str": ""}
         ),
@@ -146,7 +144,7 @@ def test_editor_paths_are_the_work_trees_own(swe_tok):
             format_tool_call(
                 "str_replace_editor",
                 {"command": "replace_lines", "path": "x/y.py", "line_range": [1, 1], "new_str": ""},
-            )  # fmt: skip
+            )
         )
         create = {"command": "create", "path": made_up, "file_text": "x = 1\n"}
         assert accepts(format_tool_call("str_replace_editor", create))  # create takes a new path

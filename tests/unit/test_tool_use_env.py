@@ -156,9 +156,7 @@ def test_call_reward_pays_once_for_a_call_that_returns_the_gold_result():
     assert env.step(format_tool_call(name, args)).reward == 0.5
     assert env.step(format_tool_call(name, args)).reward == 0.0  # a second gold call earns nothing more
     res = env.step(f"<answer>{env.task.answer}</answer>")
-    assert (
-        res.reward == 1.0 and res.info["success"] and res.info["gold_call"]
-    )  # success and its reward unchanged
+    assert res.reward == 1.0 and res.info["success"] and res.info["gold_call"]  # success and its reward unchanged
     env.reset()  # a new episode pays again
     assert not env.call_paid and env.step(format_tool_call(name, args)).reward == 0.5
     # python: a different program that prints the same value is paid; the default pays nothing

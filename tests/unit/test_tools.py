@@ -414,8 +414,7 @@ def test_run_tool_call_accepts_a_list_of_tools():
 
 
 ADVERSARIAL = {
-    "unclosed openers": "<tool_call>{" * 20_000
-    + "x" * (1 << 20),  # main took 5.3 s: a close search per opener
+    "unclosed openers": "<tool_call>{" * 20_000 + "x" * (1 << 20),  # main took 5.3 s: a close search per opener
     "openers and garbage": ("<tool_call>{" + "g" * 40) * 20_000,
     "non-JSON blocks": "<tool_call>x{a}" * 70_000,
     "one huge block of whitespace": "<tool_call>```" + " " * (1 << 20) + "x",  # a `\s*```$` regex backtracks
@@ -448,9 +447,7 @@ def test_parse_reads_at_most_max_calls_and_says_so():
 
 
 def test_parse_object_with_trailing_text_and_fences():
-    (call,) = parse_tool_calls(
-        '<tool_call>```json\n{"name": "wiki", "arguments": {"q": "x"}} thanks\n```</tool_call>'
-    )
+    (call,) = parse_tool_calls('<tool_call>```json\n{"name": "wiki", "arguments": {"q": "x"}} thanks\n```</tool_call>')
     assert call.error is None and call.name == "wiki" and call.arguments == {"q": "x"}
     (call,) = parse_tool_calls('<tool_call>sure: {"name": "wiki"}</tool_call>')  # prose before the object
     assert call.error is None and call.name == "wiki"

@@ -16,13 +16,24 @@ def _tracer(rows, kept=None) -> Tracer:
 
 def _batch():
     # groups 7 (3 rows), 5 (2 rows), then a padding row; prompts of 3 tokens, 2-3 sampled ones
-    trajs = [
-        Trajectory(ids=[1, 2, 3, 10 + i, 20 + i], loss_mask=[0, 0, 0, 1, 1], logprobs=[0, 0, 0, -0.5, -0.25],
-                   group=7) for i in range(3)
-    ] + [
-        Trajectory(ids=[4, 5, 6, 30 + i, 40 + i, 50], loss_mask=[0, 0, 0, 1, 0, 1],
-                   logprobs=[0, 0, 0, -1.0, 0, -2.0], group=5) for i in range(2)
-    ] + [None]  # fmt: skip
+    trajs = (
+        [
+            Trajectory(
+                ids=[1, 2, 3, 10 + i, 20 + i], loss_mask=[0, 0, 0, 1, 1], logprobs=[0, 0, 0, -0.5, -0.25], group=7
+            )
+            for i in range(3)
+        ]
+        + [
+            Trajectory(
+                ids=[4, 5, 6, 30 + i, 40 + i, 50],
+                loss_mask=[0, 0, 0, 1, 0, 1],
+                logprobs=[0, 0, 0, -1.0, 0, -2.0],
+                group=5,
+            )
+            for i in range(2)
+        ]
+        + [None]
+    )
     b = to_batch(trajs, 0, "cpu")
     b.advantages = torch.arange(len(trajs), dtype=torch.float32)[:, None].expand_as(b.loss_mask).clone()
     return trajs, b
@@ -61,9 +72,7 @@ def test_token_fields_align_with_the_ids():
     assert x["lp_train"] == [None, None, None, -0.9, None, 0.0]
     assert x["ent"] == [None, None, None, 0.3, None, 0.7]
     assert x["adv"] == [None, None, None, 3.0, None, 3.0]
-    assert (
-        f[1]["lp_train"] == [None] * 6 and f[1]["adv"][3] == 4.0
-    )  # not traced by the update: no trainer values
+    assert f[1]["lp_train"] == [None] * 6 and f[1]["adv"][3] == 4.0  # not traced by the update: no trainer values
     _, f = trace.sample(trajs, trajs, b, _tracer([3, 4]), n=1, max_tokens=11)
     assert f[0] is not None and f[1] is None  # the budget: 6 + 6 tokens > 11
 
@@ -75,9 +84,7 @@ def test_sample_without_traced_rows_takes_the_first_whole_groups():
     assert [t.group for t in got] == [5, 5]  # step-wise rows: the episodes carry the engine's side only
     assert fields[0]["lp"] == [None, None, None, -1.0, None, -2.0] and fields[0]["adv"] == [None] * 6
     assert fields[1]["ids"] == real[4].ids and fields[1]["lp_train"] == [None] * 6
-    assert (
-        trace.sample(real[3:], None, b, _tracer([]), n=1, max_tokens=7)[1][1] is None
-    )  # past the token budget
+    assert trace.sample(real[3:], None, b, _tracer([]), n=1, max_tokens=7)[1][1] is None  # past the token budget
     got, fields = trace.sample(real, real, b, _tracer([0, 1, 2]), n=1, max_tokens=100)
     assert got == real[:3] and all(f is not None for f in fields)
 
@@ -87,8 +94,12 @@ def test_a_stepwise_episode_carries_each_turns_advantage():
     colours that turn's sampled tokens."""
     from nanosky.train.stepwise import log_turn_advantages
 
-    ep = Trajectory(ids=[1, 2, 10, 11, 3, 12], loss_mask=[0, 0, 1, 1, 0, 1], logprobs=[0, 0, -1, -1, 0, -1],
-                    turn_log=[{"reward": 0.0}, {"reward": 1.0}])  # fmt: skip
+    ep = Trajectory(
+        ids=[1, 2, 10, 11, 3, 12],
+        loss_mask=[0, 0, 1, 1, 0, 1],
+        logprobs=[0, 0, -1, -1, 0, -1],
+        turn_log=[{"reward": 0.0}, {"reward": 1.0}],
+    )
     rows = [Trajectory(info={"episode": 0, "step": k}) for k in (0, 1)]
     log_turn_advantages([ep], rows, [0.25, -0.5])
     assert [x["advantage"] for x in ep.turn_log] == [0.25, -0.5]

@@ -19,9 +19,7 @@ def test_skip_applies_only_where_it_is_exact(monkeypatch):
     assert not skips_exactly(OptimConfig(skip_zero_adv=False), algos.preset("grpo"))
     assert not skips_exactly(on, algos.preset("grpo", entropy_coef=0.01))  # the bonus reaches A = 0 rows
     assert not skips_exactly(on, algos.preset("grpo", kl_coef=0.1))  # so does a KL loss term
-    assert skips_exactly(
-        on, algos.preset("grpo", kl_coef=0.1, kl_in_reward=True)
-    )  # ... but not KL in the reward
+    assert skips_exactly(on, algos.preset("grpo", kl_coef=0.1, kl_in_reward=True))  # ... but not KL in the reward
 
     # the test's loss lives in a copy of the registry that is put back after the test (no global left behind)
     monkeypatch.setattr(POLICY_LOSSES, "_fns", dict(POLICY_LOSSES._fns))

@@ -152,15 +152,11 @@ def test_navigation_pages_options_and_prev():
     assert env.page == "item" and item.title in r.observations[0]["content"]
     axis, values = next(iter(item.options.items()))
     r = env.step(f"click[{values[-1]}]")
-    assert env.chosen == {axis: values[-1]} and r.observations[0]["content"].endswith(
-        f"Selected: {values[-1]}"
-    )
+    assert env.chosen == {axis: values[-1]} and r.observations[0]["content"].endswith(f"Selected: {values[-1]}")
     r = env.step("click[description]")
     assert env.page == "description" and item.description in r.observations[0]["content"]
     env.step("click[< prev]")
-    assert env.page == "item" and env.chosen == {
-        axis: values[-1]
-    }  # options survive a look at the description
+    assert env.page == "item" and env.chosen == {axis: values[-1]}  # options survive a look at the description
     env.step("click[back to search]")
     assert env.page == "search" and env.item is None and env.chosen == {}
 
