@@ -141,10 +141,8 @@ def _old_reference_varlen(query, key, value, cu_q, cu_k, max_q, max_k, *, is_cau
     return _reference_varlen(query, key, value, cu_q, cu_k, max_q, max_k, window_size=(-1, 0 if is_causal else -1))
 
 
-@pytest.mark.parametrize("kernel", [_reference_varlen, _old_reference_varlen])
-def test_the_varlen_path_equals_the_dense_mask(models, kernel, monkeypatch):
-    """The CUDA path (one varlen call per layer) with the kernel replaced by its semantics on the CPU: the gathers,
-    offsets, window and GQA handling around it give the dense mask's log p, entropy and gradients."""
+def _on_the_varlen_path(kernel, monkeypatch) -> list[dict]:
+    """The CUDA path taken on the CPU, its kernel replaced by `kernel`; returns the list each call's kwargs go to."""
     calls = []
 
     @functools.wraps(kernel)  # the signature is what the path reads to call it
@@ -154,10 +152,23 @@ def test_the_varlen_path_equals_the_dense_mask(models, kernel, monkeypatch):
 
     monkeypatch.setattr(grouped_attention, "use_varlen", lambda q: True)
     monkeypatch.setattr(grouped_attention, "varlen_kernel", lambda: counted)
-    dense, grouped = models
-    seqs, T, keep = _workload(dense.config.vocab_size)
-    p = packing.pack(seqs, T, row_tokens=40)
+    return calls
+
+
+def _packed_workload(model):
+    """The workload packed in rows of 40, and fixed advantages: (seqs, T, keep, packed, adv)."""
+    seqs, T, keep = _workload(model.config.vocab_size)
     adv = torch.randn(keep.shape, generator=torch.Generator().manual_seed(1))
+    return seqs, T, keep, packing.pack(seqs, T, row_tokens=40), adv
+
+
+@pytest.mark.parametrize("kernel", [_reference_varlen, _old_reference_varlen])
+def test_the_varlen_path_equals_the_dense_mask(models, kernel, monkeypatch):
+    """The CUDA path (one varlen call per layer) with the kernel replaced by its semantics on the CPU: the gathers,
+    offsets, window and GQA handling around it give the dense mask's log p, entropy and gradients."""
+    calls = _on_the_varlen_path(kernel, monkeypatch)
+    dense, grouped = models
+    seqs, T, keep, p, adv = _packed_workload(dense)
     ref = logprobs_and_grads(dense, p, keep, adv, chunk=8)
     assert_same(ref, logprobs_and_grads(grouped, p, keep, adv, chunk=8), keep)
     kinds, window = packing.attention_kinds(dense.config)
@@ -170,19 +181,9 @@ def test_the_varlen_path_equals_the_dense_mask(models, kernel, monkeypatch):
 def test_the_kernel_is_chosen_by_argument(models, monkeypatch):
     """`enable(model, varlen=False)` runs one SDPA call per segment even where the varlen kernel would run (what
     bench/gpu_check.py compares), with the same log p; `enable(model)` goes back to the kernel. No global flips."""
-    calls = []
-
-    @functools.wraps(_reference_varlen)
-    def counted(*a, **kw):
-        calls.append(kw)
-        return _reference_varlen(*a, **kw)
-
-    monkeypatch.setattr(grouped_attention, "use_varlen", lambda q: True)
-    monkeypatch.setattr(grouped_attention, "varlen_kernel", lambda: counted)
+    calls = _on_the_varlen_path(_reference_varlen, monkeypatch)
     dense, grouped = models
-    seqs, T, keep = _workload(dense.config.vocab_size)
-    p = packing.pack(seqs, T, row_tokens=40)
-    adv = torch.randn(keep.shape, generator=torch.Generator().manual_seed(1))
+    seqs, T, keep, p, adv = _packed_workload(dense)
     try:
         assert grouped_attention.enable(grouped, varlen=False) and grouped_attention.enabled(grouped)
         per_segment = logprobs_and_grads(grouped, p, keep, adv, chunk=8)
