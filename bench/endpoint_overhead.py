@@ -53,7 +53,7 @@ def main() -> None:
         def play(rep):
             backend = EngineBackend(engine, tok)
             # every episode at once, as before the concurrency limit (one rank's phase, the engine batches them)
-            h = Harness(backend, tok, Sampling(1.0, 1.0, MAX_NEW, MAX_TOTAL), agent, concurrency=None)
+            h = Harness(backend, tok, Sampling(1.0, 1.0, MAX_NEW, MAX_TOTAL), agent=agent, concurrency=None)
             try:
                 return h.run(tasks(), seeds=list(range(args.episodes)), sample_seed=rep), backend
             finally:

@@ -51,7 +51,9 @@ def external_rollout(model: EngineBackend, tok, tasks: list[EnvTask], cfg: BaseE
     from nanosky.endpoint.server import Sampling
 
     sampling = Sampling(cfg.temperature, 1.0, cfg.max_new_tokens, cfg.max_model_len)
-    harness = Harness(model, tok, sampling, cfg.agent, timeout_s=cfg.agent_timeout_s, concurrency=cfg.agent_concurrency)
+    harness = Harness(
+        model, tok, sampling, agent=cfg.agent, timeout_s=cfg.agent_timeout_s, concurrency=cfg.agent_concurrency
+    )
     harness.on_episode_done = lambda _: bar.update(1)
     try:
         return harness.run(tasks, seeds=list(range(len(tasks))), sample_seed=cfg.seed)

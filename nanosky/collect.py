@@ -40,20 +40,8 @@ def make_player(cfg: RolloutConfig, backend: EngineBackend, tok, log_dir: str | 
     episode live at once (the engine batches them)."""
     if cfg.agent or cfg.agent_cmd:
         from nanosky.endpoint.harness import Harness
-        from nanosky.endpoint.server import Sampling
 
-        sampling = Sampling(cfg.temperature, cfg.top_p, cfg.max_new_tokens, cfg.max_total_tokens)
-        return Harness(
-            backend,
-            tok,
-            sampling,
-            agent=cfg.agent,
-            cmd=cfg.agent_cmd,
-            timeout_s=cfg.agent_timeout_s,
-            log_dir=log_dir,
-            rank=rank,
-            concurrency=cfg.agent_concurrency,
-        )
+        return Harness.from_config(cfg, backend, tok, log_dir=log_dir, rank=rank)
     return AgentRunner(
         backend,
         tok=tok,

@@ -135,7 +135,16 @@ def build(cfg: TrainConfig, resources: contextlib.ExitStack) -> Run:
         optim=optim,
     )
     export = checkpoint_dtype(path)  # exports in the checkpoint's dtype (a bf16 base: bf16)
-    run.ckpt = Checkpointer(cfg, info, tok, policy, run.update, run.critic, run.critic_update, export)
+    run.ckpt = Checkpointer(
+        cfg,
+        info,
+        tok=tok,
+        policy=policy,
+        update=run.update,
+        critic=run.critic,
+        critic_update=run.critic_update,
+        export_dtype=export,
+    )
     run.log.write_json("config.json", dataclasses.asdict(cfg))
     P, n, r = cfg.rollout.prompts_per_step, cfg.rollout.group_size, cfg.rollout
     run.n_params = sum(p.numel() for p in policy.parameters())

@@ -2,6 +2,7 @@
 or `--rollout.agent-cmd "CMD"`), in place of nanosky's own loop.
 
     harness = Harness(engine_backend, tok, Sampling(...), agent="my_agent:solve", timeout_s=300, log_dir=run_dir)
+    harness = Harness.from_config(cfg.rollout, engine_backend, tok, log_dir=run_dir, rank=rank)   # a training run's
     out = await harness.play(tasks, groups=groups, seeds=seeds, sample_seed=s)   # the Player interface
     trajs = harness.run(tasks, seeds=seeds)      # blocking, outside a training run (evals); harness.close() after
 
@@ -22,13 +23,14 @@ episode: a thread that outlives its episode gets 410 on its next call (between p
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib
 import inspect
 import ssl
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -37,7 +39,7 @@ import httpx
 from nanosky.agent.player import Rollouts
 from nanosky.agent.task import EnvError, Task
 from nanosky.agent.trajectory import Trajectory
-from nanosky.config import import_plugins
+from nanosky.config import RolloutConfig, import_plugins
 from nanosky.endpoint.agent_task import AgentTask, BlockingTask
 from nanosky.endpoint.command import run_command
 from nanosky.endpoint.rows import mask_failed, to_trajectory
@@ -89,6 +91,7 @@ class Harness:
         backend,
         tok,
         sampling: Sampling,
+        *,
         agent: str | Callable | None = None,
         cmd: str | None = None,
         timeout_s: float | None = 300.0,
@@ -109,6 +112,23 @@ class Harness:
         self.last_wall_s = 0.0
         self.on_episode_done: Callable[[Trajectory], None] | None = None
         self._loop: RankLoop | None = None  # `run`'s own loop, when used outside a training run
+
+    @classmethod
+    def from_config(cls, cfg: RolloutConfig, backend, tok, log_dir: str | None = None, rank: int = 0) -> Harness:
+        """The training run's harness: `--rollout.agent` / `--rollout.agent-cmd` and their limits, sampled as
+        `--rollout.*` says."""
+        sampling = Sampling(cfg.temperature, cfg.top_p, cfg.max_new_tokens, cfg.max_total_tokens)
+        return cls(
+            backend,
+            tok,
+            sampling,
+            agent=cfg.agent,
+            cmd=cfg.agent_cmd,
+            timeout_s=cfg.agent_timeout_s,
+            log_dir=log_dir,
+            rank=rank,
+            concurrency=cfg.agent_concurrency,
+        )
 
     @property
     def base_url(self) -> str:
@@ -133,12 +153,16 @@ class Harness:
                 *(
                     self._queued(
                         gate,
-                        i,
-                        task,
-                        groups[i] if groups else i,
-                        seeds[i] if seeds else 0,
-                        derive_seed(0 if sample_seed is None else sample_seed, i),
-                        sampling,
+                        functools.partial(
+                            self._episode,
+                            self.endpoint,
+                            i,
+                            task,
+                            group=groups[i] if groups else i,
+                            env_seed=seeds[i] if seeds else 0,
+                            seed=derive_seed(0 if sample_seed is None else sample_seed, i),
+                            sampling=sampling,
+                        ),
                     )
                     for i, task in enumerate(tasks)
                 )
@@ -175,16 +199,17 @@ class Harness:
             self._loop.close()
             self._loop = None
 
-    async def _queued(self, gate: asyncio.Semaphore, *args) -> Trajectory:
+    async def _queued(self, gate: asyncio.Semaphore, episode: Callable[[], Awaitable[Trajectory]]) -> Trajectory:
+        """`episode()` once `gate` lets it in (--rollout.agent-concurrency), counted as live while it runs."""
         async with gate:
             self.live += 1
             self.peak = max(self.peak, self.live)
             try:
-                return await self._episode(self.endpoint, *args)
+                return await episode()
             finally:
                 self.live -= 1
 
-    async def _episode(self, ep, i, task: Task, group, env_seed, seed, sampling) -> Trajectory:
+    async def _episode(self, ep, i: int, task: Task, *, group: int, env_seed: int, seed: int, sampling) -> Trajectory:
         t0 = time.perf_counter()
         t = Trajectory(task_id=task.task_id or str(i), group=group, env_seed=env_seed, stop_reason="done")
         key = slot = at = None

@@ -1,6 +1,6 @@
 """The run's checkpoints: when to save, what goes in, the HF export beside it, and resume.
 
-    ckpt = Checkpointer(cfg, info, tok, policy, update, critic, critic_update)
+    ckpt = Checkpointer(cfg, info, tok=tok, policy=policy, update=update, critic=critic, critic_update=critic_update)
     state = ckpt.resume()                       # --resume latest | PATH: weights, optimizer, schedule, RNG, run state
     if ckpt.due(step): ckpt.save(step, version, acc0)    # --log.ckpt-every k (the last step is the run's close)
     ckpt.save_on_stop(step, version, acc0)      # a graceful stop: unless this step is saved or no step ran
@@ -69,6 +69,7 @@ class Checkpointer:
         self,
         cfg: TrainConfig,
         info: DistInfo,
+        *,
         tok,
         policy: torch.nn.Module,
         update: PolicyUpdate,

@@ -7,7 +7,8 @@ entropy per token; backward recomputes each chunk's logits (prime-rl's fused out
 gradients are the plain path's (tests/unit/test_head.py), at one extra head matmul per chunk in backward.
 
     install(model)                          # after FSDP2 wraps the root (policy.shard_model does it)
-    lp, ent = scored(model, ids, mask, pos, rows, cols, targets, temperature, with_entropy, entropy_grad, chunk)
+    how = Scoring(temperature, with_entropy=True, chunk=1024)   # how to score: the sampling T, the entropy, chunks
+    lp, ent = scored(model, ids, attention_mask=mask, position_ids=pos, rows=rows, cols=cols, targets=targets, how=how)
 
 `scored` runs as an FSDP2 forward method (`register_fsdp_forward_method`), so the root's parameters (embeddings,
 final norm, head) are gathered around it as around `forward`. The head-side arithmetic of the families nanosky
@@ -17,7 +18,10 @@ the chunked head equals the model's own logits, and a model where it does not tr
 
 from __future__ import annotations
 
+import dataclasses
 import types
+from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 from torch.distributed.fsdp import register_fsdp_forward_method
@@ -25,6 +29,28 @@ from torch.distributed.fsdp import register_fsdp_forward_method
 from nanosky.train.unwrap import base_model
 
 METHOD = "nanosky_scored"
+
+
+@dataclass(frozen=True)
+class Scoring:
+    """How target tokens are scored: at the sampling `temperature`, with the entropy (and its gradient: the entropy
+    bonus), `chunk` tokens through the head at a time."""
+
+    temperature: float = 1.0
+    with_entropy: bool = False
+    entropy_grad: bool = False
+    chunk: int = 1024
+
+
+SCORING = Scoring()
+
+
+class Post(NamedTuple):
+    """What the model does to the head's output, then the sampling temperature: logits · scale, soft-capped, / T."""
+
+    scale: float
+    softcap: float | None
+    temperature: float
 
 
 def _causal_lm(model):
@@ -38,27 +64,14 @@ def install(model) -> bool:
     if not hasattr(hf, "get_decoder") or getattr(hf, "get_output_embeddings", lambda: None)() is None:
         return False
 
-    def method(
-        self,
-        input_ids,
-        attention_mask,
-        position_ids,
-        rows,
-        cols,
-        targets,
-        temperature,
-        ent,
-        ent_grad,
-        chunk,
-        **kw,
-    ):
+    def method(self, input_ids, *, attention_mask, position_ids, rows, cols, targets, how: Scoring, **kw):
         h = hf.get_decoder()(
             input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, **kw
         ).last_hidden_state  # [R, L, H]
         head = hf.get_output_embeddings()
-        post = (head_scale(hf.config), getattr(hf.config, "final_logit_softcapping", None), temperature)
-        lp, e = TargetLogprobs.apply(h[rows, cols], head.weight, head.bias, targets, post, chunk)
-        return lp, (e if ent_grad else e.detach()) if ent else None
+        post = Post(head_scale(hf.config), getattr(hf.config, "final_logit_softcapping", None), how.temperature)
+        lp, e = TargetLogprobs.apply(h[rows, cols], head.weight, head.bias, targets, post, how.chunk)
+        return lp, (e if how.entropy_grad else e.detach()) if how.with_entropy else None
 
     setattr(model, METHOD, types.MethodType(method, model))
     register_fsdp_forward_method(model, METHOD)  # a no-op for a model FSDP does not wrap
@@ -85,7 +98,16 @@ def verify(model, tol: float) -> float:
         logits = model(input_ids=ids, attention_mask=att).logits[:, :-1].float()  # [2, 23, V]
         want = torch.log_softmax(logits, -1).gather(-1, ids[:, 1:, None]).squeeze(-1)  # [2, 23]
         rows, cols = (x.reshape(-1) for x in torch.meshgrid(torch.arange(2), torch.arange(23), indexing="ij"))
-        got, _ = scored(model, ids, att, None, rows.to(device), cols.to(device), ids[:, 1:].reshape(-1), chunk=7)
+        got, _ = scored(
+            model,
+            ids,
+            attention_mask=att,
+            position_ids=None,
+            rows=rows.to(device),
+            cols=cols.to(device),
+            targets=ids[:, 1:].reshape(-1),
+            how=Scoring(chunk=7),
+        )
     worst = float((got.view(2, 23) - want).abs().max())
     if worst > tol:
         raise HeadUnsupported(
@@ -101,18 +123,7 @@ def uninstall(model) -> None:
 
 
 def scored(
-    model,
-    input_ids,
-    attention_mask,
-    position_ids,
-    rows,
-    cols,
-    targets,
-    temperature: float = 1.0,
-    with_entropy: bool = False,
-    entropy_grad: bool = False,
-    chunk: int = 1024,
-    **kw,
+    model, input_ids, *, attention_mask, position_ids, rows, cols, targets, how: Scoring = SCORING, **kw
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """log p(targets) [N] (and the entropy [N]) at positions (rows[N], cols[N]) of the model's rows, each distinct
     (position, target) through the head once. `kw`: passed on to the decoder (prefix-grouped attention's segments)."""
@@ -120,36 +131,22 @@ def scored(
     key = (rows * width + cols) * (int(targets.max()) + 1 if targets.numel() else 1) + targets
     uniq, inverse = torch.unique(key, return_inverse=True)  # shared-prefix positions are scored once
     first = torch.zeros_like(uniq).scatter_(0, inverse, torch.arange(len(key), device=key.device))
+    how = dataclasses.replace(how, entropy_grad=how.entropy_grad and torch.is_grad_enabled())
     lp, ent = getattr(model, METHOD)(
         input_ids,
-        attention_mask,
-        position_ids,
-        rows[first],
-        cols[first],
-        targets[first],
-        temperature,
-        with_entropy,
-        entropy_grad and torch.is_grad_enabled(),
-        chunk,
+        attention_mask=attention_mask,
+        position_ids=position_ids,
+        rows=rows[first],
+        cols=cols[first],
+        targets=targets[first],
+        how=how,
         **kw,
     )
     return lp[inverse], (ent[inverse] if ent is not None else None)
 
 
 def scored_rows(
-    model,
-    input_ids,
-    attention_mask,
-    position_ids,
-    valid,
-    row,
-    col,
-    target,
-    temperature: float = 1.0,
-    with_entropy: bool = False,
-    entropy_grad: bool = False,
-    chunk: int = 1024,
-    **kw,
+    model, input_ids, *, attention_mask, position_ids, valid, row, col, target, how: Scoring = SCORING, **kw
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """`scored` in the [B, T] layout the losses use: position t of sequence b sits at (row[b, t], col[b, t]) of the
     model's rows and predicts target[b, t]; only `valid` [B, T] positions are scored, the others are 0."""
@@ -160,23 +157,20 @@ def scored_rows(
     lp_n, ent_n = scored(
         model,
         input_ids,
-        attention_mask,
-        position_ids,
-        rows,
-        cols,
-        targets,
-        temperature,
-        with_entropy,
-        entropy_grad,
-        chunk,
+        attention_mask=attention_mask,
+        position_ids=position_ids,
+        rows=rows,
+        cols=cols,
+        targets=targets,
+        how=how,
         **kw,
     )
     lp = torch.zeros(valid.shape, dtype=torch.float32, device=valid.device)
-    ent = torch.zeros_like(lp) if with_entropy else None
+    ent = torch.zeros_like(lp) if how.with_entropy else None
     if blank:
         return lp + 0.0 * lp_n.sum(), ent
     at = valid.nonzero(as_tuple=True)  # row-major, as boolean indexing took them
-    return lp.index_put(at, lp_n), (ent.index_put(at, ent_n) if with_entropy else None)
+    return lp.index_put(at, lp_n), (ent.index_put(at, ent_n) if how.with_entropy else None)
 
 
 def head_scale(config) -> float:

@@ -342,19 +342,17 @@ def logprobs(
     check_attention(model)  # cheap; the full check (`verify`) ran at build
     if chunk > 0 and allowed is None and head.installed(model):
         valid = p.valid & keep if keep is not None else p.valid  # [B, T]: only the kept positions are scored
+        how = head.Scoring(temperature, with_entropy, entropy_grad, chunk)
         return head.scored_rows(
             model,
             p.input_ids,
-            attention_mask(model, p),
-            p.position_ids,
-            valid,
-            p.row,
-            p.pos,
-            p.target,
-            temperature,
-            with_entropy,
-            entropy_grad,
-            chunk,
+            attention_mask=attention_mask(model, p),
+            position_ids=p.position_ids,
+            valid=valid,
+            row=p.row,
+            col=p.pos,
+            target=p.target,
+            how=how,
             **segment_kwargs(model, p),
         )
     kw, col, valid = {}, p.pos, p.valid

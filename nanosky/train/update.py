@@ -76,19 +76,17 @@ def logprobs(
             B, L = ids.shape
             rows = torch.arange(B, device=ids.device)[:, None].expand(B, L - 1)
             cols = torch.arange(L - 1, device=ids.device)[None].expand(B, L - 1)
+            how = head.Scoring(with_entropy=with_entropy, entropy_grad=entropy_grad, chunk=chunk)
             lp, ent = head.scored_rows(
                 model,
                 ids,
-                att,
-                None,
-                att[:, 1:] > 0,
-                rows,
-                cols,
-                ids[:, 1:],
-                1.0,
-                with_entropy,
-                entropy_grad,
-                chunk,
+                attention_mask=att,
+                position_ids=None,
+                valid=att[:, 1:] > 0,
+                row=rows,
+                col=cols,
+                target=ids[:, 1:],
+                how=how,
             )
         else:
             lp, ent = token_logprobs(model, ids, att, with_entropy, entropy_grad, allowed=allowed)

@@ -32,7 +32,7 @@ def tool_model(dist_info):
 
 def _harness(tool_model, agent):
     engine, tok = tool_model
-    return Harness(EngineBackend(engine, tok), tok, Sampling(0.0, 1.0, MAX_NEW, MAX_TOTAL), agent, timeout_s=120)
+    return Harness(EngineBackend(engine, tok), tok, Sampling(0.0, 1.0, MAX_NEW, MAX_TOTAL), agent=agent, timeout_s=120)
 
 
 def _tasks():

@@ -60,10 +60,10 @@ def host(tok):
             Expert(tok, seeds),
             tok,
             Sampling(max_tokens=64, max_total_tokens=1024),
-            agent,
-            cmd,
-            timeout_s,
-            log_dir,
+            agent=agent,
+            cmd=cmd,
+            timeout_s=timeout_s,
+            log_dir=log_dir,
             concurrency=concurrency,
         )
         made.append(h)

@@ -16,11 +16,13 @@ def _cfg(*flags):
 
 
 def test_checkpointer_is_due_every_k_steps_but_leaves_the_last_to_close():
-    ck = Checkpointer(_cfg("--steps", "7", "--log.ckpt-every", "3"), None, None, None, None)
+    ck = Checkpointer(_cfg("--steps", "7", "--log.ckpt-every", "3"), None, tok=None, policy=None, update=None)
     assert [s for s in range(1, 8) if ck.due(s)] == [3, 6]
-    ck = Checkpointer(_cfg("--steps", "6", "--log.ckpt-every", "3"), None, None, None, None)
+    ck = Checkpointer(_cfg("--steps", "6", "--log.ckpt-every", "3"), None, tok=None, policy=None, update=None)
     assert [s for s in range(1, 7) if ck.due(s)] == [3]  # step 6 is the final checkpoint, written by close
-    assert not any(Checkpointer(_cfg("--log.ckpt-every", "0"), None, None, None, None).due(s) for s in range(9))
+    assert not any(
+        Checkpointer(_cfg("--log.ckpt-every", "0"), None, tok=None, policy=None, update=None).due(s) for s in range(9)
+    )
 
 
 def test_evaluator_is_due_every_k_steps_but_not_at_the_last():
