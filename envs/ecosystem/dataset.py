@@ -24,11 +24,10 @@ import math
 import os
 import sys
 from collections.abc import Callable
-from pathlib import Path
 
 from envs.base import Env, Message, StepResult
 from envs.ecosystem.mathreward import gold_answer, math_reward
-from envs.ecosystem.rows import DataError, Task, held_out, read_rows, to_task
+from envs.ecosystem.rows import DataError, Task, split_tasks, to_task
 
 TEST_FRACTION = 0.1
 
@@ -42,35 +41,14 @@ def load_split(
     prompt_key: str | None = None,
     answer_key: str | None = None,
 ) -> tuple[Task, ...]:
-    """The split's tasks (cached per process). Every row must read; the first bad one is the error."""
-
-    def tasks(path: str, which: str) -> list[Task]:
-        out = []
-        for i, row in enumerate(read_rows(path, which)):
-            try:
-                out.append(to_task(row, prompt_key, answer_key))
-            except DataError as e:
-                raise DataError(f"{path} row {i}: {e}") from None
-        return out
-
-    if test_data is not None:
-        return tuple(tasks(test_data, "test") if split == "test" else tasks(data_path, "train"))
-    if Path(data_path).is_dir():  # a saved DatasetDict with its own test split
-        ds = require_dict_splits(data_path)
-        if "test" in ds:
-            return tuple(tasks(data_path, split))
-    train, test = held_out(tasks(data_path, "train"), test_fraction)
-    return tuple(test if split == "test" else train)
-
-
-def require_dict_splits(path: str) -> set[str]:
-    """The split names of a saved DatasetDict folder (empty for a saved Dataset)."""
-    p = Path(path)
-    if (p / "dataset_dict.json").is_file():
-        import json
-
-        return set(json.loads((p / "dataset_dict.json").read_text()).get("splits", []))
-    return set()
+    """The split's tasks (cached per process: an env is made per episode). Every row must read."""
+    return split_tasks(
+        data_path,
+        split,
+        test_data,
+        test_fraction,
+        functools.partial(to_task, prompt_key=prompt_key, answer_key=answer_key),
+    )
 
 
 def import_reward(spec: str) -> Callable:

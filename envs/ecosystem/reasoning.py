@@ -79,18 +79,9 @@ def _dataset(task: str, config_json: str, seed: int, size: int):
 
 
 @functools.lru_cache(maxsize=8)
-def _tests(tasks: tuple[str, ...], configs_json: str, test_size: int) -> tuple[tuple[str, int], ...]:
-    """The test split: (task, index) pairs, the tasks interleaved."""
-    return tuple((t, i) for i in range(test_size) for t in tasks)
-
-
-@functools.lru_cache(maxsize=8)
-def _test_questions(tasks: tuple[str, ...], configs_json: str, test_size: int) -> frozenset[str]:
-    configs = json.loads(configs_json)
-    return frozenset(
-        _dataset(t, json.dumps(configs[t], sort_keys=True), TEST_SEED, test_size)[i]["question"]
-        for t, i in _tests(tasks, configs_json, test_size)
-    )
+def _test_questions(specs: tuple[tuple[str, str], ...], test_size: int) -> frozenset[str]:
+    """Every test question of the tasks (`specs`: (task, its config as JSON) each)."""
+    return frozenset(_dataset(t, c, TEST_SEED, test_size)[i]["question"] for t, c in specs for i in range(test_size))
 
 
 class ReasoningGymEnv(Env):
@@ -111,20 +102,19 @@ class ReasoningGymEnv(Env):
     ):
         rg = require("reasoning_gym")
         names = _names(tasks)
-        configs = _configs(names, config)
-        cj = json.dumps(configs, sort_keys=True)
+        size = int(test_size)
+        cfg = {t: json.dumps(c, sort_keys=True) for t, c in _configs(names, config).items()}  # hashable: cache keys
         for t in names:  # unknown names and bad configs fail here, naming the valid ones
-            _dataset(t, json.dumps(configs[t], sort_keys=True), TEST_SEED, int(test_size))
-        if split == "test":
-            self.task, i = _tests(names, cj, int(test_size))[seed % (len(names) * int(test_size))]
-            self.dataset = _dataset(
-                self.task, json.dumps(configs[self.task], sort_keys=True), TEST_SEED, int(test_size)
-            )
+            _dataset(t, cfg[t], TEST_SEED, size)
+        if split == "test":  # test_size items per task, the tasks interleaved
+            k = seed % (len(names) * size)
+            self.task, i = names[k % len(names)], k // len(names)
+            self.dataset = _dataset(self.task, cfg[self.task], TEST_SEED, size)
         else:
             rng = random.Random(f"nanosky/reasoning_gym/train/{seed}")
             self.task = rng.choices(names, weights=_weights(names, weights))[0]
-            self.dataset = _dataset(self.task, json.dumps(configs[self.task], sort_keys=True), TRAIN_SEED, TRAIN_SIZE)
-            held = _test_questions(names, cj, int(test_size))
+            self.dataset = _dataset(self.task, cfg[self.task], TRAIN_SEED, TRAIN_SIZE)
+            held = _test_questions(tuple(cfg.items()), size)
             for _ in range(1000):  # a draw that is a test question is drawn again
                 i = rng.randrange(TRAIN_SIZE)
                 if self.dataset[i]["question"] not in held:

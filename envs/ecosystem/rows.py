@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -183,3 +184,33 @@ def held_out(tasks: list[Task], fraction: float) -> tuple[list[Task], list[Task]
     train = [t for t, x in zip(tasks, h) if x >= cut]
     test = [t for t, x in zip(tasks, h) if x < cut]
     return train, test
+
+
+def saved_splits(path: str) -> set[str]:
+    """The split names of a folder written by `DatasetDict.save_to_disk` (empty for anything else)."""
+    p = Path(path) / "dataset_dict.json"
+    return set(json.loads(p.read_text()).get("splits", [])) if p.is_file() else set()
+
+
+def split_tasks(
+    data_path: str, split: str, test_data: str | None, test_fraction: float, make: Callable[[dict], Task]
+) -> tuple[Task, ...]:
+    """The `split`'s tasks, each row made by `make` (its DataError names the file and the row): with `test_data`,
+    that file's rows are the test split and the data file's the train split; a saved DatasetDict with a "test"
+    split gives its own; otherwise `held_out` by prompt hash. The caller caches it (an env is made per episode)."""
+
+    def tasks(path: str, which: str) -> list[Task]:
+        out = []
+        for i, row in enumerate(read_rows(path, which)):
+            try:
+                out.append(make(row))
+            except DataError as e:
+                raise DataError(f"{path} row {i}: {e}") from None
+        return out
+
+    if test_data is not None:
+        return tuple(tasks(test_data, "test") if split == "test" else tasks(data_path, "train"))
+    if "test" in saved_splits(data_path):
+        return tuple(tasks(data_path, split))
+    train, test = held_out(tasks(data_path, "train"), test_fraction)
+    return tuple(test if split == "test" else train)

@@ -29,7 +29,7 @@ import sys
 
 from envs.base import Env, Message, StepResult
 from envs.ecosystem import require
-from envs.ecosystem.rows import DataError, Task, chat, held_out, read_rows
+from envs.ecosystem.rows import DataError, Task, chat, split_tasks
 
 SANDBOXED = ("lcb",)  # SkyRL-Gym's classes that execute the model's code
 STEP_TIMEOUT_S, STEP_MEM_MB = 60.0, 2048
@@ -39,22 +39,16 @@ def _classes() -> list[str]:
     return sorted(require("skyrl_gym").registry)
 
 
-def _tasks(path: str, which: str) -> list[Task]:
-    out = []
-    for i, row in enumerate(read_rows(path, which)):
-        if "prompt" not in row:
-            raise DataError(f"{path} row {i}: no column 'prompt'; columns found: {', '.join(row)}")
-        out.append(Task(chat(row["prompt"], "prompt"), None, str(row.get("data_source") or "skyrl"), dict(row)))
-    return out
+def _task(row: dict) -> Task:
+    if "prompt" not in row:
+        raise DataError(f"no column 'prompt'; columns found: {', '.join(row)}")
+    return Task(chat(row["prompt"], "prompt"), None, str(row.get("data_source") or "skyrl"), dict(row))
 
 
 @functools.lru_cache(maxsize=16)
 def load_split(data_path: str, split: str, test_data: str | None, test_fraction: float) -> tuple[Task, ...]:
     """The split's rows (cached per process), as `--env dataset` splits them."""
-    if test_data is not None:
-        return tuple(_tasks(test_data, "test") if split == "test" else _tasks(data_path, "train"))
-    train, test = held_out(_tasks(data_path, "train"), test_fraction)
-    return tuple(test if split == "test" else train)
+    return split_tasks(data_path, split, test_data, test_fraction, _task)
 
 
 def _config(env_config, cls: str):
