@@ -42,19 +42,7 @@ def make_player(cfg: RolloutConfig, backend: EngineBackend, tok, log_dir: str | 
         from nanosky.endpoint.harness import Harness
 
         return Harness.from_config(cfg, backend, tok, log_dir=log_dir, rank=rank)
-    return AgentRunner(
-        backend,
-        tok=tok,
-        max_parallel_agents=None,
-        max_turns=cfg.max_turns,
-        max_tokens_per_turn=cfg.max_new_tokens,
-        max_total_tokens=cfg.max_total_tokens,
-        temperature=cfg.temperature,
-        top_p=cfg.top_p,
-        ignore_eos=cfg.ignore_eos,
-        constrain_actions=cfg.constrain_actions,
-        history_window=cfg.history_window if cfg.mode == "stepwise" else None,
-    )
+    return AgentRunner.from_config(cfg, backend, tok)
 
 
 class Rollout:

@@ -33,6 +33,7 @@ from nanosky.agent.dispatcher import STAGES, Dispatcher
 from nanosky.agent.player import Rollouts
 from nanosky.agent.task import EnvError, Task
 from nanosky.agent.trajectory import Step, Trajectory, success_of
+from nanosky.config import RolloutConfig
 from nanosky.seeds import derive_seed
 
 
@@ -80,6 +81,24 @@ class AgentRunner:
         self.last_dispatcher: Dispatcher | None = None  # inspect .peak after a run
         self.on_episode_done: Callable[[Trajectory], None] | None = None  # e.g. a progress bar's update
         self.last_wall_s = 0.0
+
+    @classmethod
+    def from_config(cls, cfg: RolloutConfig, backend: Backend, tok) -> AgentRunner:
+        """The training run's loop, as `--rollout.*` says: every episode live at once (the engine batches them),
+        turns sampled from a history window in step-wise mode."""
+        return cls(
+            backend,
+            tok=tok,
+            max_parallel_agents=None,
+            max_turns=cfg.max_turns,
+            max_tokens_per_turn=cfg.max_new_tokens,
+            max_total_tokens=cfg.max_total_tokens,
+            temperature=cfg.temperature,
+            top_p=cfg.top_p,
+            ignore_eos=cfg.ignore_eos,
+            constrain_actions=cfg.constrain_actions,
+            history_window=cfg.history_window if cfg.mode == "stepwise" else None,
+        )
 
     def run(
         self,
