@@ -4,7 +4,7 @@ attention. Three parts, each printing its figures:
 1. families: packed vs unpacked max |Δlogp| of every architecture in tests/families.py under bf16, with the dense
    mask and with prefix-grouped attention (on CUDA: the flash varlen kernel), and for the sliding-window ones what
    the probe gives when the mask forgets the window. The build-time check (`nanosky.train.plan.decide`, tolerance
-   `packing.BUILD_TOL`) must pass the first two and refuse the third.
+   `nanosky.precision.BUILD_TOL`) must pass the first two and refuse the third.
 2. gradients: the bundled tiny model's gradient through `update.logprobs`, packed (dense mask, grouped) vs padded.
 3. speed: forward + backward time, peak memory and MFU, padded vs prefix-packed with the dense mask vs
    prefix-grouped attention (one SDPA call per segment, and one varlen call per layer), on random models shaped like
@@ -43,6 +43,7 @@ from gpu_check_parts import SHAPES, noise, profile, qlora, qwen_config, seven_b,
 
 from nanosky import dist  # noqa: E402
 from nanosky.bundled import resolve_model_path  # noqa: E402
+from nanosky.precision import of_device  # noqa: E402
 from nanosky.train import packing  # noqa: E402
 from nanosky.train.batch import to_batch  # noqa: E402
 from nanosky.train.policy import load_model, shard_model  # noqa: E402
@@ -216,7 +217,7 @@ def main() -> None:
         try:
             if part == "families":
                 with tempfile.TemporaryDirectory() as out:
-                    families(info, out, packing.BUILD_TOL[info.device.type])
+                    families(info, out, of_device(info.device.type).build_tol)
             elif part == "gradients":
                 gradients(info)
             elif part == "speed":

@@ -11,6 +11,7 @@ import torch
 
 from nanosky.agent.trajectory import Trajectory
 from nanosky.bundled import resolve_model_path
+from nanosky.precision import of_device
 from nanosky.train import packing
 from nanosky.train.batch import to_batch
 from nanosky.train.policy import shard_model
@@ -112,7 +113,7 @@ def seven_b(info) -> None:
             ids = torch.tensor([s_], device=info.device)
             out = p.lm_forward(model)(ids, torch.ones_like(ids), None)[0, : len(s_) - 1]
             worst = max(worst, float((packed[i, : len(s_) - 1].float() - out.float()).abs().max()))
-    tol = p.BUILD_TOL[info.device.type]
+    tol = of_device(info.device.type).build_tol
     print(
         f"packing check: target tokens max |Δ| {ok_target:.3g}, full vocabulary {worst:.3g} (tolerance {tol})",
         flush=True,

@@ -106,7 +106,7 @@ def cpu_refusal(conf: dict, dtype: str) -> str | None:
     if kind in BF16_ONLY_ON_CPU and dtype != "bfloat16":
         return (
             f"vLLM's CPU build runs {BF16_ONLY_ON_CPU[kind]} only in bf16, and the engine here computes in {dtype} "
-            "(to match the trainer)"
+            "(--precision bf16 runs engine and trainer in bf16)"
         )
     if conf.get("kv_lora_rank"):
         return NOT_ON_CPU["mla"]
@@ -126,7 +126,9 @@ def check_architecture(cfg: TrainConfig) -> None:
     if torch.cuda.is_available():
         return
     conf = json.loads(p.read_text())
-    dtype = cfg.engine.dtype if cfg.engine.dtype != "auto" else "float32"
+    from nanosky.precision import decide
+
+    dtype = cfg.engine.dtype if cfg.engine.dtype != "auto" else decide(cfg.precision, "cpu").engine_dtype
     why = cpu_refusal(conf, dtype)
     if why:
         arch = (conf.get("architectures") or [conf.get("model_type", "this model")])[0]

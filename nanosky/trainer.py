@@ -20,7 +20,7 @@ from transformers.utils import logging as hf_logging
 
 import algos
 from algos.registry import ADV_ESTIMATORS
-from nanosky import dist, trace
+from nanosky import dist, precision, trace
 from nanosky.agent import EngineBackend
 from nanosky.agent.player import Rollouts
 from nanosky.bundled import resolve_model_path
@@ -95,17 +95,20 @@ def build(cfg: TrainConfig, resources: contextlib.ExitStack) -> Run:
     tok = load_tokenizer(path, cfg.model.chat_template)  # --model.chat-template replaces the model's own
     check_platform(cfg.lora, info.device.type)  # e.g. QLoRA on CPU fails here, not at step 1
     ckpt_acts = cfg.optim.activation_checkpointing  # recompute each layer in backward
+    prec = precision.decide(cfg.precision, info.device.type)  # engine dtype and trainer compute, decided once
     policy = (
-        load_lora_model(path, cfg.lora, info, ckpt_acts)
+        load_lora_model(path, cfg.lora, info, ckpt_acts, prec)
         if cfg.lora.enabled
-        else load_model(path, info, activation_checkpointing=ckpt_acts)
+        else load_model(path, info, activation_checkpointing=ckpt_acts, precision=prec)
     )
     # Every trainer model is built before the engine: vLLM's Transformers backend rewrites transformers classes in
     # place when it starts, and the trainer's models hold private copies of theirs (`private_classes`).
-    ref = load_reference(path, cfg.lora, info, policy) if cfg.algorithm.needs_ref else None  # LoRA: adapters off
-    critic = load_critic(path, info) if cfg.algorithm.needs_critic else None
+    ref = load_reference(path, cfg.lora, info, policy, prec) if cfg.algorithm.needs_ref else None  # LoRA: adapters off
+    critic = load_critic(path, info, prec) if cfg.algorithm.needs_critic else None
     # the engine starts with placeholder weights: the build sync below pushes the trainer's (one read of the checkpoint)
-    engine = Engine(cfg.engine, path, info, log_path=os.path.join(cfg.run_dir, "engine.log"), weights="pushed")
+    engine = Engine(
+        cfg.engine, path, info, log_path=os.path.join(cfg.run_dir, "engine.log"), weights="pushed", precision=prec
+    )
     pool = make_pool(cfg.envpool.workers, cfg.envpool.step_timeout_s)
     resources.callback(pool.shutdown)
     rollout = Rollout(cfg.rollout, EngineBackend(engine, tok), pool, tok, log_dir=cfg.run_dir, reward=cfg.reward)
@@ -113,7 +116,7 @@ def build(cfg: TrainConfig, resources: contextlib.ExitStack) -> Run:
     log = RunLogger(cfg.run_dir, info.is_main, cfg.steps, cfg.log.tqdm)
     resources.callback(log.close)
     # what the models can do (the chunked head, packing and its attention), checked on them: a value, cfg untouched
-    plan = decide(cfg.optim, info.device.type, policy, ref if ref is not policy else None, critic, log.print)
+    plan = decide(cfg.optim, prec, policy, ref if ref is not policy else None, critic, log.print)
     optim = plan.optim(cfg.optim)
     run = Run(
         cfg=cfg,
@@ -152,7 +155,7 @@ def build(cfg: TrainConfig, resources: contextlib.ExitStack) -> Run:
         f"nanosky: {cfg.algorithm.name} on {cfg.env} | world {info.world} ({info.backend}, {info.device.type}) | model {path} "
         f"({run.n_params / 1e6:.1f}M params) | {P} prompts x {n} = {P * n} trajectories/step ({P * n // info.world}/rank) | "
         f"micro-batch {optim.describe()} | tokens/turn {r.max_new_tokens}, total {r.max_total_tokens} | "
-        f"engine {run.engine.dtype} | env pool {cfg.envpool.workers} workers/rank | run dir {cfg.run_dir}"
+        f"{prec.line()}, engine {run.engine.dtype} | env pool {cfg.envpool.workers} workers/rank | run dir {cfg.run_dir}"
     )
     if cfg.resume:  # model, optimizer, schedule, RNG states, step, weight version; bad configs refused
         state = run.ckpt.resume()

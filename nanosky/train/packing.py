@@ -184,13 +184,10 @@ def _ancestor_mask(owner: torch.Tensor, depth: torch.Tensor, lcps: list[int]) ->
 SLIDING, FULL = "sliding_attention", "full_attention"
 
 
-BUILD_TOL = {"cpu": 1e-4, "cuda": 0.1}
-"""The build-time check's tolerance on packed vs unpacked max |Δ log p(target)| per device type: fp32 on CPU; bf16
-compute on GPU, where a missed window or soft-cap costs far more (bench/gpu_check.py measures both sides). A deep
-model's own bf16 rounding can exceed it: the check then allows FLOOR_FACTOR x the rounding it measures (`verify`)."""
-
 FLOOR_FACTOR = 2.0
-"""How far above the model's own rounding (the same sequence computed in another shape) the packed forward may be.
+"""The build check's tolerance is the run's precision's (`nanosky.precision.BUILD_TOL`). A deep model's own bf16
+rounding can exceed it: the check then allows FLOOR_FACTOR x the rounding it measures (`verify`).
+How far above the model's own rounding (the same sequence computed in another shape) the packed forward may be.
 On a random model shaped like Qwen2.5-7B in bf16 (H100): packed vs unpacked max 0.30-0.42, the same rows alone vs
 right-padded 0.45-0.54, while a missed sliding window costs 2-3 (docs/experiments/speed.md)."""
 

@@ -1,13 +1,14 @@
 """The build's decisions, returned as a value: what the trainer's models can do, checked once, on the models
 themselves, before step 1. The update, the critic and the checkpoints take the plan; the config stays as parsed.
 
-    plan = decide(cfg.optim, device_type, policy, ref, critic, say=log.print)   # Plan(packing="prefix", ...)
+    plan = decide(cfg.optim, precision, policy, ref, critic, say=log.print)   # Plan(packing="prefix", ...)
     update = PolicyUpdate(plan.optim(cfg.optim), cfg.algorithm, policy)
     plan = plan.calibrated(probe.tol)          # after the build sync; recorded as plan.json beside config.json
 
 Checked: the chunked LM head equals the model's own logits (else the plain head, installed per model); packed rows
 equal unpacked ones on a probe longer than any sliding window, under grouped attention where the device runs it
-(else under the dense mask, else unpacked: exact, slower). Each fallback is one line, through `say`.
+(else under the dense mask, else unpacked: exact, slower). Both within the run's precision's tolerance (fp32: 1e-4,
+bf16: its rounding). Each fallback is one line, through `say`.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from nanosky.config.model import OptimConfig
+from nanosky.precision import Precision
 from nanosky.train import grouped_attention, head, packing
 from nanosky.train.critic import critic_forward
 
@@ -25,6 +27,7 @@ from nanosky.train.critic import critic_forward
 class Plan:
     """What the run does, as decided at build (recorded in the run dir's plan.json)."""
 
+    precision: str  # "fp32" | "bf16": the engine's dtype and the trainer's compute (`nanosky.precision`)
     packing: str  # "prefix" | "none": packed rows (each prompt once), or one padded row per sequence
     attention: str | None  # packed rows' attention: "grouped" (by segment) | "mask" (the dense ancestor mask)
     chunked_head: bool  # the policy scores target tokens through the chunked LM head
@@ -44,7 +47,7 @@ def _kind(model) -> str:
 
 
 def decide(
-    optim: OptimConfig, device_type: str, policy, ref=None, critic=None, say: Callable[[str], None] = print
+    optim: OptimConfig, precision: Precision, policy, ref=None, critic=None, say: Callable[[str], None] = print
 ) -> Plan:
     """Check the head and packing on every model that uses them (the policy, a separate reference, the critic) and
     return what the run can do. Models are changed only as the plan says (the head uninstalled, grouped attention
@@ -56,7 +59,7 @@ def decide(
         say(line)
 
     try:
-        return _decide(optim, device_type, policy, ref, critic, note, notes)
+        return _decide(optim, precision, policy, ref, critic, note, notes)
     finally:  # a check's forward leaves FSDP2's root unsharded: what is built next (the optimizer) needs the shards
         for model in (policy, ref, critic):
             _reshard(model)
@@ -70,9 +73,9 @@ def _reshard(model) -> None:
             m.reshard()
 
 
-def _decide(optim: OptimConfig, device_type: str, policy, ref, critic, note, notes: list[str]) -> Plan:
+def _decide(optim: OptimConfig, precision: Precision, policy, ref, critic, note, notes: list[str]) -> Plan:
     """`decide`'s checks; `note` says a fallback (and adds it to `notes`)."""
-    tol = packing.BUILD_TOL[device_type]
+    tol, p = precision.build_tol, precision.name
     for model in (policy, ref) if optim.head_chunk_tokens else ():
         try:
             if model is not None and head.installed(model):
@@ -82,9 +85,9 @@ def _decide(optim: OptimConfig, device_type: str, policy, ref, critic, note, not
             head.uninstall(model)
     chunked = bool(optim.head_chunk_tokens) and head.installed(policy)
     if optim.packing == "none":
-        return Plan("none", None, chunked, notes=tuple(notes))
+        return Plan(p, "none", None, chunked, notes=tuple(notes))
     models = ((policy, packing.lm_forward), (ref, packing.lm_forward), (critic, critic_forward))
-    grouped = optim.grouped(device_type)  # prefix-grouped attention, else the dense mask
+    grouped = optim.grouped(precision.device_type)  # prefix-grouped attention, else the dense mask
     if grouped and not all(m is None or grouped_attention.enable(m) for m in (policy, ref)):
         # eager attention (soft-capped): grouped attention does not cover it
         kind = _kind(policy)
@@ -98,14 +101,14 @@ def _decide(optim: OptimConfig, device_type: str, policy, ref, critic, note, not
             for model, forward in models:
                 if model is not None:
                     packing.verify(model, forward(model), tol)
-            return Plan(optim.packing, attempt, chunked, notes=tuple(notes))
+            return Plan(p, optim.packing, attempt, chunked, notes=tuple(notes))
         except packing.PackingUnsupported as e:
             if attempt == "grouped":  # the dense mask next: the reference the grouped path is tested against
                 note(f"nanosky: {e} with grouped attention; this run uses the dense mask")
                 _dense(policy, ref)
                 continue
             note(f"nanosky: {e}; this run uses --optim.packing none (exact, slower)")
-    return Plan("none", None, chunked, notes=tuple(notes))
+    return Plan(p, "none", None, chunked, notes=tuple(notes))
 
 
 def _dense(policy, ref) -> bool:

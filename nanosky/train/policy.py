@@ -10,10 +10,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 
 import torch
-from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor, distribute_tensor
 
 from nanosky.dist import DistInfo
+from nanosky.precision import Precision, of_device
 from nanosky.train import head
 
 
@@ -121,7 +122,13 @@ def checkpoint_dtype(path: str) -> torch.dtype:
     return d if isinstance(d, torch.dtype) else torch.float32
 
 
-def load_model(path: str, info: DistInfo, trainable: bool = True, activation_checkpointing: bool = False):
+def load_model(
+    path: str,
+    info: DistInfo,
+    trainable: bool = True,
+    activation_checkpointing: bool = False,
+    precision: Precision | None = None,
+):
     def prepare(model):
         model.config.use_cache = False
         if not trainable:
@@ -130,13 +137,14 @@ def load_model(path: str, info: DistInfo, trainable: bool = True, activation_che
             checkpoint_activations(model)
         return model
 
-    return load_sharded(hf_loader(path), info, prepare)
+    return load_sharded(hf_loader(path), info, prepare, precision)
 
 
 def load_sharded(
     build: Callable[[bool], torch.nn.Module],
     info: DistInfo,
     prepare: Callable[[torch.nn.Module], torch.nn.Module] = lambda m: m,
+    precision: Precision | None = None,
 ) -> torch.nn.Module:
     """The model, read from disk once for all ranks: every rank builds `prepare(build(False))` on the meta device
     and shards it with FSDP2; rank 0 alone reads the checkpoint (`prepare(build(True))`) and broadcasts it tensor by
@@ -145,7 +153,7 @@ def load_sharded(
     names on both (e.g. adapters injected, layers marked for checkpointing)."""
     with torch.device("meta"):
         model = prepare(build(False))
-    model = shard_model(model, info)  # materialized empty on the device, shard by shard
+    model = shard_model(model, info, precision=precision)  # materialized empty on the device, shard by shard
     if info.is_main:
         real = prepare(build(True))
         src, bufs = real.state_dict(), dict(real.named_buffers())
@@ -196,14 +204,15 @@ def decoder_layers(model) -> torch.nn.ModuleList:
     raise ValueError(f"no decoder layer list (`layers` / `h`) found in {type(model).__name__}")
 
 
-def shard_model(model, info: DistInfo, reshard_after_forward: bool | None = None):
+def shard_model(model, info: DistInfo, reshard_after_forward: bool | None = None, precision: Precision | None = None):
     """FSDP2 per decoder layer + root: the one wrapping of the policy, the reference, the critic and LoRA models
-    (frozen and trainable parameters share the per-layer groups). Resharding after forward (ZeRO-3) saves memory on
-    big models; the default keeps small models (< 1B params) gathered between forward and backward (ZeRO-2-like),
-    which halves the all-gathers per micro-batch."""
+        (frozen and trainable parameters share the per-layer groups). Resharding after forward (ZeRO-3) saves memory on
+        big models; the default keeps small models (< 1B params) gathered between forward and backward (ZeRO-2-like),
+        which halves the all-gathers per micro-batch. `precision`: the run's (bf16: FSDP2's mixed precision, fp32 masters);
+    outside a run the device's (bf16 on CUDA, fp32 on the CPU)."""
     private_classes(model)  # before any engine starts: immune to vLLM's in-place class rewrite
     mesh = torch.distributed.device_mesh.init_device_mesh(info.device.type, (info.world,))
-    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if info.is_cuda else None
+    mp = (precision or of_device(info.device.type)).mixed_policy()
     if reshard_after_forward is None:
         reshard_after_forward = sum(p.numel() for p in model.parameters()) > 1e9
     kw = {"mesh": mesh, "reshard_after_forward": reshard_after_forward} | ({"mp_policy": mp} if mp else {})

@@ -1,0 +1,112 @@
+"""One precision for the run (`--precision auto|fp32|bf16`): the engine's dtype and the trainer's compute, decided
+once, here, from the device and what it supports. Everything that differs between fp32 and bf16 reads it from the
+`Precision` this returns, on the CPU as on CUDA, so a bf16 run on an AMX CPU runs the CUDA path's numerics through
+the same code:
+
+    prec = decide("auto", "cpu")    # Precision("bf16", "cpu", why="auto: this CPU has AMX (amx_bf16)")
+    prec.engine_dtype               # "bfloat16": vLLM's dtype
+    prec.mixed_policy()             # FSDP2 MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32), or None
+    prec.build_tol                  # the packing / chunked-head checks' tolerance (bf16 rounding: 0.1)
+
+What bf16 changes, and only that (fp32 master weights and optimizer state always):
+- the trainer computes in bf16 through FSDP2's mixed precision (params gathered in bf16, gradients reduced in fp32);
+- the engine runs in bf16, and the sync gathers bf16 shards for it (LoRA merged in fp32, rounded once);
+- a QLoRA base dequantizes to bf16 and its 4-bit matmuls compute in bf16;
+- the build checks (packing, chunked head) allow bf16 rounding, and the sync probe's tolerance is calibrated from
+  the bf16 build gap (`nanosky/sync.py`, floor and ceiling by engine dtype);
+- log-probabilities, the losses, importance ratios and the trainer-vs-engine metrics are computed in fp32 from the
+  bf16 logits, as on CUDA.
+
+`auto` is bf16 on CUDA and on a CPU with AMX (torch runs bf16 matmuls there 5-10x faster than fp32, and vLLM's CPU
+backend runs bf16 on AMX), fp32 on any other CPU, where bf16 is emulated and slower than fp32.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import torch
+
+NAMES = ("auto", "fp32", "bf16")
+AMX = ("amx_bf16", "amx_tile")
+"""The CPU flags `auto` takes bf16 on (Sapphire Rapids and later): bf16 tile matmuls in hardware."""
+
+BUILD_TOL = {"fp32": 1e-4, "bf16": 0.1}
+"""The build checks' tolerance (packed vs unpacked, chunked head vs the model's logits: max |Δ log p(target)|).
+fp32: the CPU's exact forward; bf16: a missed window or soft-cap costs far more than 0.1 (bench/gpu_check.py measures
+both sides on a 7B-shaped model), and a deep model's own rounding above it is allowed for by `packing.verify`."""
+
+
+@functools.cache
+def cpu_flags() -> frozenset[str]:
+    """This CPU's feature flags (/proc/cpuinfo; empty where there is none)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+@dataclass(frozen=True)
+class Precision:
+    """The run's precision: `name` "fp32" | "bf16" on `device_type` "cpu" | "cuda", and why it was chosen."""
+
+    name: str
+    device_type: str
+    why: str = ""
+
+    def __post_init__(self):
+        if self.name not in ("fp32", "bf16"):
+            raise ValueError(f"precision must be fp32 or bf16, got {self.name!r}")
+
+    @property
+    def bf16(self) -> bool:
+        return self.name == "bf16"
+
+    @property
+    def compute_dtype(self) -> torch.dtype:
+        """The dtype the trainer's matmuls run in (the master weights stay fp32)."""
+        return torch.bfloat16 if self.bf16 else torch.float32
+
+    @property
+    def engine_dtype(self) -> str:
+        """vLLM's `dtype` for the engine."""
+        return "bfloat16" if self.bf16 else "float32"
+
+    @property
+    def build_tol(self) -> float:
+        return BUILD_TOL[self.name]
+
+    def mixed_policy(self):
+        """FSDP2's mixed-precision policy: parameters gathered and computed in bf16, gradients reduced in fp32 (the
+        optimizer steps fp32 masters); None in fp32 (no casts at all)."""
+        from torch.distributed.fsdp import MixedPrecisionPolicy
+
+        return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if self.bf16 else None
+
+    def line(self) -> str:
+        return f"precision {self.name}" + (f" ({self.why})" if self.why else "")
+
+
+def decide(flag: str, device_type: str, flags: frozenset[str] | None = None) -> Precision:
+    """`--precision` on this device: `auto` is bf16 on CUDA and on an AMX CPU, fp32 elsewhere; `flags`: the CPU's
+    (default: this machine's)."""
+    if flag not in NAMES:
+        raise ValueError(f"--precision must be one of {', '.join(NAMES)}, got {flag!r}")
+    if flag != "auto":
+        return Precision(flag, device_type, "asked for")
+    if device_type == "cuda":
+        return Precision("bf16", device_type, "auto: CUDA")
+    have = cpu_flags() if flags is None else flags
+    if all(f in have for f in AMX):
+        return Precision("bf16", device_type, "auto: this CPU has AMX (amx_bf16)")
+    return Precision("fp32", device_type, "auto: this CPU has no AMX, and bf16 without it is slower than fp32")
+
+
+def of_device(device_type: str) -> Precision:
+    """The precision of a component built outside a run (a bench, an eval): bf16 on CUDA, fp32 on the CPU."""
+    return Precision("bf16" if device_type == "cuda" else "fp32", device_type, "the device's default")
