@@ -14,7 +14,7 @@ optimizer step. With 2 ranks, per_device_train_batch_size=64 and gradient_accumu
   (128 sequences per rank), trained as 2 micro-batches of 64 per rank (nanosky's bench uses micro_batch_size=64),
   then one optimizer step. num_iterations=1, so TRL skips the old-logprob pass (the policy is its own old policy).
 Everything else matches nanosky's `--preset bench`: max 32 new tokens, temperature 1, AdamW lr 5e-4,
-grad clip 1.0, clip ε 0.2, token-mean loss over the global batch (TRL's "dapo" loss type), no KL (beta=0), fp32,
+grad clip 1.0, clip ε 0.2, token-mean loss over the global batch (TRL's "dapo" loss type), no KL (beta=0), fp32 (`--bf16`: TRL's bf16=True, against nanosky's --precision bf16),
 gradient checkpointing off, one intra-op thread per rank. Differences that remain: TRL wraps the model in DDP, not
 FSDP2, and generates with HF `generate` (use_vllm=False) instead of a colocated vLLM engine.
 """
@@ -84,6 +84,9 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--vllm", action="store_true", help="use_vllm=True, vllm_mode='colocate' (expected to fail on CPU)")
     ap.add_argument("--shape", choices=sorted(SYSTEM), default="math")
+    ap.add_argument(
+        "--bf16", action="store_true", help="bf16=True (autocast on the CPU), against nanosky's --precision bf16"
+    )
     args = ap.parse_args()
     world = int(os.environ.get("WORLD_SIZE", 1))
     if (PROMPTS * GROUP) % (MICRO * 2 * world):
@@ -127,7 +130,7 @@ def main() -> None:
         adam_beta2=0.99,
         weight_decay=0.0,
         max_grad_norm=1.0,
-        bf16=False,
+        bf16=args.bf16,
         fp16=False,
         gradient_checkpointing=False,
         use_cpu=True,
@@ -162,7 +165,7 @@ def main() -> None:
         train = [t - r for t, r in zip(times, rollout)]
         print(
             f"shape: {args.shape}, {world} ranks, {PROMPTS} prompts x {GROUP} samples x {NEW_TOKENS} new tokens, TRL GRPOTrainer "
-            f"({'colocated vLLM' if args.vllm else 'HF generate'}), steps {args.steps} (first dropped)"
+            f"({'colocated vLLM' if args.vllm else 'HF generate'}, {'bf16' if args.bf16 else 'fp32'}), steps {args.steps} (first dropped)"
         )
         print("per-step s: " + " ".join(f"{t:.3f}" for t in timer.times))
         print(f"{'rollout_s (generate+reward)':28s} {statistics.median(rollout):8.3f}")

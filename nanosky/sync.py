@@ -154,20 +154,30 @@ def build_sync(policy, engine, version: int, probe_: Probe) -> dict[str, float]:
     return m
 
 
+def _counted(tensors, pushed: list[int]):
+    """`tensors` as they stream past, their elements and bytes added to `pushed`: what the sync moved (2 bytes per
+    weight in bf16, 4 in fp32)."""
+    for name, t in tensors:
+        pushed[0] += t.numel()
+        pushed[1] += t.numel() * t.element_size()
+        yield name, t
+
+
 def sync_weights(policy, engine, version: int, probe_: Probe, push: bool = True) -> dict[str, float]:
     """Push the policy's weights to the engine as `version`, then check with the probe that it serves them. An engine
     asleep (CUDA, after a rollout phase) wakes in two parts around the push; it ends fully awake. `push=False`
     (testing only, `--debug.skip-sync`) leaves the engine stale: the probe must catch it."""
     # CUDA: the weights first; the KV cache is mapped after the push (TRL's, verl's order)
     engine.wake("weights")
+    pushed = [0, 0]  # elements, bytes
     if push:
-        # LoRA merged in; gathered in the engine's dtype (bf16 on CUDA: half the bytes of an fp32 gather)
-        engine.load_weights(iter_merged_params(policy, getattr(torch, engine.dtype)), version)
+        # LoRA merged in; gathered in the engine's dtype (bf16: half the bytes of an fp32 gather)
+        engine.load_weights(_counted(iter_merged_params(policy, getattr(torch, engine.dtype)), pushed), version)
     else:
         engine.skip_load(version)  # testing only: the probe below must catch it
     engine.wake("kv_cache")
     d = probe_diffs(policy, engine, probe_.current, engine.info.device)
-    m = probe_metrics(d)
+    m = probe_metrics(d) | ({"sync/bytes_per_weight": pushed[1] / pushed[0]} if pushed[0] else {})
     arch = type(base_model(policy)).__name__.removeprefix("FSDP")  # FSDP2 subclasses the model's class
     # held_back: vLLM's "Failed to load weights" lines of this sync, named in the error
     probe_.check(m, engine.dtype, version, held_back(), d, arch)

@@ -10,7 +10,10 @@ import sys
 import pytest
 from spawn import scalars, torchrun
 
+# fp32: these runs assert the fp32 engine-trainer agreement (bf16: tests/e2e/test_precision_e2e.py)
 SMALL = [
+    "--precision",
+    "fp32",
     "--preset",
     "tool_use",
     "--rollout.prompts-per-step",

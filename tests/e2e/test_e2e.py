@@ -32,7 +32,8 @@ REQUIRED_TAGS = [
 def smoke_run(tmp_path_factory):
     run_dir = str(tmp_path_factory.mktemp("run") / "smoke")
     kl, evals = ["--algorithm.kl-coef", "0.001"], ["--log.eval-samples", "100"]
-    r = torchrun(["--preset", "smoke", "--log.run-dir", run_dir, *kl, *evals])
+    fp32 = ["--precision", "fp32"]  # the fp32 engine-trainer agreement is asserted (bf16: test_precision_e2e.py)
+    r = torchrun(["--preset", "smoke", *fp32, "--log.run-dir", run_dir, *kl, *evals])
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
     return run_dir
 
@@ -124,6 +125,8 @@ def test_probe_catches_a_skipped_sync(tmp_path):
         [
             "--preset",
             "smoke",
+            "--precision",
+            "fp32",
             "--steps",
             "2",
             "--log.run-dir",

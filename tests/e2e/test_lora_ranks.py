@@ -27,7 +27,7 @@ def test_two_ranks_merged_sync(tmp_path):
     assert res["adapter_vs_policy"] < 1e-5
 
 
-QLORA = ["--preset", "smoke", "--steps", "3", "--log.ckpt-every", "2", "--eval.limit", "8"]
+QLORA = ["--preset", "smoke", "--precision", "fp32", "--steps", "3", "--log.ckpt-every", "2", "--eval.limit", "8"]
 QLORA += ["--lora.rank", "4", "--lora.alpha", "8", "--lora.qlora"]
 
 

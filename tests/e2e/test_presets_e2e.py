@@ -77,6 +77,8 @@ def test_lora_training_syncs_merged_weights(tmp_path):
         "run.py",
         "--preset",
         "smoke",
+        "--precision",
+        "fp32",  # the fp32 agreement is asserted (bf16: test_precision_e2e.py)
         "--steps",
         "2",
         "--log.run-dir",
@@ -198,6 +200,8 @@ def test_stepwise_rollout_trains(algo, nproc, tmp_path):
         [
             "--preset",
             "alfworld_lite",
+            "--precision",
+            "fp32",  # the constrained turns' fp32 agreement is asserted (bf16: test_precision_e2e.py)
             "--algo",
             algo,
             "--log.run-dir",
@@ -251,6 +255,8 @@ def swe_run(tmp_path_factory):
         [
             "--preset",
             "swe",
+            "--precision",
+            "fp32",  # the constrained turns' fp32 agreement is asserted (bf16: test_precision_e2e.py)
             "--log.run-dir",
             run_dir,
             *small.split(),

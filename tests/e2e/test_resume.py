@@ -18,7 +18,7 @@ import time
 import pytest
 from spawn import ROOT, child_env, scalars, torchrun
 
-ARGS = ["--preset", "smoke", "--steps", "4", "--log.ckpt-every", "2", "--eval.limit", "8"]
+ARGS = ["--preset", "smoke", "--precision", "fp32", "--steps", "4", "--log.ckpt-every", "2", "--eval.limit", "8"]
 TAGS = ("train/pg_loss", "train/reward_mean", "train/response_len", "train/grad_norm")
 
 

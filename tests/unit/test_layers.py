@@ -20,7 +20,12 @@ TOP = ["run.py", "bench", "examples", "tests"]  # the top layer: may import anyt
 # Inside nanosky/, lower floors first; a room may import its own floor and those below. Every other nanosky module
 # (collect, trainer, evaluate, sync, cli, startup, presets, tiny, ...) stands on top of them all.
 INNER = [
-    ["nanosky.config", "nanosky.seeds", "nanosky.dist", "nanosky.precision"],  # the leaf: configs, the rank's facts, seeds, precision
+    [
+        "nanosky.config",
+        "nanosky.seeds",
+        "nanosky.dist",
+        "nanosky.precision",
+    ],  # the leaf: configs, the rank's facts, seeds, precision
     ["nanosky.rollout"],  # the floor: engine, env pool, chat rendering, constrained sampling, the rank's loop
     ["nanosky.agent"],  # the built-in player (and the Player interface, Task, Trajectory)
     ["nanosky.endpoint"],  # the external-agent player and its OpenAI-compatible endpoint

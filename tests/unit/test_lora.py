@@ -130,6 +130,22 @@ def test_merged_weights_gathered_in_the_engines_bf16(trained):
     assert not torch.equal(half[w].float(), full[w])  # it really is rounded
 
 
+def test_merged_bf16_is_the_fp32_merge_rounded_once(tiny_path, dist_info):
+    """--precision bf16's sync: each adapted weight is merged in fp32 (its base gathered in full precision) and rounded
+    to bf16 once, so the stream equals the fp32 merge cast to bf16, bit for bit; a base rounded before the merge
+    would round twice. The bundled base is stored in bf16 (rounding it is exact), so its weights get fp32 noise."""
+    model = load_lora_model(tiny_path, CFG, dist_info)
+    _train_steps(model)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("base_layer.weight"):
+                p.to_local().add_(torch.randn_like(p.to_local()) * 1e-3)  # no longer bf16-representable
+    full = dict(iter_merged_params(model))
+    half = dict(iter_merged_params(model, torch.bfloat16))
+    for name, t in half.items():
+        assert torch.equal(t, full[name].to(torch.bfloat16)), name
+
+
 def test_merged_model_matches_lora_logprobs(trained, tiny_path):
     """What vLLM gets (the merged stream loaded into a plain HF model) scores tokens like the trained policy."""
     merged = dict(iter_merged_params(trained))

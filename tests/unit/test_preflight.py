@@ -229,9 +229,10 @@ def test_an_architecture_the_cpu_engine_cannot_run_is_refused_by_name(tmp_path):
         json.dumps({"model_type": "qwen3_next", "architectures": ["Qwen3NextForCausalLM"]})
     )
     _fails(
-        _cfg(tmp_path, "--model.path", str(model)),
+        _cfg(tmp_path, "--model.path", str(model), "--precision", "fp32"),
         r"Qwen3NextForCausalLM is not supported on the CPU: vLLM's CPU build runs its Gated DeltaNet .* in float32",
     )
     preflight.check_architecture(_cfg(tmp_path, "--model.path", str(model), "--engine.dtype", "bfloat16"))
+    preflight.check_architecture(_cfg(tmp_path, "--model.path", str(model), "--precision", "bf16"))
     (model / "config.json").write_text(json.dumps({"model_type": "qwen2"}))
     preflight.check_architecture(_cfg(tmp_path, "--model.path", str(model)))

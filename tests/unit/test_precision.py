@@ -1,0 +1,68 @@
+"""`--precision`: one decision (nanosky/precision.py) that the engine's dtype, FSDP2's mixed precision, QLoRA's
+compute dtype and the build checks' tolerance all read."""
+
+import pytest
+import torch
+
+from nanosky import precision
+from nanosky.config import EngineConfig
+from nanosky.dist import DistInfo
+from nanosky.rollout.engine import engine_args
+
+AMX = frozenset({"avx512f", "amx_bf16", "amx_tile", "avx512_bf16"})
+NO_AMX = frozenset({"avx2", "avx512f"})
+
+
+def test_auto_is_bf16_on_cuda_and_on_an_amx_cpu_fp32_elsewhere():
+    assert precision.decide("auto", "cuda", NO_AMX).name == "bf16"
+    amx = precision.decide("auto", "cpu", AMX)
+    assert amx.name == "bf16" and "AMX" in amx.why
+    plain = precision.decide("auto", "cpu", NO_AMX)
+    assert plain.name == "fp32" and "no AMX" in plain.why
+    # avx512_bf16 alone (no tiles) does not count
+    assert precision.decide("auto", "cpu", frozenset({"avx512_bf16"})).name == "fp32"
+
+
+def test_an_asked_precision_is_kept_and_a_bad_one_refused():
+    assert precision.decide("bf16", "cpu", NO_AMX).name == "bf16"  # emulated, slower, but asked for
+    assert precision.decide("fp32", "cuda").name == "fp32"
+    with pytest.raises(ValueError, match="--precision"):
+        precision.decide("fp16", "cpu")
+    with pytest.raises(ValueError):
+        precision.Precision("half", "cpu")
+
+
+def test_what_bf16_changes():
+    bf16, fp32 = precision.Precision("bf16", "cpu"), precision.Precision("fp32", "cpu")
+    assert (bf16.engine_dtype, fp32.engine_dtype) == ("bfloat16", "float32")
+    assert (bf16.compute_dtype, fp32.compute_dtype) == (torch.bfloat16, torch.float32)
+    mp = bf16.mixed_policy()
+    assert (mp.param_dtype, mp.reduce_dtype) == (torch.bfloat16, torch.float32)  # fp32 gradients for fp32 masters
+    assert fp32.mixed_policy() is None
+    assert fp32.build_tol == 1e-4 and bf16.build_tol == 0.1
+    assert precision.of_device("cuda").bf16 and not precision.of_device("cpu").bf16
+
+
+def _info(device: str) -> DistInfo:
+    return DistInfo(rank=0, world=1, local_rank=0, device=torch.device(device), backend="gloo")
+
+
+def test_the_engine_dtype_follows_the_run_unless_set():
+    bf16 = precision.Precision("bf16", "cpu")
+    assert engine_args(EngineConfig(), _info("cpu"), "m", precision=bf16)["dtype"] == "bfloat16"
+    assert engine_args(EngineConfig(), _info("cpu"), "m")["dtype"] == "float32"  # outside a run: the device's
+    assert engine_args(EngineConfig(dtype="float32"), _info("cpu"), "m", precision=bf16)["dtype"] == "float32"
+
+
+def test_bf16_shards_keep_fp32_masters_and_compute_in_bf16(tiny_path, dist_info):
+    from nanosky.train.policy import load_model
+
+    ids = torch.randint(3, 500, (2, 12), generator=torch.Generator().manual_seed(0))
+    bf16 = load_model(tiny_path, dist_info, precision=precision.Precision("bf16", "cpu"))
+    fp32 = load_model(tiny_path, dist_info, precision=precision.Precision("fp32", "cpu"))
+    assert all(p.dtype == torch.float32 for p in bf16.parameters())  # the masters, as the optimizer steps them
+    with torch.no_grad():
+        lo, hi = bf16(input_ids=ids).logits, fp32(input_ids=ids).logits
+    assert (lo.dtype, hi.dtype) == (torch.bfloat16, torch.float32)
+    gap = float((lo.float() - hi).abs().max())
+    assert 0 < gap < 0.5, gap  # the same model, rounded
