@@ -47,12 +47,18 @@ def build_probe(cfg, tok, model_config) -> Probe:
 
 
 @torch.no_grad()
-def probe_diffs(model, engine, ids: list[int], device) -> torch.Tensor:
-    """|trainer − engine| log p of each token of a fixed sequence [len − 1]. Collective (the trainer's forward)."""
+def probe_logprobs(model, engine, ids: list[int], device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The trainer's and the engine's log p of each token of a fixed sequence, [len − 1] each, float64 on the host
+    (the trainer's computed in fp32 from its logits, whatever its compute dtype). Collective (the trainer's forward)."""
     x = torch.tensor([ids], device=device)
     lp_train, _ = token_logprobs(model, x, torch.ones_like(x))
-    lp_engine = engine.prompt_logprobs(ids).to(lp_train.device)
-    return (lp_train[0].double() - lp_engine).abs().cpu()
+    return lp_train[0].double().cpu(), engine.prompt_logprobs(ids).double().cpu()
+
+
+def probe_diffs(model, engine, ids: list[int], device) -> torch.Tensor:
+    """|trainer − engine| log p of each token of a fixed sequence [len − 1]. Collective (the trainer's forward)."""
+    lp_train, lp_engine = probe_logprobs(model, engine, ids, device)
+    return (lp_train - lp_engine).abs()
 
 
 def probe_metrics(d: torch.Tensor) -> dict[str, float]:
@@ -77,6 +83,10 @@ PROBE_CEILING_MAX = {"float32": 2e-4}
 ~1e-5 (every family in tests/integration/test_families.py), so a real disagreement (a window one position off, an
 attention the engine implements differently) is refused, not averaged away. bf16 has no per-token ceiling: single
 tokens there differ by rounding alone."""
+MOVED = 1e-6
+"""The trainer's probe log-probs moved (mean |Δ| since the last sync) by more than float noise: an engine whose own
+did not move at all missed the push. (A push that changes no weight of the engine's dtype moves the trainer by far
+less.)"""
 CALIBRATION = 4.0
 """A later sync may show this many times the build probe's gap before it counts as stale."""
 
@@ -97,6 +107,19 @@ class Probe:
         self.tol: float | None = max_mean_diff  # None until the build sync
         self.build_gap: float | None = None
         self.built = False  # the build sync passed: later syncs score `ids`
+        self.last: tuple[torch.Tensor, torch.Tensor] | None = None  # the last sync's (trainer, engine) log-probs
+
+    def shifts(self, ids: list[int], lp_train: torch.Tensor, lp_engine: torch.Tensor) -> dict[str, float]:
+        """How far each side's log-probs on the probe moved since the last sync (mean |Δ|), when it scored the same
+        sequence: `rollout/probe_policy_shift` and `rollout/probe_engine_shift`, near each other when the sync
+        lands. Keeps this sync's for the next."""
+        last, self.last = self.last, (lp_train, lp_engine)
+        if last is None or last[0].shape != lp_train.shape or ids != self.ids:
+            return {}
+        return {
+            "rollout/probe_policy_shift": float((lp_train - last[0]).abs().mean()),
+            "rollout/probe_engine_shift": float((lp_engine - last[1]).abs().mean()),
+        }
 
     @property
     def current(self) -> list[int]:
@@ -112,10 +135,18 @@ class Probe:
         diffs: torch.Tensor | None = None,
         arch: str = "the model",
     ) -> None:
-        """Raise StaleWeightsError when the engine does not serve the trainer's weights. At the build sync (nothing
-        calibrated yet) also when any token of the probe is over the per-token ceiling, naming the architecture and
-        the first position where they part."""
+        """Raise StaleWeightsError when the engine does not serve the trainer's weights: its gap is over the
+        tolerance, or its log-probs are exactly the last sync's while the trainer's moved (a missed push, however
+        small the update: in bf16 one step's change can sit inside the calibrated tolerance). At the build sync
+        (nothing calibrated yet) also when any token of the probe is over the per-token ceiling, naming the
+        architecture and the first position where they part."""
         gap = m["rollout/logprob_diff_mean"]
+        if m.get("rollout/probe_engine_shift") == 0.0 and m["rollout/probe_policy_shift"] > MOVED:
+            raise StaleWeightsError(
+                f"engine is serving stale weights: its probe log-probs are exactly the last sync's while the "
+                f"trainer's moved by {m['rollout/probe_policy_shift']:.3g} (mean |Δ|), after sync to version {version}"
+                + "".join(f"\n  vLLM: {w}" for w in warned)
+            )
         limit = self.tol
         if limit is None:  # the build sync: calibrate, unless the gap already shows a broken push
             limit = PROBE_CEILING.get(dtype, PROBE_CEILING["bfloat16"])
@@ -176,8 +207,11 @@ def sync_weights(policy, engine, version: int, probe_: Probe, push: bool = True)
     else:
         engine.skip_load(version)  # testing only: the probe below must catch it
     engine.wake("kv_cache")
-    d = probe_diffs(policy, engine, probe_.current, engine.info.device)
-    m = probe_metrics(d) | ({"sync/bytes_per_weight": pushed[1] / pushed[0]} if pushed[0] else {})
+    ids = probe_.current
+    lp_train, lp_engine = probe_logprobs(policy, engine, ids, engine.info.device)
+    d = (lp_train - lp_engine).abs()
+    m = probe_metrics(d) | probe_.shifts(ids, lp_train, lp_engine)
+    m |= {"sync/bytes_per_weight": pushed[1] / pushed[0]} if pushed[0] else {}
     arch = type(base_model(policy)).__name__.removeprefix("FSDP")  # FSDP2 subclasses the model's class
     # held_back: vLLM's "Failed to load weights" lines of this sync, named in the error
     probe_.check(m, engine.dtype, version, held_back(), d, arch)

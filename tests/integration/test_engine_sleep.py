@@ -62,14 +62,14 @@ def test_a_sync_wakes_the_weights_pushes_then_maps_the_kv_cache():
     import nanosky.sync as sync
 
     calls = e.llm.calls
-    orig = sync.probe_diffs
-    sync.probe_diffs = lambda model, engine, ids, device: (
-        calls.append(("probe", engine.sleeping)) or torch.zeros(len(ids) - 1, dtype=torch.float64)
+    orig = sync.probe_logprobs
+    sync.probe_logprobs = lambda model, engine, ids, device: (
+        calls.append(("probe", engine.sleeping)) or (torch.zeros(len(ids) - 1, dtype=torch.float64),) * 2
     )
     try:
         sync_weights(model, e, 1, Probe([1, 2, 3], max_mean_diff=1e9))
     finally:
-        sync.probe_diffs = orig
+        sync.probe_logprobs = orig
     assert calls == [("sleep", 1), ("wake", "weights"), ("load", 2), ("wake", "kv_cache"), ("probe", False)]
     assert e.version == 1 and e.llm.dtypes == {torch.bfloat16}  # gathered in the bf16 engine's dtype
 
