@@ -38,9 +38,9 @@ from nanosky.train.batch import Batch, compute_advantages, split_groups, to_batc
 from nanosky.train.checkpointer import Checkpointer
 from nanosky.train.constrain import ChoiceMasker
 from nanosky.train.critic import Critic, CriticUpdate, forward_values, load_critic
-from nanosky.train.lora import adapters_off, check_platform, load_lora_model, load_reference
+from nanosky.train.lora import adapters_off, check_platform, load_policy, load_reference
 from nanosky.train.plan import Plan, decide
-from nanosky.train.policy import checkpoint_dtype, load_model
+from nanosky.train.policy import checkpoint_dtype
 from nanosky.train.step_credit import anchor_metrics, step_info
 from nanosky.train.stepwise import assign_advantages, split_rows
 from nanosky.train.stepwise import samples as stepwise_samples
@@ -94,13 +94,8 @@ def build(cfg: TrainConfig, resources: contextlib.ExitStack) -> Run:
     path = resolve_model_path(cfg.model.path)
     tok = load_tokenizer(path, cfg.model.chat_template)  # --model.chat-template replaces the model's own
     check_platform(cfg.lora, info.device.type)  # e.g. QLoRA on CPU fails here, not at step 1
-    ckpt_acts = cfg.optim.activation_checkpointing  # recompute each layer in backward
     prec = precision.decide(cfg.precision, info.device.type)  # engine dtype and trainer compute, decided once
-    policy = (
-        load_lora_model(path, cfg.lora, info, ckpt_acts, prec)
-        if cfg.lora.enabled
-        else load_model(path, info, activation_checkpointing=ckpt_acts, precision=prec)
-    )
+    policy = load_policy(path, cfg.lora, info, cfg.optim.activation_checkpointing, prec)
     # Every trainer model is built before the engine: vLLM's Transformers backend rewrites transformers classes in
     # place when it starts, and the trainer's models hold private copies of theirs (`private_classes`).
     ref = load_reference(path, cfg.lora, info, policy, prec) if cfg.algorithm.needs_ref else None  # LoRA: adapters off

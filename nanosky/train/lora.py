@@ -170,6 +170,15 @@ def load_lora_model(
     return shard_model(prepare(model), info, precision=precision)
 
 
+def load_policy(
+    path: str, cfg: LoraConfig, info: DistInfo, activation_checkpointing: bool, precision: Precision | None = None
+):
+    """The policy to train: LoRA adapters on the base (`--lora.rank` > 0), else the whole model."""
+    if cfg.enabled:
+        return load_lora_model(path, cfg, info, activation_checkpointing, precision)
+    return load_model(path, info, activation_checkpointing=activation_checkpointing, precision=precision)
+
+
 def load_reference(path: str, cfg: LoraConfig, info: DistInfo, policy, precision: Precision | None = None):
     """The frozen reference of a KL term: the starting policy. Under LoRA that is the policy itself with its adapters
     off (`adapters_off`): no second copy of the weights, and for QLoRA the very 4-bit base the policy trains on.

@@ -74,7 +74,8 @@ def test_family_trains_packs_and_syncs_exactly(family, dist_info, tmp_path):
 def test_a_family_the_cpu_engine_cannot_match_is_refused_at_start_up(family, tmp_path):
     """One line naming the architecture and why, before any model loads (run.py: exit 2, no traceback)."""
     path = build(family, str(tmp_path))
-    cfg = parse_args(["--preset", "smoke", "--model.path", path, "--log.run-dir", str(tmp_path / "run")], console=False)
+    args = ["--preset", "smoke", "--precision", "fp32", "--model.path", path, "--log.run-dir", str(tmp_path / "run")]
+    cfg = parse_args(args, console=False)  # fp32: Gated DeltaNet's refusal is fp32's (the CPU build runs it in bf16)
     arch = REFUSED[family][1]
     with pytest.raises(preflight.UsageError, match=rf"{arch} is not supported on the CPU: .*{REFUSED[family][3]}"):
         preflight.check(cfg, world=1)
