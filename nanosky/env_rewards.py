@@ -19,6 +19,7 @@ _SCORED = (
     "done",
     "max_turns",
     "max_tokens",
+    "length",
     "timeout",
 )  # what the runner evaluates (a failed episode scores 0)
 

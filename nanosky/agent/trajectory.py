@@ -20,6 +20,7 @@ STOP_REASONS = (
     "done",
     "max_turns",
     "max_tokens",
+    "length",  # an external agent's conversation reached --rollout.max-total-tokens (the endpoint refused a call)
     "prompt_too_long",
     "timeout",
     "env_error",

@@ -43,7 +43,7 @@ from nanosky.config import RolloutConfig, import_plugins
 from nanosky.endpoint.agent_task import AgentTask, BlockingTask
 from nanosky.endpoint.command import run_command
 from nanosky.endpoint.rows import mask_failed, to_trajectory
-from nanosky.endpoint.server import Endpoint, Sampling
+from nanosky.endpoint.server import Endpoint, Sampling, Slot
 from nanosky.rollout.loop import RankLoop
 from nanosky.seeds import derive_seed
 
@@ -226,13 +226,21 @@ class Harness:
                 raise TypeError(f"the agent returned {type(result).__name__} {result!r:.80}: expected a float or None")
             t.reward = float(result)
         except Exception as e:  # noqa: BLE001 - costs this episode only
-            timeout = isinstance(e, asyncio.TimeoutError | TimeoutError)
-            t.stop_reason = "timeout" if timeout else "env_error" if isinstance(e, EnvError) else "error"
-            why = f"ran past --rollout.agent-timeout-s {self.timeout_s}"
-            t.error = why if timeout else f"{type(e).__name__}: {e}"[:1000]
-            self._log_error(t, e)
+            slot = _out_of_budget(ep, key, at, e)
+            graded = await _grade_last(at, slot) if slot is not None else e
+            if not isinstance(graded, Exception):
+                t.reward = graded
+            else:
+                e = graded
+                timeout = isinstance(e, asyncio.TimeoutError | TimeoutError)
+                t.stop_reason = "timeout" if timeout else "env_error" if isinstance(e, EnvError) else "error"
+                why = f"ran past --rollout.agent-timeout-s {self.timeout_s}"
+                t.error = why if timeout else f"{type(e).__name__}: {e}"[:1000]
+                self._log_error(t, e)
         if slot is None and key is not None:
             slot = ep.close_episode(key)
+        if slot is not None and slot.out_of_budget and t.stop_reason == "done":
+            t.stop_reason = "length"  # cut at --rollout.max-total-tokens, as nanosky's loop cuts its episodes
         try:
             await task.complete_runtime()
         except Exception as e:  # noqa: BLE001
@@ -272,6 +280,24 @@ class Harness:
                 f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} episode {t.task_id} (group {t.group}): "
                 f"{t.stop_reason}\n{trace}"
             )
+
+
+def _out_of_budget(ep: Endpoint, key: str | None, at: AgentTask | None, e: Exception) -> Slot | None:
+    """An agent that failed after the endpoint refused it a call for the token budget (its harness raised on the
+    400, or its command exited non-zero) ran out of budget; it did not fail. Its episode ends truncated: the slot,
+    closed, with its segments; None for any other failure."""
+    slot = ep.slots.get(key) if key is not None else None
+    if slot is None or not slot.out_of_budget or at is None or isinstance(e, EnvError | TimeoutError):
+        return None
+    return ep.close_episode(key)
+
+
+async def _grade_last(at: AgentTask, slot: Slot) -> float | Exception:
+    """A truncated episode's grade: its last reply, as when an agent returns None (or what grading raised)."""
+    try:
+        return await at.grade(slot.last_text)
+    except Exception as e:  # noqa: BLE001 - the env failed: the episode's error
+        return e
 
 
 def _ssl_context() -> ssl.SSLContext:
@@ -315,13 +341,16 @@ def in_thread(fn: Callable) -> asyncio.Future:
 
 
 def metrics(trajs: list[Trajectory]) -> dict[str, float]:
-    """The step's `agent/*` scalars over a global batch of harness episodes."""
-    n = max(len(trajs), 1)
+    """The step's `agent/*` scalars over a global batch of harness episodes (none over no episodes)."""
+    if not trajs:
+        return {}
+    n = len(trajs)
     agent = [t.info.get("agent", {}) for t in trajs]
     return {
         "agent/segments_per_episode": sum(a.get("segments", 0) for a in agent) / n,
         "agent/calls_per_episode": sum(a.get("calls", 0) for a in agent) / n,
         "agent/errors": float(sum(t.stop_reason == "error" for t in trajs)),
         "agent/timeouts": float(sum(t.stop_reason == "timeout" for t in trajs)),
+        "agent/truncated": float(sum(t.stop_reason == "length" for t in trajs)),  # out of --rollout.max-total-tokens
         "agent/rejected_calls": float(sum(a.get("rejected", 0) for a in agent)),
     }

@@ -73,6 +73,7 @@ class Slot:
     answered: dict[str, asyncio.Future] = field(default_factory=dict)
     last_text: str = ""  # the last sample, as the model wrote it (tool calls as text): what the env grades
     keys: list[str] = field(default_factory=list)  # per call: the messages it answered (GiGPO's state key)
+    out_of_budget: bool = False  # a call was refused for --rollout.max-total-tokens: the episode is truncated
 
 
 class Endpoint:
@@ -172,6 +173,7 @@ class Endpoint:
             budget = min(budget, asked)
         if sampling.max_total_tokens:
             if len(ids) >= sampling.max_total_tokens:
+                slot.out_of_budget = True
                 return error(
                     400,
                     f"the conversation ({len(ids)} tokens) has reached the run's limit of "
@@ -193,6 +195,7 @@ class Endpoint:
         try:
             out = await self.backend.generate(call)
         except ContextLengthError as e:
+            slot.out_of_budget = True
             return error(400, f"the conversation no longer fits the context: {e}", "context_length_exceeded")
         except BackendError as e:
             return error(503, f"the engine failed: {e}")

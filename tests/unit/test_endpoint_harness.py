@@ -136,6 +136,40 @@ def test_a_raising_agent_costs_its_episode_only_masked_and_logged(host, tok, tmp
     assert metrics(trajs)["agent/errors"] == 1
 
 
+def test_an_agent_out_of_token_budget_is_a_truncated_episode_not_an_error(tok, tmp_path):
+    """An agent that never checks its budget (LangGraph raises on the endpoint's 400) ran out of
+    --rollout.max-total-tokens, it did not fail: its episode is truncated (stop_reason "length"), its segments are
+    trained, and its last reply is graded, as when an agent returns None. agent/errors stays for real failures."""
+
+    async def solve(client, task):
+        msgs = list(task.messages)
+        r = await client.chat.completions.create(model="x", messages=msgs, tools=task.tools)
+        call = r.choices[0].message.tool_calls[0]
+        out = await task.step(
+            f'<tool_call>{{"name": "{call.function.name}", "arguments": {call.function.arguments}}}</tool_call>'
+        )
+        msgs += [r.choices[0].message.model_dump(exclude_none=True), {**out.observations[0], "tool_call_id": call.id}]
+        while True:  # the expert's final answer, again and again, until the endpoint refuses: its 400 raises
+            r = await client.chat.completions.create(model="x", messages=msgs, tools=task.tools)
+            msgs += [r.choices[0].message.model_dump(exclude_none=True), {"role": "user", "content": "Again."}]
+
+    h = Harness(
+        Expert(tok, SEEDS), tok, Sampling(max_tokens=64, max_total_tokens=700), agent=solve, log_dir=str(tmp_path)
+    )
+    try:
+        trajs = h.run(_tasks(), groups=[0, 0, 1, 1], seeds=SEEDS, sample_seed=5)
+    finally:
+        h.close()
+    for t in trajs:
+        assert t.stop_reason == "length" and t.error == "", (t.stop_reason, t.error)
+        assert t.reward == 1.0 and t.success  # the last reply (the expert's answer) graded
+        assert sum(t.loss_mask) > 0 and t.info["agent"]["calls"] >= 3  # its segments are trained
+    m = metrics(trajs)
+    assert m["agent/errors"] == 0 and m["agent/truncated"] == 4
+    assert not (tmp_path / "agent_errors.rank0.log").exists()
+    assert metrics([]) == {}  # no episodes: no agent/* scalars, not zeros
+
+
 def test_a_hanging_agent_times_out_and_its_late_call_gets_410(host, tok, tmp_path):
     late = []
 
