@@ -14,7 +14,7 @@ from algos import advantages as _advantages, policy_losses as _policy_losses  # 
 from algos.advantages import scale_negative
 from algos.agg import AGG_MODES, agg_loss, agg_scale
 from algos.config import PRESETS, AlgoConfig, preset
-from algos.correction import mismatch_metrics, rollout_correction
+from algos.correction import correction_rule, mismatch_metrics, rollout_correction
 from algos.gigpo import (
     GIGPO_MODES,
     StepInfo,
@@ -68,6 +68,7 @@ __all__ = [
     "register_adv_estimator",
     "register_policy_loss",
     "rollout_correction",
+    "correction_rule",
     "scalar_to_token_rewards",
     "scale_negative",
     "step_group_advantages",

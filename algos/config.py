@@ -73,6 +73,13 @@ class AlgoConfig:
     """Upper bound on generation rounds per step with dynamic sampling (1 = no extra rounds)."""
     overlong_cache_len: int = 0
     """DAPO soft overlong punishment band in tokens before the max response length; 0 = off."""
+    rollout_correction: Literal["auto", "tis", "mis", "off"] = "auto"
+    """Off-policy correction: each token's loss weighted by the behaviour ratio rho = pi_old / mu (pi_old: the
+    trainer's log-probs as the update starts, the proximal policy the clip is taken around; mu: the engine's, at
+    sampling). tis = min(rho, cap); mis = 0 outside [1/cap, cap]; off. auto = tis with partial rollouts
+    (--rollout.max-staleness > 0), else the rollout_correction_level / _mode / _threshold below (off unless set)."""
+    rollout_is_cap: float = 2.0
+    """The cap of tis / mis."""
     rollout_correction_level: Literal["none", "token", "sequence"] = "none"
     """Correct the vLLM/trainer log-prob mismatch per token or per sequence; none = off (mismatch still logged)."""
     rollout_correction_mode: Literal["truncate", "mask"] = "truncate"
@@ -107,6 +114,7 @@ class AlgoConfig:
         _check_name("step_adv_mode", self.step_adv_mode, GIGPO_MODES)
         _check_name("rollout_correction_level", self.rollout_correction_level, LEVELS)
         _check_name("rollout_correction_mode", self.rollout_correction_mode, MODES)
+        _check_name("rollout_correction", self.rollout_correction, ("auto", "tis", "mis", "off"))
         checks = {
             "clip_low": self.clip_low >= 0,
             "clip_high": self.clip_high >= 0,
@@ -123,6 +131,7 @@ class AlgoConfig:
             "max_gen_rounds": self.max_gen_rounds >= 1,
             "overlong_cache_len": self.overlong_cache_len >= 0,
             "rollout_correction_threshold": self.rollout_correction_threshold > 0,
+            "rollout_is_cap": self.rollout_is_cap > 1,
             "ppo_epochs": self.ppo_epochs >= 1,
             "mini_batches": self.mini_batches >= 1,
             "entropy_coef": self.entropy_coef >= 0,

@@ -43,11 +43,12 @@ def rollout_correction(
     level: str,
     mode: str,
     threshold: float,
+    floor: float = 0.0,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Per-token loss weights `(B, T)` (detached, 0 off the mask) correcting for the sampler/trainer mismatch.
 
     ρ = exp(logπ_old − logπ_vllm) per token ("token") or exp(Σ_t of it) per sequence ("sequence", broadcast to its
-    tokens). mode "truncate" (TIS): w = min(ρ, C); "mask" (MIS): w = 0 where ρ > C, else 1. level "none" gives
+    tokens). mode "truncate" (TIS): w = min(ρ, C); "mask" (MIS): w = 0 where ρ > C (or ρ < `floor`), else 1. level "none" gives
     w = mask. metrics: `mismatch_metrics` plus `frac_corrected`, the fraction of units (valid tokens, or sequences
     with at least one valid token) whose ρ exceeds C, i.e. that were truncated or masked.
     """
@@ -67,8 +68,25 @@ def rollout_correction(
         log_rho = log_rho.sum(-1, keepdim=True).expand_as(log_rho)  # [B, T], Σ_t over the sequence
         units_valid = response_mask.bool().any(-1)  # [B]
     rho = torch.exp(log_rho.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))  # [B, T]
-    over = rho > threshold  # [B, T]
+    over = (rho > threshold) | (rho < floor)  # [B, T]
     weights = torch.clamp(rho, max=threshold) if mode == "truncate" else (~over).to(rho.dtype)
     over_units = over if level == "token" else over[:, 0]
     frac = float(over_units[units_valid].float().mean()) if units_valid.any() else 0.0
     return weights * m, {**metrics, "frac_corrected": frac}
+
+
+def correction_rule(cfg, off_policy: bool) -> tuple[str, str, float, float] | None:
+    """The run's rollout correction as `rollout_correction`'s (level, mode, threshold, floor), or None (off), from
+    `cfg` (an AlgoConfig): `rollout_correction` tis / mis / off, or auto: tis when the data are off-policy (partial
+    rollouts), else the fine-grained rollout_correction_level / _mode / _threshold."""
+    choice = cfg.rollout_correction
+    if choice == "auto" and off_policy:
+        choice = "tis"
+    cap = cfg.rollout_is_cap
+    if choice == "tis":
+        return "token", "truncate", cap, 0.0
+    if choice == "mis":
+        return "token", "mask", cap, 1.0 / cap
+    if choice == "off" or cfg.rollout_correction_level == "none":
+        return None
+    return cfg.rollout_correction_level, cfg.rollout_correction_mode, cfg.rollout_correction_threshold, 0.0

@@ -27,6 +27,7 @@ from nanosky.config import RolloutConfig
 from nanosky.config.reward import RewardConfig
 from nanosky.env_rewards import env_metrics, score_groups
 from nanosky.judge.rewards import Judging
+from nanosky.partial import Carry
 from nanosky.rollout.loop import RankLoop
 from nanosky.seeds import derive_seed
 from nanosky.train.step_credit import action_spans
@@ -59,6 +60,8 @@ class Rollout:
         # --reward.judge: the run's one judge (a server, or this rank's engine), built here, used by every phase
         self.judging = Judging(reward, backend) if reward is not None and reward.judge != "off" else None
         self.player = make_player(cfg, backend, tok, log_dir, dist.get_info().rank)
+        # --rollout.max-staleness > 0: the episodes carried from step to step (K = 0: none, the synchronous step)
+        self.carry = Carry(cfg, backend, tok, dist.get_info().world, dist.get_info().rank) if cfg.partial else None
         self.loop = RankLoop()  # every phase of the run, and the endpoint, on this one loop
         self.metrics: dict[str, float] = {}
         self.scored = False  # the last phase's env scores its episodes by groups (a TRL reward function)
@@ -76,7 +79,7 @@ class Rollout:
     ) -> Rollouts:
         """One episode per seed (env `env`, `split`), rolled out to the end with weights `version`."""
         self.backend.version = version
-        busy0 = self.backend.busy_s
+        busy0, steps0, batch0 = self.backend.busy_s, self.backend.engine_steps, self.backend.batched
         tasks = [PooledEnvTask(self.pool, env, split, seed=s, **env_kwargs) for s in seeds]
         play = self.player.play(tasks, groups=groups, seeds=seeds, sample_seed=sample_seed, temperature=temperature)
         out = self.loop.run(play, threads=len(tasks))
@@ -85,11 +88,46 @@ class Rollout:
         if scorer is not None:  # this rank's groups, before the gather: a user's function runs once per group
             score_groups(scorer, out.trajs, by="group" if groups is not None else "env_seed")
         wall = max(out.wall_s, 1e-9)
+        ends = sorted(t.latency_s for t in out.trajs)  # every episode starts with the phase
+        steps = self.backend.engine_steps - steps0
         self.metrics = {
             "rollout/tokens_per_s": sum(t.completion_tokens for t in out.trajs) / wall,
             "rollout/engine_busy_frac": (self.backend.busy_s - busy0) / wall,
+            # the phase's time with fewer than a quarter of its episodes running, and the engine's mean batch
+            "rollout/tail_s": max(0.0, wall - ends[len(ends) * 3 // 4]) if ends else float("nan"),
+            "rollout/engine_batch_mean": (self.backend.batched - batch0) / steps if steps else float("nan"),
         }
         return out
+
+    def phase(self, env: str, env_kwargs: dict, step: int, version: int, seed: int, drain: bool) -> Rollouts:
+        """A partial-rollout step's phase (`nanosky/partial.py`): the carried episodes resumed, new groups started,
+        this rank's share of complete groups returned, the rest paused."""
+        busy0 = self.backend.busy_s
+
+        def make(env_seed: int) -> PooledEnvTask:
+            return PooledEnvTask(self.pool, env, "train", seed=env_seed, **env_kwargs)
+
+        c = self.carry
+        trajs, m = self.loop.run(c.phase(make, step, version, seed, drain), threads=c.target * c.n)
+        scorer = envs.group_scorer(env, "train", **env_kwargs)
+        self.scored = scorer is not None
+        if scorer is not None:
+            score_groups(scorer, trajs, by="group")
+        wall = max(m["rollout/phase_s"], 1e-9)
+        self.metrics = m | {
+            "rollout/tokens_per_s": sum(t.completion_tokens for t in trajs) / wall,
+            "rollout/engine_busy_frac": (self.backend.busy_s - busy0) / wall,
+        }
+        return Rollouts(trajs, "stepwise" if self.cfg.mode == "stepwise" else "concat", wall)
+
+    def on_stop(self) -> str:
+        """What a graceful stop now discards (partial rollouts: the episodes in flight), as a line; "" if nothing."""
+        n = self.carry.in_flight() if self.carry is not None else 0
+        return (
+            f"\n  {n} episodes in flight (--rollout.max-staleness) were discarded: the resumed run starts new groups"
+            if n
+            else ""
+        )
 
     def close(self) -> None:
         """The player's resources (the endpoint), then the loop. Safe to call twice."""
@@ -106,9 +144,10 @@ def gather(local: Rollouts) -> Rollouts:
     return Rollouts.merge(dist.all_gather_objects(local))
 
 
-def collect(cfg: TrainConfig, rollout: Rollout, step: int, version: int) -> tuple[Rollouts, dict]:
+def collect(cfg: TrainConfig, rollout: Rollout, step: int, version: int, drain: bool = False) -> tuple[Rollouts, dict]:
     """Generate this step's global batch (every rank's rollouts, gathered). With DAPO's dynamic sampling, more
-    rounds are generated until `filter_groups` keeps a full batch or `max_gen_rounds` is reached."""
+    rounds are generated until `filter_groups` keeps a full batch or `max_gen_rounds` is reached. With partial
+    rollouts, this rank's share of complete groups; `drain` (a checkpoint is due): every started group finishes."""
     info, a, P, n = dist.get_info(), cfg.algorithm, cfg.rollout.prompts_per_step, cfg.rollout.group_size
     kept: list[Trajectory] = []
     dropped: list[Trajectory] = []
@@ -120,7 +159,11 @@ def collect(cfg: TrainConfig, rollout: Rollout, step: int, version: int) -> tupl
         seeds = [derive_seed(cfg.seed, step, rnd, j) for j in js for _ in range(n)]
         groups = [rnd * P + j for j in js for _ in range(n)]
         sample_seed = derive_seed(cfg.seed, step, rnd, "sample", info.rank)
-        out = gather(rollout.run(cfg.env, cfg.env_args(), "train", seeds, version, groups, sample_seed))
+        if rollout.carry is not None:  # partial rollouts (no DAPO rounds: refused at start-up)
+            local = rollout.phase(cfg.env, cfg.env_args(), step, version, cfg.seed, drain)
+        else:
+            local = rollout.run(cfg.env, cfg.env_args(), "train", seeds, version, groups, sample_seed)
+        out = gather(local)
         new = out.trajs
         parts.append(out)
         if rollout.judging is not None:  # the judge's scores into the rewards, before any filter reads them

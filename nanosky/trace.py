@@ -75,4 +75,6 @@ def rollout_fields(t) -> dict[str, list]:
         "adv": adv,
         "ent": [None] * n,
         "constrained": [start for start, _ in t.constraints],
+        # the weight version that sampled each id (partial rollouts: a carried episode's ids span versions)
+        "version": [v if v >= 0 else None for v in t.token_versions()] if t.versions else [None] * n,
     }

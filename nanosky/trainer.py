@@ -118,7 +118,9 @@ def build(cfg: TrainConfig, resources: contextlib.ExitStack) -> Run:
         info=info,
         tok=tok,
         policy=policy,
-        update=PolicyUpdate(optim, cfg.algorithm, policy, Tracer(cfg.log.samples_per_step, on=info.is_main)),
+        update=PolicyUpdate(
+            optim, cfg.algorithm, policy, Tracer(cfg.log.samples_per_step, on=info.is_main), cfg.rollout.partial
+        ),
         engine=engine,
         pool=pool,
         rollout=rollout,
@@ -237,7 +239,7 @@ def train(cfg: TrainConfig) -> dict:
             t0 = time.perf_counter()
             with ph(step, "generate"):  # rollouts on every rank, then the global gather (+ DAPO rounds)
                 run.engine.wake()
-                rollouts, gen_m = collect(cfg, run.rollout, step, run.version)
+                rollouts, gen_m = collect(cfg, run.rollout, step, run.version, run.ckpt.due(step) or step == cfg.steps)
                 run.engine.sleep()
             trajs = rollouts.trajs
             with ph(step, "logprob"):  # this rank's rows, old/ref logprobs, values, KL-in-reward, advantages
@@ -284,7 +286,7 @@ def stopped(run: Run, ph: Phases, step: int, signal_name: str) -> dict:
         run.ckpt.save_on_stop(step, run.version, run.acc0)
     run.log.print(
         f"stopped by {signal_name} after step {step} of {cfg.steps}; checkpoint in {cfg.run_dir}/checkpoints. "
-        f"Resume with:\n  {resume_command()}"
+        f"Resume with:\n  {resume_command()}" + run.rollout.on_stop()
     )
     return {"stopped_at_step": step, "signal": signal_name}
 

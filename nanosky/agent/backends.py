@@ -23,6 +23,8 @@ import time
 from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
+from nanosky.seeds import derive_seed
+
 
 @dataclass
 class Request:
@@ -47,6 +49,7 @@ class GenerationResult:
     finish_reason: str  # "stop" | "length" | what the server said
     prompt_tokens: int
     completion_tokens: int
+    versions: list[int] | None = None  # per sampled token, the weight version that sampled it (engine backend)
 
 
 class BackendError(RuntimeError):
@@ -78,21 +81,62 @@ class EngineBackend:
         self.engine, self.tok, self.version = engine, tokenizer, version
         self._waiting: dict[str, asyncio.Future] = {}
         self._pump: asyncio.Task | None = None
+        self._resumed: asyncio.Event | None = None  # while paused: `resume` sets it
         self.busy_s, self.engine_steps, self.requests = 0.0, 0, 0
+        self.resumed_prefill_tokens = 0  # tokens prefilled again by generations resumed after a pause
+        self.batched = 0  # requests in the engine, summed over its steps (/ engine_steps: the batch's mean size)
 
     async def aclose(self) -> None:  # the engine outlives a run: nothing to release
         pass
 
     async def generate(self, req: Request) -> GenerationResult:
-        from nanosky.rollout.engine import SamplingSpec  # imports torch; the HTTP path does not need it
-
+        """One sample. Cut by `pause`, it waits for `resume` and goes on from the prompt and the ids it had sampled
+        (prefilled again, never re-tokenised) under the new weights: each id keeps the version that sampled it. A
+        constrained reply (choices, a grammar) is sampled again whole instead: its grammar state cannot resume."""
         if req.prompt_ids is None:
             raise BackendError("EngineBackend is token-in: the request needs prompt_ids")
-        max_tokens = min(req.max_tokens, self.engine.cfg.max_model_len - len(req.prompt_ids))
-        if max_tokens < 1:
-            raise ContextLengthError(
-                f"prompt of {len(req.prompt_ids)} tokens leaves no room in {self.engine.cfg.max_model_len}"
-            )
+        ids: list[int] = []
+        lps: list[float] = []
+        versions: list[int] = []
+        constrained = bool(req.choices or req.grammar or req.json_schema)
+        while True:
+            prompt = list(req.prompt_ids) + ids
+            max_tokens = min(req.max_tokens - len(ids), self.engine.cfg.max_model_len - len(prompt))
+            if max_tokens < 1 and ids:  # the budget ran out exactly at the pause
+                finish = "length"
+                break
+            if max_tokens < 1:
+                raise ContextLengthError(
+                    f"prompt of {len(req.prompt_ids)} tokens leaves no room in {self.engine.cfg.max_model_len}"
+                )
+            seed = req.seed if req.seed is None or not ids else derive_seed(req.seed, len(ids))
+            version = self.version
+            out = await self._sample(req, prompt, max_tokens, seed)
+            if out.finish_reason == "paused" and constrained:
+                out.token_ids, out.logprobs = [], []
+            ids, lps = ids + list(out.token_ids), lps + list(out.logprobs)
+            versions += [version or 0] * len(out.token_ids)
+            if out.finish_reason != "paused":
+                finish = out.finish_reason
+                break
+            if (ev := self._resumed) is not None:
+                await ev.wait()  # the next phase, under new weights
+            self.resumed_prefill_tokens += len(req.prompt_ids) + len(ids)
+        eos = self.tok.eos_token_id
+        return GenerationResult(
+            text=self.tok.decode([t for t in ids if t != eos], skip_special_tokens=False),
+            token_ids=ids,
+            logprobs=lps,
+            finish_reason=finish,
+            prompt_tokens=len(req.prompt_ids),
+            completion_tokens=len(ids),
+            versions=versions,
+        )
+
+    async def _sample(self, req: Request, prompt: list[int], max_tokens: int, seed: int | None):
+        """One engine request, to its end or to a pause: the engine's `GenOutput`."""
+        from nanosky.rollout.engine import SamplingSpec  # imports torch; the HTTP path does not need it
+
         spec = SamplingSpec(
             max_tokens=max_tokens,
             temperature=req.temperature,
@@ -102,22 +146,31 @@ class EngineBackend:
             grammar=req.grammar,
             json_schema=req.json_schema,
         )
-        rid = self.engine.submit(req.prompt_ids, spec, seed=req.seed, version=self.version)
+        rid = self.engine.submit(prompt, spec, seed=seed, version=self.version)
         fut = asyncio.get_running_loop().create_future()
         self._waiting[rid] = fut
         self.requests += 1
         if self._pump is None or self._pump.done():
             self._pump = asyncio.create_task(self._run())
-        out = (await fut)[0]
-        eos = self.tok.eos_token_id
-        return GenerationResult(
-            text=self.tok.decode([t for t in out.token_ids if t != eos], skip_special_tokens=False),
-            token_ids=list(out.token_ids),
-            logprobs=list(out.logprobs),
-            finish_reason=out.finish_reason,
-            prompt_tokens=len(req.prompt_ids),
-            completion_tokens=len(out.token_ids),
-        )
+        return (await fut)[0]
+
+    def pause(self) -> int:
+        """Cut every generation in flight (a partial rollout's phase end): the engine aborts them and each waits,
+        with what it sampled, for `resume`. Returns how many were cut. The engine is then idle."""
+        self._resumed = self._resumed or asyncio.Event()
+        cut = self.engine.pause()
+        for rid, out in cut.items():
+            fut = self._waiting.pop(rid, None)
+            if fut is not None and not fut.done():
+                fut.set_result([out])
+        return len(cut)
+
+    def resume(self, version: int | None) -> None:
+        """The next phase: the cut generations go on under weights `version` (already in the engine)."""
+        self.version = version
+        if self._resumed is not None:
+            self._resumed.set()
+            self._resumed = None
 
     async def drain(self) -> None:
         """Wait until every submitted request has finished, those nobody waits for any more included (an episode
@@ -129,6 +182,7 @@ class EngineBackend:
         await asyncio.sleep(0)  # one loop tick: every agent that is ready now joins the first step
         while self.engine.has_unfinished():
             t0 = time.perf_counter()
+            self.batched += self.engine.running
             try:
                 finished = self.engine.step()
             except Exception as e:  # noqa: BLE001 - fails the waiting agents, not the loop

@@ -81,6 +81,7 @@ class AgentRunner:
         self.last_dispatcher: Dispatcher | None = None  # inspect .peak after a run
         self.on_episode_done: Callable[[Trajectory], None] | None = None  # e.g. a progress bar's update
         self.last_wall_s = 0.0
+        self._carried: Dispatcher | None = None  # `start`'s episodes
 
     @classmethod
     def from_config(cls, cfg: RolloutConfig, backend: Backend, tok) -> AgentRunner:
@@ -149,6 +150,21 @@ class AgentRunner:
             raise e.__cause__ from None
         finally:
             self.last_wall_s = time.perf_counter() - t0
+
+    def start(self, task: Task, *, index: int, group: int, env_seed: int, sample_seed: int | None) -> asyncio.Task:
+        """One episode as a task on the running loop, not bound to a phase (a partial rollout carries it from one
+        phase into the next: `nanosky/partial.py`). Its request k samples with derive_seed(sample_seed, index, k).
+        Awaiting it gives the trajectory; an error that must stop the run is raised from it."""
+        if self._carried is None:  # one dispatcher for every carried episode: no bound, as in training
+            self._carried = Dispatcher({s: 1 << 30 for s in STAGES} | self.stage_limits)
+
+        async def episode() -> Trajectory:
+            try:
+                return await self._episode(self._carried, index, task, group, env_seed, sample_seed, self.temperature)
+            except _Fatal as e:
+                raise e.__cause__ from None
+
+        return asyncio.ensure_future(episode())
 
     def _limits(self, n_tasks: int) -> dict[str, int]:
         bound = self.max_parallel_agents or max(n_tasks, 1)
@@ -300,6 +316,8 @@ class AgentRunner:
         rule = rule if isinstance(rule, str) or rule is None else list(rule)
         if rule and ids:
             t.constraints.append((len(t.ids), rule))
+        if g.versions is not None and len(g.versions) == len(ids):  # which weights sampled each id
+            t.versions += [-1] * (len(t.ids) - len(t.versions)) + list(g.versions)
         t.ids += ids
         t.loss_mask += [1] * len(ids)
         t.logprobs += lps

@@ -48,6 +48,9 @@ class Trajectory:
     ids: list[int] = field(default_factory=list)
     loss_mask: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
+    # per id, the weight version that sampled it (-1: not sampled, a prompt or observation id); may stop short of
+    # `ids` (the rest are not sampled); empty where the player does not know (`token_versions`)
+    versions: list[int] = field(default_factory=list)
     prompt_len: int = 0
     reward: float = 0.0
     turn_rewards: list[float] = field(default_factory=list)
@@ -80,6 +83,10 @@ class Trajectory:
         for s in self.steps:
             s.loss_mask = [0] * len(s.ids)
 
+    def token_versions(self) -> list[int]:
+        """`versions` as long as `ids` (-1 past its end)."""
+        return self.versions + [-1] * (len(self.ids) - len(self.versions))
+
     @property
     def n_policy_tokens(self) -> int:
         return sum(self.loss_mask)
@@ -87,7 +94,7 @@ class Trajectory:
     def to_json(self, with_ids: bool = True) -> dict:
         d = asdict(self)
         if not with_ids:
-            for k in ("ids", "loss_mask", "logprobs", "steps", "constraints"):
+            for k in ("ids", "loss_mask", "logprobs", "versions", "steps", "constraints"):
                 d.pop(k)
         return d
 

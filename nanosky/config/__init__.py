@@ -113,6 +113,8 @@ class TrainConfig:
                 f"rollout.max_total_tokens ({self.rollout.max_total_tokens}) exceeds "
                 f"engine.max_model_len ({self.engine.max_model_len})"
             )
+        if self.rollout.partial and self.algorithm.dynamic_sampling:
+            raise ValueError("rollout.max_staleness > 0 with algorithm.dynamic_sampling is not supported yet")
         if self.algorithm.overlong_cache_len >= self.rollout.max_new_tokens and self.algorithm.overlong_cache_len:
             raise ValueError("algorithm.overlong_cache_len must be < rollout.max_new_tokens")
 

@@ -21,6 +21,13 @@ class RolloutConfig:
     """Assistant turns per episode; None = the env's own `max_turns`."""
     temperature: float = 1.0
     top_p: float = 1.0
+    max_staleness: int = 0
+    """Partial rollouts (docs/partial_rollouts.md): a rank's phase ends when its share of groups is complete, and its
+    unfinished episodes go on in the next phase under the new weights, trained at most this many weight versions
+    after their first token was sampled. 0 = every episode ends in its own step (the synchronous step)."""
+    oversample: float = 1.0
+    """Groups in flight per step, as a multiple of prompts_per_step (in [1, 2)): the extra ones fill the engine's
+    batch while the phase's last groups finish, and are carried."""
     ignore_eos: bool = False
     """Never stop at the end-of-turn token (set by --dry-run to produce the longest sequences)."""
     mode: Literal["concat", "stepwise"] = "concat"
@@ -78,6 +85,22 @@ class RolloutConfig:
             raise ValueError(f"rollout.temperature must be in (0, 10], got {self.temperature}")
         if not 0.0 < self.top_p <= 1.0:
             raise ValueError(f"rollout.top_p must be in (0, 1], got {self.top_p}")
+        if self.max_staleness < 0:
+            raise ValueError(f"rollout.max_staleness must be >= 0, got {self.max_staleness}")
+        if not 1.0 <= self.oversample < 2.0:
+            # below 2, a step carries fewer groups than it trains: a checkpoint step can finish them all
+            raise ValueError(f"rollout.oversample must be in [1, 2), got {self.oversample}")
+        if self.oversample > 1.0 and not self.max_staleness:
+            raise ValueError(
+                "rollout.oversample > 1 carries groups into the next step: it needs rollout.max_staleness >= 1"
+            )
+        if self.partial and (self.agent or self.agent_cmd):
+            raise ValueError("rollout.max_staleness > 0 with an external agent (--rollout.agent) is not supported yet")
+
+    @property
+    def partial(self) -> bool:
+        """Partial rollouts: episodes may be carried from one step into the next."""
+        return self.max_staleness > 0
 
 
 @dataclass(kw_only=True)

@@ -47,7 +47,7 @@ class SamplingSpec:
 class GenOutput:
     token_ids: list[int]
     logprobs: list[float]  # logprob of each sampled token under the engine's weights
-    finish_reason: str  # "stop" (eos / stop string) | "length"
+    finish_reason: str  # "stop" (eos / stop string) | "length" | "paused" (`Engine.pause`: cut, to be resumed)
 
 
 class StaleWeightsError(RuntimeError):
@@ -303,11 +303,39 @@ class Engine:
             out.append((r.request_id, samples))
         return out
 
+    def pause(self) -> dict[str, GenOutput]:
+        """Abort every request, running or queued: per request id, what it sampled so far (its ids and their
+        logprobs, finish_reason "paused"), for the caller to resume later from prompt + those ids (a partial
+        rollout: `EngineBackend.pause`). The engine is then idle, ready for new weights."""
+        states = self.llm.llm_engine.output_processor
+        out: dict[str, GenOutput] = {}
+        for rid in sorted(self._running, key=int):
+            ids, lps = [], []
+            for iid in states.external_req_ids.get(rid, []):  # n = 1: one internal request
+                st = states.request_states.get(iid)
+                if st is not None and st.detokenizer is not None:
+                    ids = list(st.detokenizer.output_token_ids)
+                    lps = [d[t].logprob for d, t in zip(st.logprobs_processor.logprobs or [], ids)]
+            if len(lps) != len(ids):  # no logprobs kept for a token: its sample cannot be trained, resample it
+                ids = lps = []
+            out[rid] = GenOutput(ids, lps, "paused")
+        if self._running:
+            self.llm.llm_engine.abort_request(list(self._running))
+        out |= {rid: GenOutput([], [], "paused") for rid, _, _ in self._queue}
+        self._running.clear()
+        self._queue.clear()
+        return out
+
     def _check(self, version: int | None) -> None:
         if version is not None and version != self.version:
             raise StaleWeightsError(f"engine holds weight version {self.version}, trainer expects {version}")
         if self.sleeping:
             raise RuntimeError("engine is asleep; call wake() before generate()")
+
+    @property
+    def running(self) -> int:
+        """Requests in the engine now (admitted or queued)."""
+        return len(self._running) + len(self._queue)
 
     def has_unfinished(self) -> bool:
         return bool(self._queue or self._running)

@@ -173,11 +173,20 @@ def make_optimizer(params, lr: float, optim: OptimConfig):
     return opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warm) if warm else 1.0)
 
 
+PEAKS = ("is_weight_max",)
+"""Metrics reduced by max over micro-batches and ranks (the others are means)."""
+
+
 class PolicyUpdate:
     """The policy's optimizer, schedule and loss (the registered `algo.policy_loss`, + KL and entropy terms)."""
 
-    def __init__(self, optim: OptimConfig, algo: AlgoConfig, model, tracer: Tracer | None = None):
+    def __init__(
+        self, optim: OptimConfig, algo: AlgoConfig, model, tracer: Tracer | None = None, off_policy: bool = False
+    ):
+        """`off_policy`: the batches hold tokens sampled by older weights (partial rollouts): `rollout_correction`
+        auto then weights each token's loss by its capped behaviour ratio (`algos.correction_rule`)."""
         self.optim, self.algo, self.model = optim, algo, model
+        self.correction = algos.correction_rule(algo, off_policy)
         self.opt, self.sched = make_optimizer(trainable_parameters(model), optim.lr, optim)
         self.loss_fn = algos.get_policy_loss(algo.policy_loss)
         self.skip = skips_exactly(optim, algo)
@@ -185,7 +194,7 @@ class PolicyUpdate:
 
     def __call__(self, batch: Batch) -> dict[str, float]:
         """Optimizer steps over this rank's share of the batch. Returns metrics averaged over micro-batches/ranks."""
-        a, sums, grad_norms = self.algo, defaultdict(float), []
+        a, sums, grad_norms, peaks = self.algo, defaultdict(float), [], {}
         self.tracer.begin(batch)
         tokens = [0.0, 0.0]  # tokens the forward passes computed, and what they would have computed unpacked
         trained = 0.0  # rows passed on to forward / backward (all epochs)
@@ -199,6 +208,8 @@ class PolicyUpdate:
                     continue
                 for k, v in metrics.items():
                     sums[k] += v
+                    if k in PEAKS:
+                        peaks[k] = max(peaks.get(k, -math.inf), v)
                 sums["n_micro"] += 1
                 tokens = [tokens[0] + computed, tokens[1] + unpacked]
             grad_norms.append(grad_norm_and_clip(self.model, self.optim.grad_clip))
@@ -209,6 +220,8 @@ class PolicyUpdate:
         rows = float(batch.row_mask.sum()) * a.ppo_epochs
         totals = dist.all_reduce_sum([sums[k] for k in keys] + [trained, rows] + tokens + [sums["n_micro"]])
         out = {k: v / max(totals[-1], 1.0) for k, v in zip(keys, totals[:-5])}
+        if top := [k for k in keys if k in PEAKS]:  # maxima over micro-batches and ranks, not means
+            out |= dict(zip(top, dist.all_reduce_max([peaks.get(k, -math.inf) for k in top])))
         if totals[-1] == 0:  # every row skipped (no advantage anywhere): the loss is exactly 0
             out["pg_loss"] = 0.0
         return out | {
@@ -232,16 +245,16 @@ class PolicyUpdate:
         old = m.old_logprobs[:, :T] if m.old_logprobs is not None else lp.detach()
         rollout_lp = m.rollout_logprobs[:, :T]
         weights = None
-        if a.rollout_correction_level != "none":
-            weights, rc = algos.rollout_correction(
-                old,
-                rollout_lp,
-                mask,
-                a.rollout_correction_level,
-                a.rollout_correction_mode,
-                a.rollout_correction_threshold,
-            )
+        if self.correction is not None:  # rho = pi_old / mu per token (pi_old: the proximal policy, this pass)
+            weights, rc = algos.rollout_correction(old, rollout_lp, mask, *self.correction)
             out |= {"rc/" + k: float(v) for k, v in rc.items()}
+            on = mask.bool()
+            w = weights[on]
+            out |= {  # over this micro-batch's valid tokens
+                "is_weight_mean": float(w.mean()) if w.numel() else float("nan"),
+                "is_weight_max": float(w.max()) if w.numel() else float("nan"),
+                "is_masked_frac": float((w == 0).float().mean()) if w.numel() else float("nan"),
+            }
         loss, metrics = self.loss_fn(lp, old, m.advantages[:, :T], mask, a, weights=weights)
         total = loss
         if m.ref_logprobs is not None:  # KL to the reference: a loss term, or only logged (train/kl)

@@ -1,5 +1,6 @@
 """Tests for algos/: every function against hand-computed values, gradient properties, micro-batch invariance."""
 
+import dataclasses
 import math
 
 import pytest
@@ -484,6 +485,40 @@ def test_rollout_correction_sequence_level():
     w, metrics = algos.rollout_correction(old, rollout, mask, "none", "mask", 2.0)
     torch.testing.assert_close(w, mask.double())
     assert metrics["frac_corrected"] == 0.0
+
+
+def test_off_policy_correction_rules_tis_mis_off_and_auto():
+    """--algorithm.rollout-correction: tis truncates at the cap, mis masks outside [1/cap, cap], off is none, and
+    auto is tis only when the data are off-policy (partial rollouts)."""
+    cfg = algos.AlgoConfig(rollout_is_cap=2.0)
+    assert algos.correction_rule(cfg, off_policy=True) == ("token", "truncate", 2.0, 0.0)
+    assert algos.correction_rule(cfg, off_policy=False) is None  # auto, on-policy: the level below (none)
+    tis, mis = (dataclasses.replace(cfg, rollout_correction=c) for c in ("tis", "mis"))
+    assert algos.correction_rule(mis, off_policy=False) == ("token", "mask", 2.0, 0.5)
+    assert algos.correction_rule(dataclasses.replace(cfg, rollout_correction="off"), off_policy=True) is None
+    rollout = d64([[0.0] * 5])
+    old = d64([[math.log(0.25), math.log(0.6), 0.0, math.log(1.9), math.log(3.0)]])  # rho = 0.25, 0.6, 1, 1.9, 3
+    mask = T_([[1, 1, 1, 1, 1]])
+    w, _ = algos.rollout_correction(old, rollout, mask, *algos.correction_rule(tis, False))
+    torch.testing.assert_close(w, d64([[0.25, 0.6, 1.0, 1.9, 2.0]]))
+    w, m = algos.rollout_correction(old, rollout, mask, *algos.correction_rule(mis, False))
+    torch.testing.assert_close(w, d64([[0.0, 1.0, 1.0, 1.0, 0.0]]))  # 0.25 < 1/2 and 3 > 2 are masked
+    assert m["frac_corrected"] == pytest.approx(2 / 5)
+
+
+@pytest.mark.parametrize("rule", ["tis", "mis"])
+def test_with_mu_equal_to_the_proximal_policy_the_corrected_loss_is_the_plain_loss(rule):
+    g = torch.Generator().manual_seed(0)
+    lp = torch.randn(3, 6, generator=g, dtype=torch.float64).requires_grad_()
+    old, adv = (lp.detach() + 0.1 * torch.randn(3, 6, generator=g, dtype=torch.float64)), torch.randn(3, 6)
+    mask = T_([[1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1], [1, 0, 0, 0, 0, 0]])
+    cfg = dataclasses.replace(algos.AlgoConfig(), rollout_correction=rule)
+    w, _ = algos.rollout_correction(old, old, mask, *algos.correction_rule(cfg, True))  # mu = pi_prox
+    torch.testing.assert_close(w, mask.double())  # every weight 1
+    loss_fn = algos.get_policy_loss("ppo")
+    plain, _ = loss_fn(lp, old, adv, mask, cfg)
+    weighted, _ = loss_fn(lp, old, adv, mask, cfg, weights=w)
+    torch.testing.assert_close(weighted, plain)
 
 
 def test_rollout_correction_bad_args():

@@ -1,0 +1,135 @@
+"""Partial rollouts with bounded staleness (`--rollout.max-staleness K`, `--rollout.oversample F`): a step no longer
+waits for its slowest episode. The rule (docs/partial_rollouts.md):
+
+- A rank keeps ceil(F × its share) groups in flight. Its rollout phase ends once its share of groups is complete;
+  it trains its share of complete groups, oldest first, and carries the rest.
+- A carried episode is paused, not dropped: its engine request is cut (`EngineBackend.pause`), its ids, logprobs
+  and their weight versions are kept, its env state stays in the pool worker, and its coroutine waits on the rank's
+  loop. In the next phase it goes on under the new weights, prefilled again from its own ids.
+- A group is trained only when all its members are done. A group whose oldest token is K versions old must
+  finish: the phase waits for it. Nothing is dropped, nothing is trained twice.
+- A step at which a checkpoint is due (and the last step) drains: it starts only what completes its share, and
+  every started group finishes, so no episode spans a checkpoint.
+
+    carry = Carry(cfg.rollout, engine_backend, tok, world, rank)
+    trajs, metrics = await carry.phase(make_task, step, version, seed, drain=ckpt_due)   # on the rank's loop
+
+K = 0 never builds a Carry: the step is the synchronous one (`collect.Rollout.run`), unchanged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from nanosky.agent import AgentRunner, Trajectory
+from nanosky.agent.backends import EngineBackend, GenerationResult, Request
+from nanosky.agent.task import Task
+from nanosky.config import RolloutConfig
+from nanosky.seeds import derive_seed
+
+
+class Gate:
+    """The carried episodes' backend: their requests pass while a phase of theirs runs and wait between phases (an
+    eval's requests go to the engine backend itself and do not wait)."""
+
+    def __init__(self, inner: EngineBackend):
+        self.inner, self.open = inner, asyncio.Event()
+
+    async def generate(self, req: Request) -> GenerationResult:
+        await self.open.wait()
+        return await self.inner.generate(req)
+
+    async def aclose(self) -> None:
+        pass
+
+
+@dataclass
+class Group:
+    gid: int
+    episodes: list[asyncio.Task]  # each gives its Trajectory
+    step: int  # the step that started it
+    version: int  # the weights it started under: the version of its oldest token
+
+    @property
+    def done(self) -> bool:
+        return all(e.done() for e in self.episodes)
+
+
+class Carry:
+    def __init__(self, cfg: RolloutConfig, backend: EngineBackend, tok, world: int, rank: int):
+        self.backend, self.gate = backend, Gate(backend)
+        self.runner = AgentRunner.from_config(cfg, self.gate, tok)
+        self.K, self.n, self.world, self.rank = cfg.max_staleness, cfg.group_size, world, rank
+        self.share = cfg.prompts_per_step // world  # groups this rank trains per step
+        self.target = math.ceil(cfg.oversample * self.share)  # groups in flight at a phase's start
+        self.groups: list[Group] = []  # started, not yet trained, oldest first
+        self.started: list[int] = []  # every group id started, in order (the ledger's)
+        self.trained: list[int] = []  # every group id trained, in order
+
+    def in_flight(self) -> int:
+        """Episodes started and not yet trained (what a stop now would discard)."""
+        return sum(len(g.episodes) for g in self.groups)
+
+    async def phase(
+        self, make_task: Callable[[int], Task], step: int, version: int, seed: int, drain: bool = False
+    ) -> tuple[list[Trajectory], dict[str, float]]:
+        """This step's phase: resume the carried episodes under `version`, start new groups up to the target (a
+        draining step: up to its share), run until the rule above holds, pause the rest. Returns the trained
+        groups' trajectories (this rank's share, oldest first) and the rollout/* metrics."""
+        t0 = time.perf_counter()
+        carried = sum(not e.done() for g in self.groups for e in g.episodes)
+        prefill0, steps0, batch0 = self.backend.resumed_prefill_tokens, self.backend.engine_steps, self.backend.batched
+        self.backend.resume(version)
+        self.gate.open.set()
+        for k in range(max(0, (self.share if drain else self.target) - len(self.groups))):
+            gid = (step * self.world + self.rank) * self.target + k  # unique over the run's ranks and steps
+            env_seed, sample_seed = derive_seed(seed, step, "group", gid), derive_seed(seed, step, "sample", gid)
+            eps = [
+                self.runner.start(make_task(env_seed), index=i, group=gid, env_seed=env_seed, sample_seed=sample_seed)
+                for i in range(self.n)
+            ]
+            self.groups.append(Group(gid, eps, step, version))
+            self.started.append(gid)
+        live = [e for g in self.groups for e in g.episodes]
+        tail_from = None  # when fewer than a quarter of the phase's episodes were left running
+        try:
+            while not self._ready(version, drain) and (pending := [e for e in live if not e.done()]):
+                await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                if tail_from is None and sum(not e.done() for e in live) < len(live) / 4:
+                    tail_from = time.perf_counter()
+        finally:
+            self.gate.open.clear()  # carried episodes' next requests wait for the next phase
+            self.backend.pause()  # and those in the engine are cut
+        for e in live:
+            if e.done() and e.exception() is not None:  # a fatal error (stale weights, a bug): the run stops
+                raise e.exception()
+        trained = [g for g in self.groups if g.done][: self.share]
+        self.groups = [g for g in self.groups if g not in trained]
+        self.trained += [g.gid for g in trained]
+        trajs = [e.result() for g in trained for e in g.episodes]
+        end = time.perf_counter()
+        lag = [version - v for t in trajs for v in t.versions if v >= 0]  # per sampled token, in versions
+        engine_steps = self.backend.engine_steps - steps0
+        return trajs, {
+            "rollout/carried": float(carried),
+            "rollout/staleness_mean": sum(lag) / len(lag) if lag else float("nan"),
+            "rollout/staleness_max": float(max(lag)) if lag else float("nan"),
+            "rollout/resumed_prefill_tokens": float(self.backend.resumed_prefill_tokens - prefill0),
+            "rollout/tail_s": end - tail_from if tail_from is not None else 0.0,
+            "rollout/engine_batch_mean": (self.backend.batched - batch0) / engine_steps
+            if engine_steps
+            else float("nan"),
+            "rollout/phase_s": end - t0,
+        }
+
+    def _ready(self, version: int, drain: bool) -> bool:
+        """The phase may end: its share of groups complete, none at the staleness bound unfinished (a draining
+        step: every group complete)."""
+        if drain:
+            return all(g.done for g in self.groups)
+        due = [g for g in self.groups if version - g.version >= self.K]
+        return sum(g.done for g in self.groups) >= self.share and all(g.done for g in due)

@@ -1,0 +1,106 @@
+"""Partial rollouts' bookkeeping (nanosky/partial.py) over a scripted backend that stamps every token with the
+weights that produced it (its id is 100 + the version), with heavy-tailed lengths so that phases end with episodes
+cut mid-reply: versions recorded exactly, staleness within the bound, a group at the bound finished before its step
+trains, and over 10 steps every started group trained once (nothing lost, nothing twice)."""
+
+import asyncio
+import random
+
+import pytest
+
+from nanosky.agent import EnvTask, GenerationResult
+from nanosky.bundled import resolve_model_path
+from nanosky.config import RolloutConfig
+from nanosky.partial import Carry
+from nanosky.rollout.chat import load_tokenizer
+from nanosky.rollout.loop import RankLoop
+
+BASE = 100  # a sampled id is BASE + the version that sampled it
+
+
+class Scripted:
+    """EngineBackend's interface for the carry: `generate` samples one token per loop tick under `version`; `pause`
+    cuts every reply in flight (it waits for `resume`, then goes on under the new version)."""
+
+    def __init__(self, eos: int, seed: int = 0):
+        self.eos, self.rng, self.version = eos, random.Random(seed), 0
+        self.resumed = asyncio.Event()
+        self.resumed.set()
+        self.resumed_prefill_tokens = self.engine_steps = self.batched = 0
+        self.busy_s, self.running = 0.0, 0
+
+    async def generate(self, req):
+        n = 60 if self.rng.random() < 0.2 else 3  # heavy-tailed: one reply in five is 20x longer
+        ids, versions = [], []
+        self.running += 1
+        try:
+            while len(ids) < n:
+                if not self.resumed.is_set():  # cut: wait for the next phase, prefilled again from prompt + ids
+                    await self.resumed.wait()
+                    self.resumed_prefill_tokens += len(req.prompt_ids) + len(ids)
+                ids.append(BASE + self.version)
+                versions.append(self.version)
+                self.engine_steps += 1
+                self.batched += self.running
+                await asyncio.sleep(0)
+        finally:
+            self.running -= 1
+        ids.append(self.eos)
+        versions.append(self.version)
+        return GenerationResult("x", ids, [-1.0] * len(ids), "stop", len(req.prompt_ids), len(ids), versions)
+
+    def pause(self) -> int:
+        self.resumed.clear()
+        return self.running
+
+    def resume(self, version: int) -> None:
+        self.version = version
+        self.resumed.set()
+
+
+@pytest.mark.parametrize("K", [1, 2])
+def test_ten_steps_of_carries_lose_nothing_train_nothing_twice_and_bound_staleness(K):
+    tok = load_tokenizer(resolve_model_path("tiny"))
+    cfg = RolloutConfig(prompts_per_step=4, group_size=2, max_staleness=K, oversample=1.5, max_turns=1)
+    backend, loop = Scripted(tok.eos_token_id), RankLoop()
+    carry = Carry(cfg, backend, tok, world=1, rank=0)
+
+    def make(env_seed):
+        return EnvTask.make("math", "train", seed=env_seed)
+
+    trained, carried = [], []
+    try:
+        for step in range(1, 11):
+            version = step - 1  # the weights the step samples with (one sync per step)
+            trajs, m = loop.run(carry.phase(make, step, version, seed=0, drain=step == 10))
+            assert len(trajs) == 4 * 2 and len({t.group for t in trajs}) == 4  # this rank's share, whole groups
+            carried.append(m["rollout/carried"])
+            for t in trajs:
+                sampled = [(i, v) for i, v in zip(t.ids, t.token_versions()) if v >= 0]
+                assert sampled and all(i == BASE + v for i, v in sampled if i != tok.eos_token_id)  # exact
+                assert all(0 <= version - v <= K for _, v in sampled), (step, [v for _, v in sampled])
+            assert m["rollout/staleness_max"] <= K
+            # a group at the bound is never left for a later step
+            assert all(version - g.version < K for g in carry.groups), [(g.gid, g.version) for g in carry.groups]
+            trained += sorted({t.group for t in trajs})
+    finally:
+        loop.close()
+    assert sum(carried) > 0  # episodes were cut and carried
+    assert len(trained) == len(set(trained)) == 40  # nothing trained twice
+    assert sorted(trained) == sorted(carry.started) and not carry.groups  # nothing lost: the last step drained
+    assert sorted(carry.trained) == sorted(trained)
+
+
+def test_a_draining_step_starts_only_its_share_and_finishes_everything():
+    tok = load_tokenizer(resolve_model_path("tiny"))
+    cfg = RolloutConfig(prompts_per_step=4, group_size=2, max_staleness=3, oversample=1.5, max_turns=1)
+    backend, loop = Scripted(tok.eos_token_id, seed=3), RankLoop()
+    carry = Carry(cfg, backend, tok, world=1, rank=0)
+    try:
+        loop.run(carry.phase(lambda s: EnvTask.make("math", "train", seed=s), 1, 0, seed=0))
+        left = len(carry.groups)
+        assert left == 2  # 6 started, 4 trained
+        trajs, _ = loop.run(carry.phase(lambda s: EnvTask.make("math", "train", seed=s), 2, 1, seed=0, drain=True))
+        assert len({t.group for t in trajs}) == 4 and not carry.groups and len(carry.started) == 6 + 4 - left
+    finally:
+        loop.close()
