@@ -18,9 +18,9 @@ import tempfile
 from launch import run_py, scalars
 
 SHAPES = {
-    "longtail": "--plugins bench.longtail --env longtail_math --rollout.ignore-eos --rollout.max-new-tokens 24 "
-    "--rollout.max-total-tokens 480 --rollout.prompts-per-step 16 --rollout.group-size 8 --eval.every 0 "
-    "--eval.limit 8 --eval.n-samples 1 --log.ckpt-every 0",
+    "longtail": "--plugins bench.longtail --env longtail_math --rollout.ignore-eos --rollout.max-new-tokens 48 "
+    "--rollout.max-total-tokens 512 --engine.max-model-len 512 --rollout.prompts-per-step 32 "
+    "--rollout.group-size 8 --eval.every 0 --eval.limit 8 --eval.n-samples 1 --log.ckpt-every 0",
     "tool_use": "--preset tool_use --rollout.prompts-per-step 16 --rollout.group-size 8 --eval.every 0 "
     "--eval.limit 8 --eval.n-samples 1",
     "swe": "--preset swe --rollout.prompts-per-step 4 --rollout.group-size 4 --eval.every 0 --eval.limit 2 "
