@@ -104,3 +104,22 @@ def test_a_draining_step_starts_only_its_share_and_finishes_everything():
         assert len({t.group for t in trajs}) == 4 and not carry.groups and len(carry.started) == 6 + 4 - left
     finally:
         loop.close()
+
+
+@pytest.mark.parametrize(
+    "args, field",
+    [
+        (["--rollout.oversample", "1.5"], "needs --rollout.max-staleness >= 1"),
+        (["--rollout.max-staleness", "1", "--rollout.oversample", "2"], "[1, 2)"),
+        (["--rollout.max-staleness", "-1"], "--rollout.max-staleness must be >= 0"),
+        (["--rollout.max-staleness", "1", "--rollout.agent", "m:f"], "external agent"),
+        (["--rollout.max-staleness", "1", "--algo", "dapo"], "dynamic-sampling"),
+        (["--rollout.max-staleness", "1", "--algorithm.rollout-is-cap", "1"], "rollout-is-cap"),
+    ],
+)
+def test_what_partial_rollouts_do_not_take_is_refused_at_start_up(args, field):
+    from nanosky.cli import parse_args
+
+    with pytest.raises(SystemExit) as e:
+        parse_args(args, console=False)
+    assert field in str(e.value), str(e.value)
