@@ -8,7 +8,11 @@ plays `episodes` episodes (after a warm-up round); then every assistant turn it 
 `LLM.generate` request: the same prompt ids, the same number of new tokens (min_tokens = max_tokens, eos ignored).
 Two replays: turn by turn (every episode's k-th turn in one call: the loop's own dependencies with zero env time
 and perfect batches, the target of issue 12) and all turns at once (no dependencies: an upper bound no multi-turn
-loop can reach). Printed: tokens/s of each, the ratios, and the engine's busy share during the loop.
+loop can reach). Printed: tokens/s of each, the ratios, and the engine's busy share during the loop; the engine's
+batch (requests per engine step) in the loop and in both replays, and the loop's tail share (the time with fewer
+than a quarter of its episodes running). On a 2-core box vLLM and the env workers share the cores: the engine's
+tokens per busy second (against the replay's) is its own speed under that contention, and its idle share is the
+part of loop / raw that scheduling and env waits cost.
 """
 
 from __future__ import annotations
@@ -82,6 +86,7 @@ def main(args: Args) -> None:
     loop_steps = rollout.backend.engine_steps - steps0
     loop_tokens = sum(t.completion_tokens for t in trajs)
     busy = rollout.metrics["rollout/engine_busy_frac"]
+    batch, tail = rollout.metrics["rollout/engine_batch_mean"], rollout.metrics["rollout/tail_s"] / wall
 
     reqs = [t for traj in trajs for t in turns(traj)]
     prompts = [TokensPrompt(prompt_token_ids=p) for p, _ in reqs]
@@ -118,6 +123,8 @@ def main(args: Args) -> None:
     pool.shutdown()
 
     loop_tps = loop_tokens / wall
+    busy_tps = loop_tokens / max(busy * wall, 1e-9)  # tokens per second of engine time: the engine's own speed
+    longest = max(n for _, n in reqs)
     print(
         f"{args.env}: {args.episodes} episodes, {len(reqs)} turns, {loop_tokens} sampled tokens\n"
         f"  agent loop (envs, tools)        {wall:7.2f} s  {loop_tps:8.1f} tokens/s  engine busy {busy:.0%}  "
@@ -125,7 +132,11 @@ def main(args: Args) -> None:
         f"  raw generate, turn by turn      {turn_wall:7.2f} s  {turn_tokens / turn_wall:8.1f} tokens/s  "
         f"loop / raw {loop_tps / (turn_tokens / turn_wall):.2f}\n"
         f"  raw generate, all turns at once {all_wall:7.2f} s  {all_tokens / all_wall:8.1f} tokens/s  "
-        f"loop / raw {loop_tps / (all_tokens / all_wall):.2f}"
+        f"loop / raw {loop_tps / (all_tokens / all_wall):.2f}\n"
+        f"  engine batch (requests per engine step): loop {batch:.1f}, replay by turn {turn_tokens / min_steps:.1f}, "
+        f"replay at once {all_tokens / longest:.1f}; the loop's tail (< 1/4 of episodes running) {tail:.0%} of it\n"
+        f"  scheduling vs cores: the loop's engine, while busy, ran {busy_tps:.1f} tokens/s (raw by turn "
+        f"{turn_tokens / turn_wall:.1f}); the rest of loop / raw is the {1 - busy:.0%} the engine waited on envs"
     )
     dist.shutdown()
 
