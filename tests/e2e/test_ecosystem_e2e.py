@@ -14,18 +14,7 @@ from spawn import scalars, torchrun
 pytest.importorskip("datasets", reason="the gyms extra (make test installs it)")
 pd = pytest.importorskip("pandas")
 # fp32: the engine-trainer agreement is asserted (bf16: tests/e2e/test_precision_e2e.py)
-BASE = [
-    "--preset",
-    "smoke",
-    "--precision",
-    "fp32",
-    "--steps",
-    "2",
-    "--eval.limit",
-    "4",
-    "--rollout.prompts-per-step",
-    "4",
-]
+BASE = "--preset smoke --precision fp32 --steps 2 --eval.limit 4 --rollout.prompts-per-step 4".split()
 TAGS = ("train/pg_loss", "train/reward_mean", "train/response_len", "train/grad_norm")
 
 
