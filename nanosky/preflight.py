@@ -45,6 +45,7 @@ def check(cfg: TrainConfig, world: int | None = None) -> None:
         check_resume(cfg, int(os.environ.get("WORLD_SIZE", "1")) if world is None else world)
     check_model("--model.path", cfg.model.path)
     check_architecture(cfg)
+    check_context(cfg)
     check_chat_template(cfg)
     check_agent(cfg)
     check_env_data(cfg.env, cfg.env_data)
@@ -133,6 +134,28 @@ def check_architecture(cfg: TrainConfig) -> None:
     if why:
         arch = (conf.get("architectures") or [conf.get("model_type", "this model")])[0]
         raise UsageError(f"--model.path {cfg.model.path}: {arch} is not supported on the CPU: {why}; train it on a GPU")
+
+
+def check_context(cfg: TrainConfig) -> None:
+    """--engine.max-model-len within the model's positions (config.json's max_position_embeddings), before vLLM
+    refuses it from inside the engine with a traceback. A config that scales its positions (rope_scaling) is left to
+    vLLM, which knows each scaling's rule."""
+    import json
+
+    from nanosky.bundled import BUNDLED, resolve_model_path
+
+    path = resolve_model_path(cfg.model.path) if cfg.model.path in BUNDLED else cfg.model.path
+    p = Path(path).expanduser() / "config.json"
+    if not p.is_file():
+        return
+    conf = json.loads(p.read_text())
+    conf = conf.get("text_config") or conf
+    limit = conf.get("max_position_embeddings")
+    if isinstance(limit, int) and not conf.get("rope_scaling") and cfg.engine.max_model_len > limit:
+        raise UsageError(
+            f"--engine.max-model-len {cfg.engine.max_model_len} exceeds the model's context ({limit} positions, "
+            f"max_position_embeddings in {p}); set it to at most {limit}, and --rollout.max-total-tokens with it"
+        )
 
 
 def check_chat_template(cfg: TrainConfig) -> None:

@@ -236,3 +236,10 @@ def test_an_architecture_the_cpu_engine_cannot_run_is_refused_by_name(tmp_path):
     preflight.check_architecture(_cfg(tmp_path, "--model.path", str(model), "--precision", "bf16"))
     (model / "config.json").write_text(json.dumps({"model_type": "qwen2"}))
     preflight.check_architecture(_cfg(tmp_path, "--model.path", str(model)))
+
+
+def test_an_engine_context_past_the_models_positions_is_one_line(tmp_path):
+    """The bundled model has 512 positions: vLLM would refuse 1024 from inside the engine, with a traceback."""
+    flags = ["--engine.max-model-len", "1024", "--rollout.max-total-tokens", "600"]
+    _fails(_cfg(tmp_path, *flags), r"--engine.max-model-len 1024 exceeds the model's context \(512 positions")
+    preflight.check_context(_cfg(tmp_path, "--engine.max-model-len", "512"))  # at the limit: fine
