@@ -79,46 +79,50 @@ class Rollout:
     ) -> Rollouts:
         """One episode per seed (env `env`, `split`), rolled out to the end with weights `version`."""
         self.backend.version = version
-        busy0, steps0, batch0 = self.backend.busy_s, self.backend.engine_steps, self.backend.batched
+        start = self._counters()
         tasks = [PooledEnvTask(self.pool, env, split, seed=s, **env_kwargs) for s in seeds]
         play = self.player.play(tasks, groups=groups, seeds=seeds, sample_seed=sample_seed, temperature=temperature)
         out = self.loop.run(play, threads=len(tasks))
-        scorer = envs.group_scorer(env, split, **env_kwargs)
-        self.scored = scorer is not None
-        if scorer is not None:  # this rank's groups, before the gather: a user's function runs once per group
-            score_groups(scorer, out.trajs, by="group" if groups is not None else "env_seed")
         wall = max(out.wall_s, 1e-9)
         ends = sorted(t.latency_s for t in out.trajs)  # every episode starts with the phase
-        steps = self.backend.engine_steps - steps0
-        self.metrics = {
-            "rollout/tokens_per_s": sum(t.completion_tokens for t in out.trajs) / wall,
-            "rollout/engine_busy_frac": (self.backend.busy_s - busy0) / wall,
-            # the phase's time with fewer than a quarter of its episodes running, and the engine's mean batch
-            "rollout/tail_s": max(0.0, wall - ends[len(ends) * 3 // 4]) if ends else float("nan"),
-            "rollout/engine_batch_mean": (self.backend.batched - batch0) / steps if steps else float("nan"),
-        }
+        # the phase's time with fewer than a quarter of its episodes running
+        tail = {"rollout/tail_s": max(0.0, wall - ends[len(ends) * 3 // 4]) if ends else float("nan")}
+        by = "group" if groups is not None else "env_seed"
+        self.metrics = self._finish(env, env_kwargs, split, out.trajs, by=by, wall=wall, start=start) | tail
         return out
 
     def phase(self, env: str, env_kwargs: dict, step: int, version: int, seed: int, drain: bool) -> Rollouts:
         """A partial-rollout step's phase (`nanosky/partial.py`): the carried episodes resumed, new groups started,
         this rank's share of complete groups returned, the rest paused."""
-        busy0 = self.backend.busy_s
+        start = self._counters()
 
         def make(env_seed: int) -> PooledEnvTask:
             return PooledEnvTask(self.pool, env, "train", seed=env_seed, **env_kwargs)
 
         c = self.carry
         trajs, m = self.loop.run(c.phase(make, step, version, seed, drain), threads=c.target * c.n)
-        scorer = envs.group_scorer(env, "train", **env_kwargs)
+        wall = max(m["rollout/phase_s"], 1e-9)
+        self.metrics = m | self._finish(env, env_kwargs, "train", trajs, by="group", wall=wall, start=start)
+        return Rollouts(trajs, "stepwise" if self.cfg.mode == "stepwise" else "concat", wall)
+
+    def _counters(self) -> tuple[float, int, int]:
+        """The engine backend's running totals: busy seconds, engine steps, requests summed over those steps."""
+        return self.backend.busy_s, self.backend.engine_steps, self.backend.batched
+
+    def _finish(self, env: str, env_kwargs: dict, split: str, trajs: list[Trajectory], *, by: str, wall: float, start):
+        """A phase's end, either kind: this rank's groups scored before the gather where the env scores by groups
+        (a user's function runs once per group), and the engine's share of the phase since `start` (`_counters`)."""
+        scorer = envs.group_scorer(env, split, **env_kwargs)
         self.scored = scorer is not None
         if scorer is not None:
-            score_groups(scorer, trajs, by="group")
-        wall = max(m["rollout/phase_s"], 1e-9)
-        self.metrics = m | {
+            score_groups(scorer, trajs, by=by)
+        busy0, steps0, batch0 = start
+        steps = self.backend.engine_steps - steps0
+        return {
             "rollout/tokens_per_s": sum(t.completion_tokens for t in trajs) / wall,
             "rollout/engine_busy_frac": (self.backend.busy_s - busy0) / wall,
+            "rollout/engine_batch_mean": (self.backend.batched - batch0) / steps if steps else float("nan"),
         }
-        return Rollouts(trajs, "stepwise" if self.cfg.mode == "stepwise" else "concat", wall)
 
     def on_stop(self) -> str:
         """What a graceful stop now discards (partial rollouts: the episodes in flight), as a line; "" if nothing."""

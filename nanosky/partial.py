@@ -82,7 +82,7 @@ class Carry:
         groups' trajectories (this rank's share, oldest first) and the rollout/* metrics."""
         t0 = time.perf_counter()
         carried = sum(not e.done() for g in self.groups for e in g.episodes)
-        prefill0, steps0, batch0 = self.backend.resumed_prefill_tokens, self.backend.engine_steps, self.backend.batched
+        prefill0 = self.backend.resumed_prefill_tokens
         self.backend.resume(version)
         self.gate.open.set()
         for k in range(max(0, (self.share if drain else self.target) - len(self.groups))):
@@ -113,16 +113,12 @@ class Carry:
         trajs = [e.result() for g in trained for e in g.episodes]
         end = time.perf_counter()
         lag = [version - v for t in trajs for v in t.versions if v >= 0]  # per sampled token, in versions
-        engine_steps = self.backend.engine_steps - steps0
         return trajs, {
             "rollout/carried": float(carried),
             "rollout/staleness_mean": sum(lag) / len(lag) if lag else float("nan"),
             "rollout/staleness_max": float(max(lag)) if lag else float("nan"),
             "rollout/resumed_prefill_tokens": float(self.backend.resumed_prefill_tokens - prefill0),
             "rollout/tail_s": end - tail_from if tail_from is not None else 0.0,
-            "rollout/engine_batch_mean": (self.backend.batched - batch0) / engine_steps
-            if engine_steps
-            else float("nan"),
             "rollout/phase_s": end - t0,
         }
 
