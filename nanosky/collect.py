@@ -61,7 +61,9 @@ class Rollout:
         self.judging = Judging(reward, backend) if reward is not None and reward.judge != "off" else None
         self.player = make_player(cfg, backend, tok, log_dir, dist.get_info().rank)
         # --rollout.max-staleness > 0: the episodes carried from step to step (K = 0: none, the synchronous step)
-        self.carry = Carry(cfg, backend, tok, dist.get_info().world, dist.get_info().rank) if cfg.partial else None
+        external = self.player if cfg.agent or cfg.agent_cmd else None  # its carried episodes share its endpoint
+        info = dist.get_info()
+        self.carry = Carry(cfg, backend, tok, info.world, info.rank, harness=external) if cfg.partial else None
         self.loop = RankLoop()  # every phase of the run, and the endpoint, on this one loop
         self.metrics: dict[str, float] = {}
         self.scored = False  # the last phase's env scores its episodes by groups (a TRL reward function)
@@ -103,6 +105,8 @@ class Rollout:
         trajs, m = self.loop.run(c.phase(make, step, version, seed, drain), threads=c.target * c.n)
         wall = max(m["rollout/phase_s"], 1e-9)
         self.metrics = m | self._finish(env, env_kwargs, "train", trajs, by="group", wall=wall, start=start)
+        if c.harness is not None:
+            return Rollouts(trajs, c.harness.layout(trajs), wall)
         return Rollouts(trajs, "stepwise" if self.cfg.mode == "stepwise" else "concat", wall)
 
     def _counters(self) -> tuple[float, int, int]:

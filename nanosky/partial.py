@@ -34,14 +34,29 @@ from nanosky.seeds import derive_seed
 
 class Gate:
     """The carried episodes' backend: their requests pass while a phase of theirs runs and wait between phases (an
-    eval's requests go to the engine backend itself and do not wait)."""
+    eval's requests go to the engine backend itself and do not wait). `held_s()` is the time it has held them, a
+    running total: an external agent's clock (`--rollout.agent-timeout-s`) leaves it out."""
 
     def __init__(self, inner: EngineBackend):
         self.inner, self.open = inner, asyncio.Event()
+        self._held, self._since = 0.0, time.monotonic()  # held from its start to the first phase
 
     async def generate(self, req: Request) -> GenerationResult:
         await self.open.wait()
         return await self.inner.generate(req)
+
+    def release(self) -> None:
+        if not self.open.is_set():
+            self._held += time.monotonic() - self._since
+            self.open.set()
+
+    def hold(self) -> None:
+        if self.open.is_set():
+            self._since = time.monotonic()
+            self.open.clear()
+
+    def held_s(self) -> float:
+        return self._held + (0.0 if self.open.is_set() else time.monotonic() - self._since)
 
     async def aclose(self) -> None:
         pass
@@ -60,9 +75,12 @@ class Group:
 
 
 class Carry:
-    def __init__(self, cfg: RolloutConfig, backend: EngineBackend, tok, world: int, rank: int):
+    def __init__(self, cfg: RolloutConfig, backend: EngineBackend, tok, world: int, rank: int, *, harness=None):
         self.backend, self.gate = backend, Gate(backend)
-        self.runner = AgentRunner.from_config(cfg, self.gate, tok)
+        # who plays the episodes: nanosky's loop, its calls through the gate; or the run's external agent (`harness`,
+        # the endpoint the evals use too), each carried episode's calls through the gate
+        self.runner = AgentRunner.from_config(cfg, self.gate, tok) if harness is None else None
+        self.harness = harness
         self.K, self.n, self.world, self.rank = cfg.max_staleness, cfg.group_size, world, rank
         self.share = cfg.prompts_per_step // world  # groups this rank trains per step
         self.target = math.ceil(cfg.oversample * self.share)  # groups in flight at a phase's start
@@ -84,14 +102,11 @@ class Carry:
         carried = sum(not e.done() for g in self.groups for e in g.episodes)
         prefill0 = self.backend.resumed_prefill_tokens
         self.backend.resume(version)
-        self.gate.open.set()
+        self.gate.release()
         for k in range(max(0, (self.share if drain else self.target) - len(self.groups))):
             gid = (step * self.world + self.rank) * self.target + k  # unique over the run's ranks and steps
             env_seed, sample_seed = derive_seed(seed, step, "group", gid), derive_seed(seed, step, "sample", gid)
-            eps = [
-                self.runner.start(make_task(env_seed), index=i, group=gid, env_seed=env_seed, sample_seed=sample_seed)
-                for i in range(self.n)
-            ]
+            eps = [self._start(make_task(env_seed), i, gid, env_seed, sample_seed) for i in range(self.n)]
             self.groups.append(Group(gid, eps, step, version))
             self.started.append(gid)
         live = [e for g in self.groups for e in g.episodes]
@@ -102,7 +117,7 @@ class Carry:
                 if tail_from is None and sum(not e.done() for e in live) < len(live) / 4:
                     tail_from = time.perf_counter()
         finally:
-            self.gate.open.clear()  # carried episodes' next requests wait for the next phase
+            self.gate.hold()  # carried episodes' next requests wait for the next phase
             self.backend.pause()  # and those in the engine are cut
         for e in live:
             if e.done() and e.exception() is not None:  # a fatal error (stale weights, a bug): the run stops
@@ -111,6 +126,8 @@ class Carry:
         self.groups = [g for g in self.groups if g not in trained]
         self.trained += [g.gid for g in trained]
         trajs = [e.result() for g in trained for e in g.episodes]
+        if self.harness is not None:  # the engine's fatal error stops the run; failed agents' episodes are masked
+            trajs = self.harness.settle(trajs)
         end = time.perf_counter()
         lag = [version - v for t in trajs for v in t.versions if v >= 0]  # per sampled token, in versions
         return trajs, {
@@ -121,6 +138,13 @@ class Carry:
             "rollout/tail_s": end - tail_from if tail_from is not None else 0.0,
             "rollout/phase_s": end - t0,
         }
+
+    def _start(self, task: Task, index: int, gid: int, env_seed: int, sample_seed: int) -> asyncio.Task:
+        if self.harness is not None:
+            return self.harness.start_episode(
+                task, index=index, group=gid, env_seed=env_seed, sample_seed=sample_seed, via=self.gate
+            )
+        return self.runner.start(task, index=index, group=gid, env_seed=env_seed, sample_seed=sample_seed)
 
     def _ready(self, version: int, drain: bool) -> bool:
         """The phase may end: its share of groups complete, none at the staleness bound unfinished (a draining

@@ -94,8 +94,6 @@ class RolloutConfig:
             raise ValueError(
                 "rollout.oversample > 1 carries groups into the next step: it needs rollout.max_staleness >= 1"
             )
-        if self.partial and (self.agent or self.agent_cmd):
-            raise ValueError("rollout.max_staleness > 0 with an external agent (--rollout.agent) is not supported yet")
 
     @property
     def partial(self) -> bool:

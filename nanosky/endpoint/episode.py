@@ -36,7 +36,8 @@ class Segment:
     ids: list[int]
     loss_mask: list[int]
     logprobs: list[float]
-    versions: list[int] = field(default_factory=list)  # the weight version of each call's sample
+    versions: list[int] = field(default_factory=list)  # the weight version of each call's sample (its first token's)
+    token_versions: list[int] = field(default_factory=list)  # per id: the version that sampled it, -1 if not sampled
     turn_starts: list[int] = field(default_factory=list)  # index in `ids` of each call's first sampled id
     messages: list[Message] = field(default_factory=list)  # the conversation so far, with the last reply
     tools: list[dict] = field(default_factory=list)
@@ -131,8 +132,10 @@ class Episode:
         version: int,
         reply: Message,
         finish_reason: str,
+        sampled_versions: list[int] | None = None,
     ) -> Segment:
-        """Add a call's sample: `ids` is what `prompt` returned for it, `reply` the assistant message returned."""
+        """Add a call's sample: `ids` is what `prompt` returned for it, `reply` the assistant message returned.
+        `sampled_versions`: per sampled id, the weights that sampled it (all `version` when not given)."""
         if continued:
             seg = self.segments[-1]
             new = len(ids) - len(seg.ids)
@@ -141,14 +144,17 @@ class Episode:
                 seg.loss_mask + [0] * new,
                 seg.logprobs + [0.0] * new,
             )
+            seg.token_versions += [-1] * new
         else:
             seg = Segment(ids=list(ids), loss_mask=[0] * len(ids), logprobs=[0.0] * len(ids), tools=list(tools or []))
+            seg.token_versions = [-1] * len(ids)
             self.segments.append(seg)
         seg.turn_starts.append(len(seg.ids))
         seg.ids += list(sampled)
         seg.loss_mask += [1] * len(sampled)
         seg.logprobs += list(logprobs)
         seg.versions.append(version)
+        seg.token_versions += list(sampled_versions) if sampled_versions else [version] * len(sampled)
         seg.messages = [*messages, reply]
         seg.truncated = finish_reason == "length"
         return seg

@@ -112,6 +112,7 @@ class Harness:
         self.last_wall_s = 0.0
         self.on_episode_done: Callable[[Trajectory], None] | None = None
         self._loop: RankLoop | None = None  # `run`'s own loop, when used outside a training run
+        self._carried: asyncio.Semaphore | None = None  # the bound on carried episodes (`start_episode`)
 
     @classmethod
     def from_config(cls, cfg: RolloutConfig, backend, tok, log_dir: str | None = None, rank: int = 0) -> Harness:
@@ -169,15 +170,51 @@ class Harness:
             )
             if hasattr(self.backend, "drain"):  # requests of timed-out episodes: the engine ends idle
                 await self.backend.drain()
-            # stale weights or a bug in the engine: the run stops, as in nanosky's own loop
-            if self.endpoint.fatal is not None:
-                fatal, self.endpoint.fatal = self.endpoint.fatal, None
-                raise fatal
+            trajs = self.settle(list(trajs))
         finally:
             self.last_wall_s = time.perf_counter() - t0
-        trajs = mask_failed(list(trajs), FAILED)
-        layout = "stepwise" if any(len(t.steps) > 1 for t in trajs) else "concat"
-        return Rollouts(trajs, layout, self.last_wall_s)
+        return Rollouts(trajs, self.layout(trajs), self.last_wall_s)
+
+    def settle(self, trajs: list[Trajectory]) -> list[Trajectory]:
+        """Episodes that ended, whole groups, as the trainer takes them: the engine's fatal error (stale weights, a
+        bug) raised, since the run must stop as in nanosky's own loop; failed agents' episodes masked."""
+        if self.endpoint.fatal is not None:
+            fatal, self.endpoint.fatal = self.endpoint.fatal, None
+            raise fatal
+        return mask_failed(trajs, FAILED)
+
+    @staticmethod
+    def layout(trajs: list[Trajectory]) -> str:
+        """Step-wise rows when any episode came back in several segments, else one row per episode."""
+        return "stepwise" if any(len(t.steps) > 1 for t in trajs) else "concat"
+
+    def start_episode(
+        self, task: Task, *, index: int, group: int, env_seed: int, sample_seed: int, via
+    ) -> asyncio.Task:
+        """One episode as a task on the running loop, not bound to a phase (partial rollouts carry it from one phase
+        into the next: `nanosky/partial.py`). Its calls go to the engine through `via`, the carry's gate, which
+        holds them between phases; its time (`timeout_s`) counts only while the gate lets calls through, so the
+        training between two phases never times an agent out. At most `concurrency` such episodes run at once
+        (apart from an eval's, which has its own bound: carried episodes waiting on the gate must not block it)."""
+        if self._carried is None:
+            self._carried = asyncio.Semaphore(self.concurrency or 1 << 30)
+        episode = functools.partial(
+            self._episode,
+            self.endpoint,
+            index,
+            task,
+            group=group,
+            env_seed=env_seed,
+            seed=derive_seed(sample_seed, index),
+            sampling=self.sampling,
+            via=via,
+        )
+
+        async def run() -> Trajectory:
+            await self.start()
+            return await self._queued(self._carried, episode)
+
+        return asyncio.get_running_loop().create_task(run())
 
     def run(self, tasks: list[Task], groups=None, seeds=None, sample_seed=None, temperature=None):
         """Blocking `play` for use outside a training run (evals, benches, tests), on a loop of the harness's own
@@ -209,16 +246,19 @@ class Harness:
             finally:
                 self.live -= 1
 
-    async def _episode(self, ep, i: int, task: Task, *, group: int, env_seed: int, seed: int, sampling) -> Trajectory:
+    async def _episode(
+        self, ep, i: int, task: Task, *, group: int, env_seed: int, seed: int, sampling, via=None
+    ) -> Trajectory:
         t0 = time.perf_counter()
         t = Trajectory(task_id=task.task_id or str(i), group=group, env_seed=env_seed, stop_reason="done")
         key = slot = at = None
         try:
             await task.initialize_runtime()
             at = AgentTask(list(task.get_instruction()), list(task.tools or []), t.task_id, env_seed, task)
-            key = ep.open_episode(t.task_id, seed, sampling)
+            key = ep.open_episode(t.task_id, seed, sampling, backend=via)
             solve = self._solve(at, key)
-            result = await (asyncio.wait_for(solve, self.timeout_s) if self.timeout_s else solve)
+            held = via.held_s if via is not None else None
+            result = await (within(solve, self.timeout_s, held) if self.timeout_s else solve)
             slot = ep.close_episode(key)
             if result is None:
                 result = await at.grade(slot.last_text)
@@ -313,6 +353,24 @@ def _ssl_context() -> ssl.SSLContext:
 
 _SSL: ssl.SSLContext | None = None
 TIMEOUT = httpx.Timeout(600.0, connect=10.0)
+
+
+async def within(aw: Awaitable, limit_s: float, held: Callable[[], float] | None = None):
+    """`aw` given `limit_s` seconds, or TimeoutError (it is cancelled). `held`, a running total of seconds, is
+    time that does not count: a carried episode's time between phases, while the loop did not run at all."""
+    if held is None:
+        return await asyncio.wait_for(aw, limit_s)
+    task, t0, h0 = asyncio.ensure_future(aw), time.monotonic(), held()
+    try:
+        while (left := limit_s - (time.monotonic() - t0 - (held() - h0))) > 0:
+            done, _ = await asyncio.wait({task}, timeout=left)
+            if done:
+                return task.result()
+        raise TimeoutError
+    finally:
+        if not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
 
 
 def in_thread(fn: Callable) -> asyncio.Future:

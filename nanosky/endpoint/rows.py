@@ -33,6 +33,7 @@ def to_trajectory(t: Trajectory, slot, task, tok) -> Trajectory:
         last = segs[-1]
         t.ids, t.loss_mask, t.logprobs = list(last.ids), list(last.loss_mask), list(last.logprobs)
         t.prompt_len, t.messages = last.prompt_len, list(last.messages)
+        t.versions = list(last.token_versions)  # which weights sampled each id (a carried episode's span several)
         t.steps = [
             Step(
                 s.ids[: s.prompt_len],

@@ -74,6 +74,7 @@ class Slot:
     last_text: str = ""  # the last sample, as the model wrote it (tool calls as text): what the env grades
     keys: list[str] = field(default_factory=list)  # per call: the messages it answered (GiGPO's state key)
     out_of_budget: bool = False  # a call was refused for --rollout.max-total-tokens: the episode is truncated
+    backend: Any = None  # where its calls are sampled, when not the endpoint's (a carried episode: through the gate)
 
 
 class Endpoint:
@@ -96,9 +97,11 @@ class Endpoint:
             server, self.server = self.server, None
             await server.close()
 
-    def open_episode(self, task_id: str = "", seed: int = 0, sampling: Sampling | None = None) -> str:
+    def open_episode(self, task_id: str = "", seed: int = 0, sampling: Sampling | None = None, backend=None) -> str:
+        """A key for one episode's calls; `backend` samples them in place of the endpoint's (partial rollouts: the
+        carry's gate, which holds a carried episode's calls between phases)."""
         key = "nsk-" + secrets.token_urlsafe(24)
-        self.slots[key] = Slot(key, task_id, Episode(self.tok), seed, sampling)
+        self.slots[key] = Slot(key, task_id, Episode(self.tok), seed, sampling, backend=backend)
         return key
 
     def close_episode(self, key: str) -> Slot:
@@ -182,7 +185,6 @@ class Endpoint:
                 )
             budget = min(budget, sampling.max_total_tokens - len(ids))
         key = observation_key(messages[len(ep.segments[-1].messages) :] if cont else messages[-1:])
-        version = self.version()
         call = Request(
             messages,
             tools or None,
@@ -193,7 +195,7 @@ class Endpoint:
             seed=derive_seed(slot.seed, ep.calls),
         )
         try:
-            out = await self.backend.generate(call)
+            out = await (slot.backend or self.backend).generate(call)
         except ContextLengthError as e:
             slot.out_of_budget = True
             return error(400, f"the conversation no longer fits the context: {e}", "context_length_exceeded")
@@ -205,7 +207,11 @@ class Endpoint:
         reply, finish = self.reply(out.text, out.finish_reason, tools)
         if slot.closed:  # the episode ended while this call was sampled: it is not recorded
             return ENDED
-        ep.record(messages, tools, ids, cont, out.token_ids, out.logprobs, version, reply, out.finish_reason)
+        # the call's version: its first token's (a call cut at a phase's end goes on under the next weights)
+        version = out.versions[0] if out.versions else self.version()
+        ep.record(
+            messages, tools, ids, cont, out.token_ids, out.logprobs, version, reply, out.finish_reason, out.versions
+        )
         slot.last_text, slot.keys = out.text, [*slot.keys, key]
         n = next(self._ids)
         return 200, {

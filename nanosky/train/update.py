@@ -219,9 +219,11 @@ class PolicyUpdate:
         keys = sorted(k for k in sums if k != "n_micro")
         rows = float(batch.row_mask.sum()) * a.ppo_epochs
         totals = dist.all_reduce_sum([sums[k] for k in keys] + [trained, rows] + tokens + [sums["n_micro"]])
-        out = {k: v / max(totals[-1], 1.0) for k, v in zip(keys, totals[:-5])}
+        # means over the micro-batches that trained rows: absent over none (not a reassuring 0)
+        out = {k: v / totals[-1] for k, v in zip(keys, totals[:-5])} if totals[-1] else {}
         if top := [k for k in keys if k in PEAKS]:  # maxima over micro-batches and ranks, not means
-            out |= dict(zip(top, dist.all_reduce_max([peaks.get(k, -math.inf) for k in top])))
+            top_v = dist.all_reduce_max([peaks.get(k, -math.inf) for k in top])
+            out |= {k: v for k, v in zip(top, top_v) if v > -math.inf}
         if totals[-1] == 0:  # every row skipped (no advantage anywhere): the loss is exactly 0
             out["pg_loss"] = 0.0
         return out | {

@@ -112,6 +112,7 @@ def test_skipping_zero_advantage_rows_keeps_the_gradient(tmp_path):
     assert max(v.abs().max().item() for v in zero.values()) == 0
     m = json.load(open(str(tmp_path / "d_2_4_token-mean_ppoequal=4.pt") + ".json"))
     assert m["skipped_rows_frac"] == 1.0 and m["pg_loss"] == 0.0  # still logged
+    assert "entropy" not in m and "clip_frac" not in m  # over no trained token: absent, not a reassuring 0
 
 
 @pytest.mark.slow

@@ -5,6 +5,7 @@ trains, and over 10 steps every started group trained once (nothing lost, nothin
 
 import asyncio
 import random
+import time
 
 import pytest
 
@@ -112,7 +113,6 @@ def test_a_draining_step_starts_only_its_share_and_finishes_everything():
         (["--rollout.oversample", "1.5"], "needs --rollout.max-staleness >= 1"),
         (["--rollout.max-staleness", "1", "--rollout.oversample", "2"], "[1, 2)"),
         (["--rollout.max-staleness", "-1"], "--rollout.max-staleness must be >= 0"),
-        (["--rollout.max-staleness", "1", "--rollout.agent", "m:f"], "external agent"),
         (["--rollout.max-staleness", "1", "--algo", "dapo"], "dynamic-sampling"),
         (["--rollout.max-staleness", "1", "--algorithm.rollout-is-cap", "1"], "rollout-is-cap"),
     ],
@@ -123,3 +123,64 @@ def test_what_partial_rollouts_do_not_take_is_refused_at_start_up(args, field):
     with pytest.raises(SystemExit) as e:
         parse_args(args, console=False)
     assert field in str(e.value), str(e.value)
+
+
+async def _two_calls(client, task):
+    """An external agent whose second call edits its history: two segments, one call each."""
+    r = await client.chat.completions.create(model="policy", messages=task.messages)
+    again = [*task.messages, {"role": "assistant", "content": r.choices[0].message.content}]
+    await client.chat.completions.create(model="policy", messages=[*again[1:], {"role": "user", "content": "and?"}])
+    return 0.5
+
+
+def test_an_external_agents_episodes_are_carried_their_calls_held_between_phases_and_not_timed_out(tmp_path):
+    """`--rollout.agent` with K = 1: a call cut at a phase's end is answered in the next phase under the new weights
+    (each id stamped with its version); a call made between phases waits for the next one; the training between
+    phases (here 1.5 s of sleep) does not count against the agent's 1 s timeout."""
+    from nanosky.endpoint.harness import Harness
+    from nanosky.endpoint.server import Sampling
+
+    tok = load_tokenizer(resolve_model_path("tiny"))
+    cfg = RolloutConfig(prompts_per_step=4, group_size=2, max_staleness=1, oversample=1.5)
+    backend, loop = Scripted(tok.eos_token_id, seed=1), RankLoop()
+    harness = Harness(backend, tok, Sampling(max_tokens=64, max_total_tokens=2048), agent=_two_calls, timeout_s=1.0)
+    carry = Carry(cfg, backend, tok, world=1, rank=0, harness=harness)
+    trained, spans = [], 0
+    try:
+        for step in range(1, 7):
+            version = step - 1
+            trajs, m = loop.run(
+                carry.phase(lambda s: EnvTask.make("math", "train", seed=s), step, version, 0, step == 6)
+            )
+            assert len({t.group for t in trajs}) == 4 and all(t.stop_reason == "done" for t in trajs), [
+                (t.stop_reason, t.error) for t in trajs
+            ]
+            for t in trajs:
+                assert t.info["agent"]["segments"] == 2 and len(t.steps) == 2
+                sampled = [(i, v) for i, v in zip(t.ids, t.versions) if v >= 0]
+                assert sampled and all(i == BASE + v for i, v in sampled if i != tok.eos_token_id)  # exact
+                calls = t.info["agent"]["versions"]  # each call's: its first token's
+                assert calls == sorted(calls) and all(0 <= version - v <= 1 for v in calls), (version, calls)
+                spans += len(set(calls)) > 1
+            trained += sorted({t.group for t in trajs})
+            time.sleep(1.5)  # the training between phases: the agents' clock stops
+    finally:
+        loop.run(harness.aclose())
+        loop.close()
+    assert spans > 0  # an episode's two calls were answered by two versions of the weights
+    assert len(trained) == len(set(trained)) == 24 and sorted(trained) == sorted(carry.started)
+
+
+def test_an_agents_clock_leaves_out_the_time_held():
+    from nanosky.endpoint.harness import within
+
+    async def main(held):
+        return await within(asyncio.sleep(0.3, "done"), 0.2, held)
+
+    loop = RankLoop()
+    try:
+        assert loop.run(main(lambda: time.monotonic())) == "done"  # all of it held: never runs out
+        with pytest.raises(TimeoutError):
+            loop.run(main(lambda: 0.0))
+    finally:
+        loop.close()
