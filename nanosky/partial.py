@@ -129,7 +129,7 @@ class Carry:
         if self.harness is not None:  # the engine's fatal error stops the run; failed agents' episodes are masked
             trajs = self.harness.settle(trajs)
         end = time.perf_counter()
-        lag = [version - v for t in trajs for v in t.versions if v >= 0]  # per sampled token, in versions
+        lag = [version - v for t in trajs for v in t.sampled_versions()]  # per sampled token, in versions
         return trajs, {
             "rollout/carried": float(carried),
             "rollout/staleness_mean": sum(lag) / len(lag) if lag else float("nan"),

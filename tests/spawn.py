@@ -3,8 +3,10 @@ TensorBoard scalars a run wrote. Imported by name (`from spawn import torchrun`)
 sys.path for every test folder."""
 
 import os
+import re
 import subprocess
 import sys
+import time
 import warnings
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -52,3 +54,34 @@ def scalars(run_dir: str) -> dict[str, list[tuple[int, float]]]:
     acc = EventAccumulator(run_dir)
     acc.Reload()
     return {t: [(e.step, e.value) for e in acc.Scalars(t)] for t in acc.Tags()["scalars"]}
+
+
+def launch(args: list[str]) -> subprocess.Popen:
+    """run.py at 2 ranks in the background, through the venv's torchrun by path (as after `make demo` without an
+    activated venv), in a process group of its own like a job in a terminal."""
+    torchrun_path = os.path.relpath(os.path.join(os.path.dirname(sys.executable), "torchrun"), ROOT)
+    cmd = [torchrun_path, "--standalone", "--nproc_per_node", "2", "run.py"]
+    return subprocess.Popen(
+        [*cmd, *args],
+        cwd=ROOT,
+        env=child_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def wait_for_beat(path: str, offset: int, pattern: str, proc: subprocess.Popen) -> re.Match:
+    """Poll a heartbeat file (`rank R pid P step S phase` lines, from byte `offset`) until a line matches."""
+    deadline = time.time() + 400
+    while time.time() < deadline:
+        if os.path.exists(path):
+            with open(path) as f:
+                f.seek(offset)
+                m = re.search(pattern, f.read())
+            if m:
+                return m
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        time.sleep(0.02)
+    raise TimeoutError(pattern)

@@ -41,6 +41,7 @@ class Step:
     # which of `ids` are trained (1) and which are observations (0): an external agent's segment holds several
     # calls and the messages between them (nanosky/endpoint/rows.py). None: every id was sampled
     loss_mask: list[int] | None = None
+    versions: list[int] | None = None  # an external agent's segment: per id of `ids`, as `Trajectory.versions`
 
 
 @dataclass
@@ -86,6 +87,13 @@ class Trajectory:
     def token_versions(self) -> list[int]:
         """`versions` as long as `ids` (-1 past its end)."""
         return self.versions + [-1] * (len(self.ids) - len(self.versions))
+
+    def sampled_versions(self) -> list[int]:
+        """The weight version of each sampled id, over every row the episode trains: each segment's where an external
+        agent's episode came back in several (`ids` holds its last), else `versions`'."""
+        if len(self.steps) > 1 and all(s.versions is not None for s in self.steps):
+            return [v for s in self.steps for v in s.versions if v >= 0]
+        return [v for v in self.versions if v >= 0]
 
     @property
     def n_policy_tokens(self) -> int:

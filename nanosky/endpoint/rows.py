@@ -40,6 +40,7 @@ def to_trajectory(t: Trajectory, slot, task, tok) -> Trajectory:
                 s.ids[s.prompt_len :],
                 s.logprobs[s.prompt_len :],
                 loss_mask=s.loss_mask[s.prompt_len :],
+                versions=s.token_versions[s.prompt_len :],
             )
             for s in segs
         ]

@@ -1,11 +1,13 @@
-"""Partial rollouts at 2 ranks through torchrun (nanosky/partial.py): K = 0 is the synchronous step exactly, and
-tool_use with K = 1, F = 1.5 carries episodes across steps within the staleness bound, corrected (TIS), with a
-checkpoint step that drains."""
+"""Partial rollouts at 2 ranks through torchrun (nanosky/partial.py): K = 0 is the synchronous step exactly;
+tool_use and swe with K = 1, F = 1.5 carry episodes across steps within the staleness bound, corrected (TIS), with
+checkpoint steps that drain, and swe's kill -9 -> resume continues the run exactly; an external agent's episode
+spans a weight update."""
 
 import json
 import os
+import signal
 
-from spawn import scalars, torchrun
+from spawn import launch, scalars, torchrun, wait_for_beat
 
 from nanosky.seeds import derive_seed
 
@@ -13,6 +15,10 @@ SMOKE = ["--preset", "smoke", "--precision", "fp32", "--steps", "3", "--log.ckpt
 TOOL = ["--preset", "tool_use", "--steps", "4", "--rollout.prompts-per-step", "8", "--rollout.group-size", "4"]
 TOOL += ["--eval.every", "0", "--eval.limit", "4", "--eval.n-samples", "1", "--log.ckpt-every", "2"]
 TOOL += ["--rollout.max-staleness", "1", "--rollout.oversample", "1.5", "--log.samples-per-step", "100"]
+PARTIAL = ["--rollout.max-staleness", "1", "--rollout.oversample", "1.5", "--log.samples-per-step", "100"]
+SWE = ["--preset", "swe", "--steps", "4", "--rollout.prompts-per-step", "4", "--rollout.group-size", "2"]
+SWE += ["--eval.every", "0", "--eval.limit", "2", "--envpool.workers", "1", "--env-kwargs.max-turns", "3"]
+SWE += ["--log.ckpt-every", "2", "--precision", "fp32", *PARTIAL]
 
 
 def _records(run_dir) -> list[dict]:
@@ -60,3 +66,62 @@ def test_tool_use_carries_episodes_within_the_bound_and_drains_at_a_checkpoint(t
         trained.setdefault(g, set()).add(step)
     assert all(len(steps) == 1 for steps in trained.values()), trained  # no group trained at two steps
     assert len(trained) == 4 * 4  # rank 0's share of every step (4 groups), all logged
+
+
+def _trained(run_dir: str) -> dict[int, list[dict]]:
+    """Rank 0's trained episodes by step."""
+    out: dict[int, list[dict]] = {}
+    for x in _records(run_dir):
+        if x["split"] == "train":
+            out.setdefault(x["step"], []).append(x)
+    return out
+
+
+def test_swe_carries_within_the_bound_and_a_kill_9_resume_continues_the_run_exactly(tmp_path):
+    """swe, K = 1, F = 1.5, a checkpoint every 2 steps. Rank 1 is killed -9 while it trains step 3; the run resumes
+    from step 2's checkpoint, which drained: no episode was in flight, so nothing is lost. Step 3 starts the same
+    groups with the same seeds from the same weights: a group both runs train at step 3 (never cut: it started and
+    ended in that phase) has the same tokens. Which groups finish first is timing, as in any K > 0 run."""
+    straight, run = str(tmp_path / "straight"), str(tmp_path / "run")
+    r = torchrun([*SWE, "--log.run-dir", straight], timeout=600)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
+    s = scalars(straight)
+    carried = dict(s["rollout/carried"])
+    assert carried[1] == 0 and carried[3] == 0 and carried[2] + carried[4] > 0, carried
+    assert all(v <= 1 for _, v in s["rollout/staleness_max"]), s["rollout/staleness_max"]
+
+    proc = launch([*SWE, "--log.run-dir", run])
+    m = wait_for_beat(os.path.join(run, "heartbeat.rank1"), 0, r"rank 1 pid (\d+) step 3 train", proc)
+    os.kill(int(m.group(1)), signal.SIGKILL)
+    proc.communicate(timeout=120)
+    assert proc.returncode != 0
+    with open(os.path.join(run, "checkpoints", "latest")) as f:
+        assert f.read().strip() == "step_000002"
+    r = torchrun([*SWE, "--log.run-dir", run, "--resume", "latest"], timeout=600)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
+    b = scalars(run)
+    assert dict(b["rollout/carried"])[3] == 0  # resumed from a drained step: nothing was in flight
+    a3, b3 = ({x["group"]: x for x in _trained(d)[3]} for d in (straight, run))
+    both = sorted(set(a3) & set(b3))
+    assert both, (sorted(a3), sorted(b3))
+    for g in both:
+        assert (a3[g]["env_seed"], a3[g]["messages"]) == (b3[g]["env_seed"], b3[g]["messages"]), g
+    groups = [x["group"] for xs in _trained(run).values() for x in xs]
+    assert len(set(groups)) * 2 == len(groups)  # each group trained once (2 episodes each), over the kill too
+
+
+def test_an_external_agents_episode_spans_a_weight_update(tmp_path):
+    """`--rollout.agent` with K = 1: an agent that thinks between its two calls (two segments) is carried while it
+    thinks, and its second call is answered by the next step's weights: the segments record two versions."""
+    run_dir = str(tmp_path / "agent")
+    agent = ["--rollout.agent", "tests.scripts.pondering_agent:solve", "--log.ckpt-every", "0", "--steps", "3"]
+    r = torchrun([*TOOL, *agent, "--precision", "fp32", "--log.run-dir", run_dir], timeout=600)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
+    s = scalars(run_dir)
+    assert sum(v for _, v in s["rollout/carried"]) > 0
+    assert all(v == 0 for tag in ("agent/errors", "agent/timeouts") for _, v in s[tag])
+    assert all(v <= 1 for _, v in s["rollout/staleness_max"])
+    trained = _trained(run_dir)
+    spans = [x for step, xs in trained.items() for x in xs if x["info"]["agent"]["versions"] == [step - 2, step - 1]]
+    assert spans and all(x["info"]["agent"]["segments"] == 2 for x in spans)
+    assert all(len(set(x["info"]["agent"]["versions"])) == 1 for x in trained[1])  # nothing carried into step 1

@@ -16,7 +16,7 @@ import sys
 import time
 
 import pytest
-from spawn import ROOT, child_env, scalars, torchrun
+from spawn import ROOT, child_env, launch, scalars, torchrun, wait_for_beat
 
 ARGS = ["--preset", "smoke", "--precision", "fp32", "--steps", "4", "--log.ckpt-every", "2", "--eval.limit", "8"]
 TAGS = ("train/pg_loss", "train/reward_mean", "train/response_len", "train/grad_norm")
@@ -28,33 +28,7 @@ def _samples(run_dir: str, step: int) -> list:
 
 
 def _launch(run_dir: str, *extra: str) -> subprocess.Popen:
-    # the venv's torchrun by path, as after `make demo` without an activated venv
-    torchrun_path = os.path.relpath(os.path.join(os.path.dirname(sys.executable), "torchrun"), ROOT)
-    cmd = [torchrun_path, "--standalone", "--nproc_per_node", "2", "run.py"]
-    return subprocess.Popen(
-        [*cmd, *ARGS, "--log.run-dir", run_dir, *extra],
-        cwd=ROOT,
-        env=child_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,  # its own process group, like a job in a terminal
-    )
-
-
-def _wait_for_beat(path: str, offset: int, pattern: str, proc: subprocess.Popen) -> re.Match:
-    """Poll a heartbeat file (`rank R pid P step S phase` lines, from byte `offset`) until a line matches."""
-    deadline = time.time() + 400
-    while time.time() < deadline:
-        if os.path.exists(path):
-            with open(path) as f:
-                f.seek(offset)
-                m = re.search(pattern, f.read())
-            if m:
-                return m
-        assert proc.poll() is None, proc.communicate()[1][-3000:]
-        time.sleep(0.02)
-    raise TimeoutError(pattern)
+    return launch([*ARGS, "--log.run-dir", run_dir, *extra])
 
 
 @pytest.mark.slow
@@ -70,7 +44,7 @@ def test_kill_9_mid_step_then_resume_and_sigint_stop_then_resume_are_exact(tmp_p
 
     # kill -9 rank 1 once it is training step 3
     proc = _launch(run)
-    m = _wait_for_beat(os.path.join(run, "heartbeat.rank1"), 0, r"rank 1 pid (\d+) step 3 train", proc)
+    m = wait_for_beat(os.path.join(run, "heartbeat.rank1"), 0, r"rank 1 pid (\d+) step 3 train", proc)
     os.kill(int(m.group(1)), signal.SIGKILL)
     t_kill = time.time()
     out, err = proc.communicate(timeout=120)
@@ -85,7 +59,7 @@ def test_kill_9_mid_step_then_resume_and_sigint_stop_then_resume_are_exact(tmp_p
     # process group, so the terminal's SIGINT kills it as it would any child)
     beat0 = os.path.join(run, "heartbeat.rank0")
     proc = _launch(run, "--resume", "latest")
-    _wait_for_beat(beat0, os.path.getsize(beat0), r"step 3 train", proc)
+    wait_for_beat(beat0, os.path.getsize(beat0), r"step 3 train", proc)
     os.killpg(proc.pid, signal.SIGINT)
     out, err = proc.communicate(timeout=300)
     assert "resumed from" in out + err and "step_000002" in out + err

@@ -162,6 +162,15 @@ def test_an_external_agents_episodes_are_carried_their_calls_held_between_phases
                 calls = t.info["agent"]["versions"]  # each call's: its first token's
                 assert calls == sorted(calls) and all(0 <= version - v <= 1 for v in calls), (version, calls)
                 spans += len(set(calls)) > 1
+            # token-weighted over both segments' sampled ids, each stamped exactly
+            lag = []
+            for t in trajs:
+                for st in t.steps:
+                    sampled = [(i, v) for i, v, on in zip(st.ids, st.versions, st.loss_mask) if on]
+                    assert all(v >= 0 and (i == tok.eos_token_id or i == BASE + v) for i, v in sampled)
+                    lag += [version - v for _, v in sampled]
+            assert m["rollout/staleness_mean"] == pytest.approx(sum(lag) / len(lag), abs=1e-12)
+            assert m["rollout/staleness_max"] == max(lag)
             trained += sorted({t.group for t in trajs})
             time.sleep(1.5)  # the training between phases: the agents' clock stops
     finally:
