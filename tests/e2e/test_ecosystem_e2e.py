@@ -129,6 +129,7 @@ def test_reasoning_gym_two_tasks_through_the_endpoint_with_an_agents_sdk_agent(t
         "examples.openai_agents_tool_use:solve",
         "--rollout.max-total-tokens",
         "400",
+        "--optim.no-skip-zero-adv",  # every row scored: the mismatch is measured even where no reward differs
     ]
     r = torchrun([*BASE, *flags, "--log.run-dir", run_dir])
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]

@@ -15,6 +15,7 @@ SMOKE = ["--preset", "smoke", "--precision", "fp32", "--steps", "3", "--log.ckpt
 TOOL = ["--preset", "tool_use", "--steps", "4", "--rollout.prompts-per-step", "8", "--rollout.group-size", "4"]
 TOOL += ["--eval.every", "0", "--eval.limit", "4", "--eval.n-samples", "1", "--log.ckpt-every", "2"]
 TOOL += ["--rollout.max-staleness", "1", "--rollout.oversample", "1.5", "--log.samples-per-step", "100"]
+TOOL += ["--optim.no-skip-zero-adv"]  # every row scored: the correction's weights are measured at every step
 PARTIAL = ["--rollout.max-staleness", "1", "--rollout.oversample", "1.5", "--log.samples-per-step", "100"]
 SWE = ["--preset", "swe", "--steps", "4", "--rollout.prompts-per-step", "4", "--rollout.group-size", "2"]
 SWE += ["--eval.every", "0", "--eval.limit", "2", "--envpool.workers", "1", "--env-kwargs.max-turns", "3"]

@@ -13,6 +13,7 @@ from spawn import scalars, torchrun
 
 TOOL = ["--preset", "tool_use", "--precision", "bf16", "--steps", "2", "--log.ckpt-every", "1"]
 TOOL += ["--rollout.prompts-per-step", "8", "--rollout.group-size", "4", "--optim.lr", "5e-4"]
+TOOL += ["--optim.no-skip-zero-adv"]  # every row scored: a random family model earns no reward, no advantage
 TOOL += ["--eval.every", "0", "--eval.limit", "4", "--eval.n-samples", "1", "--lora.rank", "8", "--lora.alpha", "16"]
 FP32_PROBE_CEILING = 1e-3  # an fp32 engine's build gap above this is refused (nanosky/sync.py)
 

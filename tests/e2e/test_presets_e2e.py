@@ -218,7 +218,7 @@ def test_stepwise_rollout_trains(algo, nproc, tmp_path):
             "--log.samples-per-step",
             "2",
         ]
-        + ["--rollout.constrain-actions"] * (algo == "gigpo"),
+        + ["--rollout.constrain-actions", "--optim.no-skip-zero-adv"] * (algo == "gigpo"),
         nproc=nproc,
     )
     assert r.returncode == 0, r.stderr[-4000:]
@@ -267,6 +267,7 @@ def swe_run(tmp_path_factory):
             "--log.samples-per-step",
             "2",
             "--rollout.constrain-actions",
+            "--optim.no-skip-zero-adv",  # every row scored: the constrained turns' agreement is always measured
         ]
     )
     assert r.returncode == 0, r.stderr[-4000:]
