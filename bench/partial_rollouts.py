@@ -5,7 +5,8 @@ prints the median step time (steps after the first), the tail share of the rollo
     python bench/partial_rollouts.py [--shapes longtail,tool_use,swe] [--configs 0:1,1:1,1:1.5,2:1.5] [--steps 6]
 
 Shapes: `longtail` (bench/longtail.py: text_math episodes of a heavy-tailed number of turns, every turn
---rollout.max-new-tokens long), `tool_use` and `swe` (their presets, smaller batches).
+--rollout.max-new-tokens long), `tool_use` and `swe` (their presets, smaller batches), and `agent` (tool_use played
+by an external agent through the endpoint, tests/scripts/pondering_agent.py).
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ SHAPES = {
     "--eval.limit 8 --eval.n-samples 1",
     "swe": "--preset swe --rollout.prompts-per-step 4 --rollout.group-size 4 --eval.every 0 --eval.limit 2 "
     "--envpool.workers 1",
+    # an external agent that thinks 0.2-1.0 s between its two calls: the engine idles while it thinks
+    "agent": "--preset tool_use --rollout.agent tests.scripts.pondering_agent:solve --rollout.prompts-per-step 16 "
+    "--rollout.group-size 4 --eval.every 0 --eval.limit 8 --eval.n-samples 1 --log.ckpt-every 0",
 }
 
 

@@ -10,6 +10,9 @@ waits for its slowest episode. The rule (docs/partial_rollouts.md):
   finish: the phase waits for it. Nothing is dropped, nothing is trained twice.
 - A step at which a checkpoint is due (and the last step) drains: it starts only what completes its share, and
   every started group finishes, so no episode spans a checkpoint.
+- An external agent (`--rollout.agent`, `harness=`) plays its episodes on the run's endpoint, each carried
+  episode's calls through the gate: a call cut at a phase's end is answered in the next phase, and a call made
+  between phases waits for it. The agent's clock stops between phases (`Gate.held_s`).
 
     carry = Carry(cfg.rollout, engine_backend, tok, world, rank)
     trajs, metrics = await carry.phase(make_task, step, version, seed, drain=ckpt_due)   # on the rank's loop

@@ -55,7 +55,8 @@ class RolloutConfig:
     and NANOSKY_TASK (a JSON file: messages, tools, id, seed) set; reward = a last stdout line {"reward": x}."""
     agent_timeout_s: float = 300.0
     """--rollout.agent / agent-cmd: an episode running longer is masked (it costs that episode only). The time
-    counts from the episode's start, not from its wait in the queue (--rollout.agent-concurrency)."""
+    counts from the episode's start, not from its wait in the queue (--rollout.agent-concurrency), and with
+    --rollout.max-staleness only while its phases run (docs/partial_rollouts.md)."""
     agent_concurrency: int = 32
     """--rollout.agent / agent-cmd: episodes an external agent plays at once on each rank; the others wait in a
     queue. Each may be a process tree of its own (a Python harness is ~100 MB), so this bounds the memory the

@@ -18,6 +18,8 @@ something other than a number or None, or runs past `timeout_s` costs its episod
 token of it is trained, and its reward is its group's mean, so it moves no baseline), its traceback goes to
 `<run dir>/agent_errors.rank<R>.log`, and `agent/errors` / `agent/timeouts` count it. Its key ends with the
 episode: a thread that outlives its episode gets 410 on its next call (between phases, when the next phase starts).
+With partial rollouts (`--rollout.max-staleness`) the carry starts each episode on its own (`start_episode`): it
+may span phases, its calls held between them, and its time counts only while its phases run (`within`).
 """
 
 from __future__ import annotations
