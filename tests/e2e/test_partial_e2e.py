@@ -113,15 +113,18 @@ def test_swe_carries_within_the_bound_and_a_kill_9_resume_continues_the_run_exac
 
 def test_an_external_agents_episode_spans_a_weight_update(tmp_path):
     """`--rollout.agent` with K = 1: an agent that thinks between its two calls (two segments) is carried while it
-    thinks, and its second call is answered by the next step's weights: the segments record two versions."""
+    thinks, and its second call is answered by the next step's weights: the segments record two versions. The evals
+    between steps run their own episodes on the same endpoint while the carried ones wait."""
     run_dir = str(tmp_path / "agent")
     agent = ["--rollout.agent", "tests.scripts.pondering_agent:solve", "--log.ckpt-every", "0", "--steps", "3"]
+    agent += ["--eval.every", "1"]  # evals between phases, while carried episodes wait: theirs are not held
     r = torchrun([*TOOL, *agent, "--precision", "fp32", "--log.run-dir", run_dir], timeout=600)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
     s = scalars(run_dir)
     assert sum(v for _, v in s["rollout/carried"]) > 0
     assert all(v == 0 for tag in ("agent/errors", "agent/timeouts") for _, v in s[tag])
     assert all(v <= 1 for _, v in s["rollout/staleness_max"])
+    assert [st for st, _ in s["eval/accuracy"]] == [0, 1, 2, 3]
     trained = _trained(run_dir)
     spans = [x for step, xs in trained.items() for x in xs if x["info"]["agent"]["versions"] == [step - 2, step - 1]]
     assert spans and all(x["info"]["agent"]["segments"] == 2 for x in spans)
