@@ -3,6 +3,7 @@ step's scalars (`step_metrics`: rewards, advantages, turns, tools, env failures,
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from contextlib import contextmanager
@@ -56,15 +57,16 @@ def step_metrics(
             "train/reward_mean": sum(t.reward for t in trajs) / n,
             "train/success_rate": success_rate(trajs),
             "train/response_len": n_tok / n,
-            "train/adv_mean": float(adv.mean()) if adv.numel() else 0.0,
-            "train/adv_std": float(adv.std()) if adv.numel() > 1 else 0.0,
-            "train/adv_min": float(adv.min()) if adv.numel() else 0.0,
+            # over no trained token (every episode of this rank masked out): NaN, not a reassuring 0
+            "train/adv_mean": float(adv.mean()) if adv.numel() else math.nan,
+            "train/adv_std": float(adv.std()) if adv.numel() > 1 else math.nan,
+            "train/adv_min": float(adv.min()) if adv.numel() else math.nan,
             "rollout/turns_mean": sum(t.turns for t in trajs) / n,
             # episodes whose opening left no room for a reply (--rollout.max-total-tokens): skipped, not scored
             "rollout/prompt_too_long": float(sum(t.stop_reason == "prompt_too_long" for t in trajs)),
             "envs/failed": dist.all_reduce_sum([float(envs_failed)])[0],
             "tools/calls_per_traj": calls / n,
-            "tools/invalid_rate": sum(t.invalid_tool_calls for t in trajs) / max(1, calls),
+            "tools/invalid_rate": sum(t.invalid_tool_calls for t in trajs) / calls if calls else math.nan,
             "perf/tokens_per_s": n_tok / times["step"],
             "perf/rollout_tokens_per_s": n_tok / times["generate"],
             "version": version,
