@@ -13,6 +13,7 @@ the latest. It reads what the run writes (`data.load`): a run dir or an eval's o
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 from nanosky.view.data import MAX_BYTES, load
@@ -23,10 +24,25 @@ PAGE = Path(__file__).with_name("page.html")
 def render(path: str, max_bytes: int = MAX_BYTES) -> str:
     """The page for a run dir or an eval folder, as one HTML string."""
     data = load(path, max_bytes)
+    try:  # JSON has no NaN (a success rate without a checker, a metric over nothing): the page would not parse
+        blob = json.dumps(data, ensure_ascii=False, default=str, allow_nan=False)
+    except ValueError:
+        blob = json.dumps(finite(data), ensure_ascii=False, default=str)
     # inside <script>, "</" would end the element early, whatever the model wrote: JSON allows "<\/"
-    blob = json.dumps(data, ensure_ascii=False, default=str).replace("</", "<\\/")
+    blob = blob.replace("</", "<\\/")
     name = data["name"].replace("&", "&amp;").replace("<", "&lt;")
     return PAGE.read_text(encoding="utf-8").replace("__TITLE__", name).replace("__DATA__", blob)
+
+
+def finite(x):
+    """`x` with every non-finite float as None, at any depth."""
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {k: finite(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [finite(v) for v in x]
+    return x
 
 
 def write(path: str, out: str | None = None, max_bytes: int = MAX_BYTES) -> Path:

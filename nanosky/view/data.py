@@ -8,6 +8,7 @@ leaves: a truncated last line, a line that is not JSON, no records at all. Every
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 
@@ -92,7 +93,8 @@ def scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
     except Exception:  # noqa: BLE001 - a half-written events file: the chart falls back to the records
         return {}
     have = set(acc.Tags().get("scalars", []))
-    return {t: [(e.step, e.value) for e in acc.Scalars(t)] for t in SCALARS if t in have}
+    # a point over nothing (NaN: a success rate where no episode was checked) is not drawn
+    return {t: [(e.step, e.value) for e in acc.Scalars(t) if math.isfinite(e.value)] for t in SCALARS if t in have}
 
 
 def vocab(records: list[dict], model_path: str | None) -> dict[int, str]:

@@ -163,3 +163,15 @@ def test_the_header_names_the_algorithm_from_config_json(tmp_path):
     config = {"env": "math", "seed": 3, "steps": 40, "algorithm": {"name": "dapo", "clip_high": 0.28}}
     (tmp_path / "run" / "config.json").write_text(json.dumps(config))
     assert load(path)["config"] == {"env": "math", "algo": "dapo", "seed": 3, "steps": 40}
+
+
+def test_a_run_with_nan_values_opens(tmp_path, chrome):
+    """JSON has no NaN, and a run writes some (a success rate where no episode was checked, a reward a user's
+    function returned): the page still parses and shows the episodes, the NaN as no value."""
+    rng = random.Random(2)
+    recs = [_record(1, g, 20, rng) for g in range(2)]
+    recs[0]["reward"], recs[1]["tokens"]["lp"][-1] = float("nan"), float("nan")
+    path = _run(tmp_path, "nan", [json.dumps(r) + "\n" for r in recs])
+    open_page(chrome, str(write(path)))
+    assert len(chrome.find_elements("css selector", "#steps tr[data-step]")) == 1
+    assert len(chrome.find_elements("css selector", ".card")) == 2
