@@ -19,7 +19,7 @@ TOOL += ["--optim.no-skip-zero-adv"]  # every row scored: the correction's weigh
 PARTIAL = ["--rollout.max-staleness", "1", "--rollout.oversample", "1.5", "--log.samples-per-step", "100"]
 SWE = ["--preset", "swe", "--steps", "4", "--rollout.prompts-per-step", "4", "--rollout.group-size", "2"]
 SWE += ["--eval.every", "0", "--eval.limit", "2", "--envpool.workers", "1", "--env-kwargs.max-turns", "3"]
-SWE += ["--log.ckpt-every", "2", "--precision", "fp32", *PARTIAL]
+SWE += ["--log.ckpt-every", "2", "--precision", "fp32", "--rollout.max-new-tokens", "64", *PARTIAL]
 
 
 def _records(run_dir) -> list[dict]:
