@@ -8,6 +8,8 @@ step, correction on or off.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from algos.kl import kl_penalty
@@ -22,13 +24,16 @@ LOG_RATIO_CLAMP = 20.0
 def mismatch_metrics(
     old_log_prob: torch.Tensor, rollout_log_prob: torch.Tensor, response_mask: torch.Tensor
 ) -> dict[str, float]:
-    """mean/max/p99 of |logπ_old − logπ_vllm| over valid tokens and the k3 KL(π_vllm‖π_old) (samples from vLLM)."""
+    """mean/max/p99 of |logπ_old − logπ_vllm| over valid tokens and the k3 KL(π_vllm‖π_old) (samples from vLLM);
+    NaN over no valid token (a statistic of nothing, not a reassuring 0)."""
     m = response_mask.bool()
+    if not m.any():
+        return dict.fromkeys(("mismatch_abs_mean", "mismatch_abs_max", "mismatch_abs_p99", "mismatch_k3"), math.nan)
     diff = (old_log_prob - rollout_log_prob).float()  # [B, T]
     abs_diff = diff.abs()
     return {
         "mismatch_abs_mean": float(masked_mean(abs_diff, m)),
-        "mismatch_abs_max": float(abs_diff[m].max()) if m.any() else 0.0,
+        "mismatch_abs_max": float(abs_diff[m].max()),
         "mismatch_abs_p99": masked_quantile(abs_diff, m, 0.99),
         # k3 with log_prob = vLLM (the sampler), ref = trainer: exp(old − vllm) − (old − vllm) − 1.
         "mismatch_k3": float(masked_mean(kl_penalty(rollout_log_prob.float(), old_log_prob.float(), "k3"), m)),
@@ -50,7 +55,7 @@ def rollout_correction(
     ρ = exp(logπ_old − logπ_vllm) per token ("token") or exp(Σ_t of it) per sequence ("sequence", broadcast to its
     tokens). mode "truncate" (TIS): w = min(ρ, C); "mask" (MIS): w = 0 where ρ > C (or ρ < `floor`), else 1. level "none" gives
     w = mask. metrics: `mismatch_metrics` plus `frac_corrected`, the fraction of units (valid tokens, or sequences
-    with at least one valid token) whose ρ exceeds C, i.e. that were truncated or masked.
+    with at least one valid token) whose ρ exceeds C, i.e. that were truncated or masked (NaN over none).
     """
     if level not in LEVELS:
         raise ValueError(f"unknown rollout correction level {level!r}; valid levels: {', '.join(LEVELS)}")
@@ -71,7 +76,7 @@ def rollout_correction(
     over = (rho > threshold) | (rho < floor)  # [B, T]
     weights = torch.clamp(rho, max=threshold) if mode == "truncate" else (~over).to(rho.dtype)
     over_units = over if level == "token" else over[:, 0]
-    frac = float(over_units[units_valid].float().mean()) if units_valid.any() else 0.0
+    frac = float(over_units[units_valid].float().mean()) if units_valid.any() else math.nan
     return weights * m, {**metrics, "frac_corrected": frac}
 
 

@@ -173,8 +173,52 @@ def make_optimizer(params, lr: float, optim: OptimConfig):
     return opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warm) if warm else 1.0)
 
 
-PEAKS = ("is_weight_max",)
-"""Metrics reduced by max over micro-batches and ranks (the others are means)."""
+PEAKS = ("is_weight_max", "mismatch/mismatch_abs_max", "rc/mismatch_abs_max")
+"""Metrics reduced by max over micro-batches and ranks."""
+
+TOKEN_MEANS = (
+    "is_weight_mean",
+    "is_masked_frac",
+    "mismatch/mismatch_abs_mean",
+    "mismatch/mismatch_k3",
+    "rc/mismatch_abs_mean",
+    "rc/mismatch_k3",
+    "rc/frac_corrected",
+)
+"""Per-token means: summed over micro-batches and ranks weighted by each micro-batch's valid tokens, then divided
+once, so a micro-batch with few (or no) valid tokens weighs what it holds. The other metrics are means over the
+micro-batches where they are defined (a NaN, a quantile over no token, contributes nothing)."""
+
+
+class MicroMeans:
+    """The update's metrics over its micro-batches and ranks, reduced in one collective: `TOKEN_MEANS` weighted by
+    each micro-batch's valid tokens, `PEAKS` by max, the rest as means over the micro-batches that define them. A
+    metric that nothing defined is absent, never a reassuring 0; `n_micro` counts the micro-batches that trained
+    rows, over every rank, after `reduce`."""
+
+    def __init__(self):
+        self.sums, self.counts, self.peaks, self.n_micro = defaultdict(float), defaultdict(float), {}, 0.0
+
+    def add(self, metrics: dict[str, float], n_valid: int, blank: bool = False) -> None:
+        for k, v in metrics.items():
+            if k in PEAKS:
+                self.peaks[k] = max(self.peaks.get(k, -math.inf), -math.inf if blank or math.isnan(v) else v)
+                continue
+            w = 0.0 if blank or math.isnan(v) else float(n_valid) if k in TOKEN_MEANS else 1.0
+            self.sums[k] += v * w if w else 0.0
+            self.counts[k] += w
+        self.n_micro += not blank
+
+    def reduce(self, extra: list[float]) -> tuple[dict[str, float], list[float]]:
+        """The step's metrics over every rank, and `extra` summed over ranks in the same collective."""
+        keys, n = sorted(self.sums), len(self.sums)
+        sums = [self.sums[k] for k in keys] + [self.counts[k] for k in keys] + list(extra) + [self.n_micro]
+        totals = dist.all_reduce_sum(sums)
+        self.n_micro = totals[-1]
+        out = {k: totals[i] / totals[n + i] for i, k in enumerate(keys) if totals[n + i] > 0}
+        if top := sorted(self.peaks):
+            out |= {k: v for k, v in zip(top, dist.all_reduce_max([self.peaks[k] for k in top])) if v > -math.inf}
+        return out, totals[2 * n : -1]
 
 
 class PolicyUpdate:
@@ -194,49 +238,40 @@ class PolicyUpdate:
 
     def __call__(self, batch: Batch) -> dict[str, float]:
         """Optimizer steps over this rank's share of the batch. Returns metrics averaged over micro-batches/ranks."""
-        a, sums, grad_norms, peaks = self.algo, defaultdict(float), [], {}
+        a, means, grad_norms = self.algo, MicroMeans(), []
         self.tracer.begin(batch)
         tokens = [0.0, 0.0]  # tokens the forward passes computed, and what they would have computed unpacked
         trained = 0.0  # rows passed on to forward / backward (all epochs)
         for step in minibatches(batch, a, self.optim, self.skip):
             for m, scale in step:
                 trained += float(m.row_mask.sum())
-                metrics, computed, unpacked = self.backward(m, scale)
-                if not m.row_mask.any():  # a blank pass (or only padding rows): nothing to report, but the keys
-                    for k in metrics:  # must match the other ranks' for the all-reduce below (a rank whose
-                        sums[k] += 0.0  # rows were all skipped runs only blank passes)
-                    continue
-                for k, v in metrics.items():
-                    sums[k] += v
-                    if k in PEAKS:
-                        peaks[k] = max(peaks.get(k, -math.inf), v)
-                sums["n_micro"] += 1
-                tokens = [tokens[0] + computed, tokens[1] + unpacked]
+                metrics, computed, unpacked, n_valid = self.backward(m, scale)
+                # a blank pass (or only padding rows) reports nothing, but adds its keys: they must match the other
+                # ranks' for the all-reduce (a rank whose rows were all skipped runs only blank passes)
+                blank = not m.row_mask.any()
+                means.add(metrics, 0 if blank else n_valid, blank=blank)
+                if not blank:
+                    tokens = [tokens[0] + computed, tokens[1] + unpacked]
             grad_norms.append(grad_norm_and_clip(self.model, self.optim.grad_clip))
             self.opt.step()
             self.sched.step()
             self.opt.zero_grad(set_to_none=True)
-        keys = sorted(k for k in sums if k != "n_micro")
         rows = float(batch.row_mask.sum()) * a.ppo_epochs
-        totals = dist.all_reduce_sum([sums[k] for k in keys] + [trained, rows] + tokens + [sums["n_micro"]])
-        # means over the micro-batches that trained rows: absent over none (not a reassuring 0)
-        out = {k: v / totals[-1] for k, v in zip(keys, totals[:-5])} if totals[-1] else {}
-        if top := [k for k in keys if k in PEAKS]:  # maxima over micro-batches and ranks, not means
-            top_v = dist.all_reduce_max([peaks.get(k, -math.inf) for k in top])
-            out |= {k: v for k, v in zip(top, top_v) if v > -math.inf}
-        if totals[-1] == 0:  # every row skipped (no advantage anywhere): the loss is exactly 0
+        out, (trained, rows, computed, unpacked) = means.reduce([trained, rows, *tokens])
+        if means.n_micro == 0:  # every row skipped on every rank (no advantage anywhere): the loss is exactly 0
             out["pg_loss"] = 0.0
         return out | {
-            "skipped_rows_frac": 1 - totals[-5] / max(totals[-4], 1.0),  # rows with no advantage, left out
+            "skipped_rows_frac": 1 - trained / max(rows, 1.0),  # rows with no advantage, left out
             "grad_norm": sum(grad_norms) / len(grad_norms),
             "lr": self.sched.get_last_lr()[0],
-            "tokens_computed": totals[-3],  # every rank's forward/backward tokens, all epochs (no padding)
-            "tokens_unpacked": totals[-2],
+            "tokens_computed": computed,  # every rank's forward/backward tokens, all epochs (no padding)
+            "tokens_unpacked": unpacked,
         }
 
-    def backward(self, m: Batch, scale: float) -> tuple[dict[str, float], int, int]:
+    def backward(self, m: Batch, scale: float) -> tuple[dict[str, float], int, int, int]:
         """Loss of one micro-batch, scaled into the global mean, and its backward pass. Returns its metrics, the
-        tokens its forward computed (after prefix sharing, without padding) and its tokens unpacked."""
+        tokens its forward computed (after prefix sharing, without padding), its tokens unpacked, and its valid
+        (loss-masked) tokens, the weight of its per-token means (`TOKEN_MEANS`)."""
         a, out = self.algo, {}
         lp, ent, T, p = logprobs(self.model, m, self.optim, with_entropy=True, entropy_grad=a.entropy_coef > 0)
         mask = m.loss_mask[:, :T]  # [b, T]
@@ -273,4 +308,4 @@ class PolicyUpdate:
         out["entropy"] = float((ent.detach() * mask).sum() / mask.sum().clamp(min=1))
         out |= {k: float(v) for k, v in metrics.items()}
         out |= {"mismatch/" + k: float(v) for k, v in algos.mismatch_metrics(old, rollout_lp, mask).items()}
-        return out, computed, n_tok
+        return out, computed, n_tok, int(mask.sum())
