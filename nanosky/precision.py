@@ -32,6 +32,11 @@ NAMES = ("auto", "fp32", "bf16")
 AMX = ("amx_bf16", "amx_tile")
 """The CPU flags `auto` takes bf16 on (Sapphire Rapids and later): bf16 tile matmuls in hardware."""
 
+BF16_UNITS = ("amx_bf16", "avx512_bf16")
+"""The CPU flags that mean bf16 in hardware (AMX tiles, or AVX-512's bf16 dot products: Zen 4, Cooper Lake).
+Without either, torch and vLLM emulate bf16: on an AVX2 EPYC its 512² matmuls ran at 1 GFLOP/s against fp32's 130
+(issue 60), and the engine decoded a 135M model at 30 tokens/s against 119."""
+
 BUILD_TOL = {"fp32": 1e-4, "bf16": 0.1}
 """The build checks' tolerance (packed vs unpacked, chunked head vs the model's logits: max |Δ log p(target)|).
 fp32: the CPU's exact forward; bf16: a missed window or soft-cap costs far more than 0.1 (bench/gpu_check.py measures
@@ -105,6 +110,45 @@ def decide(flag: str, device_type: str, flags: frozenset[str] | None = None) -> 
     if all(f in have for f in AMX):
         return Precision("bf16", device_type, "auto: this CPU has AMX (amx_bf16)")
     return Precision("fp32", device_type, "auto: this CPU has no AMX, and bf16 without it is slower than fp32")
+
+
+def has_bf16_units(flags: frozenset[str] | None = None) -> bool:
+    """Whether this CPU (or one with `flags`) computes bf16 in hardware."""
+    have = cpu_flags() if flags is None else flags
+    return any(f in have for f in BF16_UNITS)
+
+
+@functools.cache
+def bf16_slowdown() -> float:
+    """How many times slower a bf16 matmul runs than an fp32 one on this CPU, measured now (256² matmuls, best of
+    3 after a warm-up: ~0.2 s where bf16 is emulated)."""
+    import time
+
+    def best(dtype: torch.dtype) -> float:
+        a = torch.randn(256, 256).to(dtype)
+        a @ a
+        times = []
+        for _ in range(3):
+            t = time.perf_counter()
+            a @ a
+            times.append(time.perf_counter() - t)
+        return min(times)
+
+    return best(torch.bfloat16) / max(best(torch.float32), 1e-9)
+
+
+def emulation_warning(
+    prec: Precision, engine_dtype: str, flags: frozenset[str] | None = None, slowdown=bf16_slowdown
+) -> str | None:
+    """The one line a run starts with when it asked for bf16 (`--precision bf16`, `--engine.dtype bfloat16`) on a
+    CPU with no bf16 units, where bf16 is emulated and far slower than fp32; None where that is not so."""
+    asked = "--precision bf16" if prec.bf16 else "--engine.dtype bfloat16" if engine_dtype == "bfloat16" else None
+    if asked is None or prec.device_type != "cpu" or has_bf16_units(flags):
+        return None
+    return (
+        f"warning: {asked} on a CPU with no bf16 units (no AMX, no AVX-512-BF16): bf16 is emulated here, its matmuls "
+        f"{slowdown():.0f}x slower than fp32 (measured now); --precision auto (or fp32) and --engine.dtype auto run fp32"
+    )
 
 
 def of_device(device_type: str) -> Precision:

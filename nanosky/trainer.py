@@ -95,6 +95,8 @@ def build(cfg: TrainConfig, resources: contextlib.ExitStack) -> Run:
     tok = load_tokenizer(path, cfg.model.chat_template)  # --model.chat-template replaces the model's own
     check_platform(cfg.lora, info.device.type)  # e.g. QLoRA on CPU fails here, not at step 1
     prec = precision.decide(cfg.precision, info.device.type)  # engine dtype and trainer compute, decided once
+    if info.is_main and (warning := precision.emulation_warning(prec, cfg.engine.dtype)):
+        print(warning, flush=True)  # bf16 asked for where it is emulated: ~100x slower matmuls, said once, up front
     policy = load_policy(path, cfg.lora, info, cfg.optim.activation_checkpointing, prec)
     # Every trainer model is built before the engine: vLLM's Transformers backend rewrites transformers classes in
     # place when it starts, and the trainer's models hold private copies of theirs (`private_classes`).

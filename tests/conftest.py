@@ -54,6 +54,20 @@ def kind_of(path: Path) -> str:
     return rel[0] if len(rel) > 1 and rel[0] in KINDS else "unit"
 
 
+def pytest_report_header(config) -> list[str]:
+    import cpu
+
+    return cpu.header()
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """The header's CPU lines again at the end (`make test` runs -q, which hides the header)."""
+    import cpu
+
+    for line in cpu.header():
+        terminalreporter.write_line(line)
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if kind_of(item.path) == "e2e":

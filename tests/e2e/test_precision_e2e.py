@@ -8,6 +8,7 @@ import os
 import shutil
 
 import pytest
+from cpu import BF16, NO_UNITS
 from families import build
 from spawn import scalars, torchrun
 
@@ -15,6 +16,10 @@ TOOL = ["--preset", "tool_use", "--precision", "bf16", "--steps", "2", "--log.ck
 TOOL += ["--rollout.prompts-per-step", "8", "--rollout.group-size", "4", "--optim.lr", "5e-4"]
 TOOL += ["--optim.no-skip-zero-adv"]  # every row scored: a random family model earns no reward, no advantage
 TOOL += ["--eval.every", "0", "--eval.limit", "4", "--eval.n-samples", "1", "--lora.rank", "8", "--lora.alpha", "16"]
+if not BF16:  # bf16 emulated (tests/cpu.py): the same checks over a few tokens a step, one turn, one tool call
+    TOOL += ["--rollout.prompts-per-step", "4", "--rollout.group-size", "2", "--rollout.max-new-tokens", "24"]
+    TOOL += ["--env-kwargs.max-turns", "1"]
+FULL_SIZE = pytest.mark.skipif(not BF16, reason=f"{NO_UNITS}: its numerics are checked by unit tests (tests/cpu.py)")
 FP32_PROBE_CEILING = 1e-3  # an fp32 engine's build gap above this is refused (nanosky/sync.py)
 
 
@@ -60,11 +65,13 @@ def test_bf16_lora_tool_use_two_ranks_resumes_exactly(tmp_path):
 
 
 @pytest.mark.slow
+@FULL_SIZE
 def test_bf16_qlora_two_ranks_resumes_exactly(tmp_path):
     _resumes_exactly([*TOOL, "--lora.qlora"], tmp_path)
 
 
 @pytest.mark.slow
+@FULL_SIZE
 @pytest.mark.parametrize("family", ["mistral_swa", "qwen3_moe"])
 def test_bf16_family_two_ranks_resumes_exactly(family, tmp_path):
     """A 16-token sliding window (the packed masks under bf16), routed experts (the CPU MoE repack after a bf16

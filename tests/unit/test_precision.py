@@ -66,3 +66,19 @@ def test_bf16_shards_keep_fp32_masters_and_compute_in_bf16(tiny_path, dist_info)
     assert (lo.dtype, hi.dtype) == (torch.bfloat16, torch.float32)
     gap = float((lo.float() - hi).abs().max())
     assert 0 < gap < 0.5, gap  # the same model, rounded
+
+
+def test_bf16_on_a_cpu_without_bf16_units_warns_once_with_the_measured_factor():
+    """`--precision bf16` (or `--engine.dtype bfloat16`) where bf16 is emulated starts with one warning line that
+    names the flag, the slowdown and the way out; a CPU with AMX or AVX-512-BF16, fp32, and CUDA say nothing."""
+    bf16, fp32 = precision.decide("bf16", "cpu"), precision.decide("fp32", "cpu")
+    w = precision.emulation_warning(bf16, "auto", NO_AMX, slowdown=lambda: 97.4)
+    assert w is not None and "--precision bf16" in w and "97x slower" in w and "--precision auto" in w
+    w = precision.emulation_warning(fp32, "bfloat16", NO_AMX, slowdown=lambda: 3.0)
+    assert w is not None and "--engine.dtype bfloat16" in w
+    assert precision.emulation_warning(bf16, "auto", AMX) is None
+    assert precision.emulation_warning(bf16, "auto", frozenset({"avx2", "avx512f", "avx512_bf16"})) is None  # Zen 4
+    assert precision.emulation_warning(fp32, "auto", NO_AMX) is None
+    assert precision.emulation_warning(fp32, "float32", NO_AMX) is None
+    assert precision.emulation_warning(precision.decide("bf16", "cuda"), "auto", NO_AMX) is None
+    assert precision.bf16_slowdown() > 0  # measured on this machine
