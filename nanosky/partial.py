@@ -65,6 +65,24 @@ class Gate:
         pass
 
 
+class Hold:
+    """Testing only (`--debug.hold-extra-groups`): one episode's backend that lets its first request through and
+    holds the later ones until `ended` (the phase it started in has ended), so the episode is carried across the
+    weight update, cut mid-episode, however fast the machine (the gate then holds it until the next phase)."""
+
+    def __init__(self, inner, ended: asyncio.Event):
+        self.inner, self.ended, self.first = inner, ended, True
+
+    async def generate(self, req: Request) -> GenerationResult:
+        if not self.first:
+            await self.ended.wait()
+        self.first = False
+        return await self.inner.generate(req)
+
+    def held_s(self) -> float:  # the gate's clock (an external agent's timeout leaves the held time out)
+        return self.inner.held_s()
+
+
 @dataclass
 class Group:
     gid: int
@@ -78,8 +96,11 @@ class Group:
 
 
 class Carry:
-    def __init__(self, cfg: RolloutConfig, backend: EngineBackend, tok, world: int, rank: int, *, harness=None):
-        self.backend, self.gate = backend, Gate(backend)
+    def __init__(
+        self, cfg: RolloutConfig, backend: EngineBackend, tok, world: int, rank: int, *, harness=None, hold=False
+    ):
+        """`hold`: `--debug.hold-extra-groups` (testing only): the groups started beyond the share `Hold`."""
+        self.backend, self.gate, self.hold = backend, Gate(backend), hold
         # who plays the episodes: nanosky's loop, its calls through the gate; or the run's external agent (`harness`,
         # the endpoint the evals use too), each carried episode's calls through the gate
         self.runner = AgentRunner.from_config(cfg, self.gate, tok) if harness is None else None
@@ -106,10 +127,15 @@ class Carry:
         prefill0 = self.backend.resumed_prefill_tokens
         self.backend.resume(version)
         self.gate.release()
+        ended = asyncio.Event()  # set when this phase ends (what `Hold` waits for)
         for k in range(max(0, (self.share if drain else self.target) - len(self.groups))):
             gid = (step * self.world + self.rank) * self.target + k  # unique over the run's ranks and steps
             env_seed, sample_seed = derive_seed(seed, step, "group", gid), derive_seed(seed, step, "sample", gid)
-            eps = [self._start(make_task(env_seed), i, gid, env_seed, sample_seed) for i in range(self.n)]
+            held = self.hold and k >= self.share  # beyond the share: the phase completes without them
+            eps = [
+                self._start(make_task(env_seed), i, gid, env_seed, sample_seed, ended if held else None)
+                for i in range(self.n)
+            ]
             self.groups.append(Group(gid, eps, step, version))
             self.started.append(gid)
         live = [e for g in self.groups for e in g.episodes]
@@ -122,6 +148,7 @@ class Carry:
         finally:
             self.gate.hold()  # carried episodes' next requests wait for the next phase
             self.backend.pause()  # and those in the engine are cut
+            ended.set()
         for e in live:
             if e.done() and e.exception() is not None:  # a fatal error (stale weights, a bug): the run stops
                 raise e.exception()
@@ -142,12 +169,15 @@ class Carry:
             "rollout/phase_s": end - t0,
         }
 
-    def _start(self, task: Task, index: int, gid: int, env_seed: int, sample_seed: int) -> asyncio.Task:
+    def _start(
+        self, task: Task, index: int, gid: int, env_seed: int, sample_seed: int, held: asyncio.Event | None
+    ) -> asyncio.Task:
+        via = self.gate if held is None else Hold(self.gate, held)
         if self.harness is not None:
             return self.harness.start_episode(
-                task, index=index, group=gid, env_seed=env_seed, sample_seed=sample_seed, via=self.gate
+                task, index=index, group=gid, env_seed=env_seed, sample_seed=sample_seed, via=via
             )
-        return self.runner.start(task, index=index, group=gid, env_seed=env_seed, sample_seed=sample_seed)
+        return self.runner.start(task, index=index, group=gid, env_seed=env_seed, sample_seed=sample_seed, via=via)
 
     def _ready(self, version: int, drain: bool) -> bool:
         """The phase may end: its share of groups complete, none at the staleness bound unfinished (a draining

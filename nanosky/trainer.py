@@ -108,7 +108,10 @@ def build(cfg: TrainConfig, resources: contextlib.ExitStack) -> Run:
     )
     pool = make_pool(cfg.envpool.workers, cfg.envpool.step_timeout_s)
     resources.callback(pool.shutdown)
-    rollout = Rollout(cfg.rollout, EngineBackend(engine, tok), pool, tok, log_dir=cfg.run_dir, reward=cfg.reward)
+    hold = cfg.debug.hold_extra_groups  # testing only: partial rollouts carry on any machine
+    rollout = Rollout(
+        cfg.rollout, EngineBackend(engine, tok), pool, tok, log_dir=cfg.run_dir, reward=cfg.reward, hold=hold
+    )
     resources.callback(rollout.close)  # the player (the endpoint), then the rank's event loop
     log = RunLogger(cfg.run_dir, info.is_main, cfg.steps, cfg.log.tqdm)
     resources.callback(log.close)

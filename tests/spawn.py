@@ -27,10 +27,15 @@ GLOO_ABORT = "terminate called without an active exception"
 
 
 def torchrun(
-    args: list[str], nproc: int = 2, timeout: int = 600, script: str = "run.py", retry_abort: bool = True
+    args: list[str],
+    nproc: int = 2,
+    timeout: int = 600,
+    script: str = "run.py",
+    retry_abort: bool = True,
+    env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess:
-    """`torchrun --standalone --nproc_per_node N script args...` from the repo root, in a clean launcher env.
-    A run that ends in GLOO_ABORT runs once more unless `retry_abort` is False (tests of failing runs)."""
+    """`torchrun --standalone --nproc_per_node N script args...` from the repo root, in a clean launcher env (plus
+    `env`). A run that ends in GLOO_ABORT runs once more unless `retry_abort` is False (tests of failing runs)."""
     cmd = [
         sys.executable,
         "-m",
@@ -41,7 +46,9 @@ def torchrun(
         script,
     ]
     for attempt in (1, 2):
-        r = subprocess.run([*cmd, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=child_env())
+        r = subprocess.run(
+            [*cmd, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=child_env() | (env or {})
+        )
         if r.returncode == 0 or GLOO_ABORT not in r.stderr or attempt == 2 or not retry_abort:
             return r
         msg = f"a rank aborted ({GLOO_ABORT!r}); running once more. stderr:\n{r.stderr[-3000:]}"

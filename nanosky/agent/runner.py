@@ -151,16 +151,20 @@ class AgentRunner:
         finally:
             self.last_wall_s = time.perf_counter() - t0
 
-    def start(self, task: Task, *, index: int, group: int, env_seed: int, sample_seed: int | None) -> asyncio.Task:
+    def start(
+        self, task: Task, *, index: int, group: int, env_seed: int, sample_seed: int | None, via: Backend | None = None
+    ) -> asyncio.Task:
         """One episode as a task on the running loop, not bound to a phase (a partial rollout carries it from one
-        phase into the next: `nanosky/partial.py`). Its request k samples with derive_seed(sample_seed, index, k).
-        Awaiting it gives the trajectory; an error that must stop the run is raised from it."""
+        phase into the next: `nanosky/partial.py`). Its request k samples with derive_seed(sample_seed, index, k),
+        through `via` (default: the runner's backend). Awaiting it gives the trajectory; an error that must stop the
+        run is raised from it."""
         if self._carried is None:  # one dispatcher for every carried episode: no bound, as in training
             self._carried = Dispatcher({s: 1 << 30 for s in STAGES} | self.stage_limits)
 
         async def episode() -> Trajectory:
             try:
-                return await self._episode(self._carried, index, task, group, env_seed, sample_seed, self.temperature)
+                temp = self.temperature
+                return await self._episode(self._carried, index, task, group, env_seed, sample_seed, temp, via)
             except _Fatal as e:
                 raise e.__cause__ from None
 
@@ -171,7 +175,7 @@ class AgentRunner:
         return {s: bound for s in STAGES} | self.stage_limits
 
     async def _episode(
-        self, d: Dispatcher, i: int, task: Task, group: int, env_seed: int, sample_seed, temp: float
+        self, d: Dispatcher, i: int, task: Task, group: int, env_seed: int, sample_seed, temp: float, via=None
     ) -> Trajectory:
         t0 = time.perf_counter()
         t = Trajectory(task_id=task.task_id or str(i), group=group, env_seed=env_seed)
@@ -186,7 +190,7 @@ class AgentRunner:
 
                 t.ids = prompt_ids(self.tok, t.messages, task.tools or None)
                 t.loss_mask, t.logprobs, t.prompt_len = [0] * len(t.ids), [0.0] * len(t.ids), len(t.ids)
-            loop = self._turns(d, i, task, t, sample_seed, temp)
+            loop = self._turns(d, i, task, t, sample_seed, temp, via or self.backend)
             t.stop_reason = await (asyncio.wait_for(loop, self.task_timeout_s) if self.task_timeout_s else loop)
         except _Fatal:
             raise
@@ -212,7 +216,9 @@ class AgentRunner:
             self.on_episode_done(t)
         return t
 
-    async def _turns(self, d: Dispatcher, i: int, task: Task, t: Trajectory, sample_seed, temp: float) -> str:
+    async def _turns(
+        self, d: Dispatcher, i: int, task: Task, t: Trajectory, sample_seed, temp: float, backend: Backend
+    ) -> str:
         """Generate / step until the task is done or a limit is hit; returns the stop reason."""
         tok, tools = self.tok, task.tools or None
         max_turns = self.max_turns or task.max_turns
@@ -240,7 +246,7 @@ class AgentRunner:
             async with d.stage("generate"):
                 t1 = time.perf_counter()
                 try:
-                    g = await self.backend.generate(req)
+                    g = await backend.generate(req)
                 except BackendError:
                     raise
                 except Exception as e:  # stale weights, a bug in the backend: stop the run, not the episode

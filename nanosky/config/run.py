@@ -67,10 +67,15 @@ class DistConfig:
 
 @dataclass(kw_only=True)
 class DebugConfig:
-    """Testing only: settings that break a run on purpose, to check that the run notices."""
+    """Testing only: settings that break a run on purpose, to check that the run notices, or that make a timing
+    fact happen on any machine."""
 
     skip_sync: bool = False
     """Do not push weights to the engine after an update (the sync probe must then catch the stale engine)."""
+    hold_extra_groups: bool = False
+    """Partial rollouts: the groups a phase starts beyond its rank's share send their episodes' first requests, and
+    hold the rest until that phase has ended, so episodes are carried across a weight update, cut mid-episode, on
+    any machine, fast or slow (without it, which episodes are carried is timing)."""
     fail_rank: int = -1
     """This rank raises at `fail_step` (checks that the whole job stops promptly)."""
     fail_step: int = 0
