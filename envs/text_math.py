@@ -36,6 +36,9 @@ class Problem:
 
 
 SYSTEM_PROMPT = "Think step by step if needed. Put the final answer in <answer></answer>."
+HASH_PROMPT = "Solve the problem step by step. Then write the final answer on its own line as: #### <answer>"
+"""`answer_format="hashes"`: GSM8K's own convention, which pretrained instruct models already follow (SmolLM2-135M
+ignores the `<answer>` instruction zero-shot, and ends its GSM8K replies with `#### N`)."""
 TEST_SIZE = 200
 KINDS = ("arith", "word", "logic")
 LEVELS = {"arith": 5, "word": 3, "logic": 3}
@@ -324,6 +327,13 @@ _NUMBER = re.compile(r"([+-]?)(\d+)(?:\.(\d+))?", re.ASCII)
 _FRACTION = re.compile(r"([+-]?\d{1,30})\s*/\s*([+-]?\d{1,30})", re.ASCII)
 
 
+def extract_hashes(text: str) -> str | None:
+    """What follows the last `####` up to the end of its line (stripped); None when there is no `####`."""
+    if not isinstance(text, str) or (at := text.rfind("####")) < 0:
+        return None
+    return text[at + 4 :].strip().split("\n", 1)[0].strip()
+
+
 def extract_answer(text: str) -> str | None:
     """Content of the last closed <answer>...</answer> (stripped); None when there is none."""
     if not isinstance(text, str):
@@ -365,10 +375,11 @@ def normalize_answer(s: str) -> str:
     return s
 
 
-def score(response: str, answer: str) -> tuple[float, dict]:
-    """(reward, info): 1.0 for a correct answer, 0.1 for a non-empty <answer> that is wrong, else 0.0."""
+def score(response: str, answer: str, extract=extract_answer) -> tuple[float, dict]:
+    """(reward, info): 1.0 for a correct answer, 0.1 for a non-empty <answer> (or `#### ...`, with
+    `extract=extract_hashes`) that is wrong, else 0.0."""
     try:
-        pred = extract_answer(response)
+        pred = extract(response)
         format_ok = bool(pred)
         success = format_ok and normalize_answer(pred) == normalize_answer(answer)
     except Exception:  # reward functions never raise; a crash here is scored like garbage
@@ -420,13 +431,19 @@ class TextMathEnv(Env):
         seed: int = 0,
         data_path: str | Path | None = None,
         kinds: tuple[str, ...] | None = None,
-        system_prompt: str = SYSTEM_PROMPT,
+        system_prompt: str | None = None,
+        answer_format: str = "tags",
     ):
+        """`answer_format`: "tags" (`<answer>...</answer>`) or "hashes" (a last line `#### N`); the default system
+        prompt asks for it."""
         if split not in ("train", "test"):
             raise ValueError(f"split must be 'train' or 'test', got {split!r}")
         kinds = tuple(kinds) if kinds else KINDS
         if bad := [k for k in kinds if k not in _GENERATORS]:
             raise ValueError(f"kinds: unknown {bad}; valid: {list(_GENERATORS)}")
+        if answer_format not in FORMATS:
+            raise ValueError(f"answer_format: unknown {answer_format!r}; valid: {list(FORMATS)}")
+        prompt, self.extract = FORMATS[answer_format]
         if data_path is not None:
             rows = _load_cached(str(data_path))
             if not rows:
@@ -437,7 +454,7 @@ class TextMathEnv(Env):
         else:
             pool = [p for p in test_problems() if p.kind in kinds]
             self.problem = pool[seed % len(pool)]
-        self.split, self.seed, self.system_prompt = split, seed, system_prompt
+        self.split, self.seed, self.system_prompt = split, seed, system_prompt or prompt
 
     def reset(self) -> list[Message]:
         return [
@@ -446,8 +463,11 @@ class TextMathEnv(Env):
         ]
 
     def step(self, action: str) -> StepResult:
-        reward, info = score(action, self.problem.answer)
+        reward, info = score(action, self.problem.answer, self.extract)
         return StepResult(observations=[], reward=reward, done=True, info={**info, "answer": self.problem.answer})
+
+
+FORMATS = {"tags": (SYSTEM_PROMPT, extract_answer), "hashes": (HASH_PROMPT, extract_hashes)}
 
 
 @functools.lru_cache(maxsize=8)

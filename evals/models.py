@@ -88,12 +88,15 @@ def open_model(cfg: BaseEvalConfig, log_path: str | None = None) -> tuple[Any, A
         raise SystemExit(f"--ckpt {e}") from None
     from transformers import AutoTokenizer
 
-    from nanosky import dist
+    from nanosky import dist, precision
     from nanosky.rollout.engine import Engine, EngineConfig
 
     info = dist.init_distributed()
+    prec = precision.decide(cfg.precision, info.device.type)  # the one rule a training run's engine follows
+    if warning := precision.emulation_warning(prec, "auto"):
+        print(warning, flush=True)
     engine_cfg = EngineConfig(max_model_len=cfg.max_model_len, seed=cfg.seed)
-    engine = Engine(engine_cfg, cfg.ckpt, info, log_path=log_path)  # vLLM's lines: to the file, as in training
+    engine = Engine(engine_cfg, cfg.ckpt, info, log_path=log_path, precision=prec)  # vLLM's lines: to the file
     tok = AutoTokenizer.from_pretrained(cfg.ckpt)
     return EngineBackend(engine, tok), tok, cfg.ckpt
 

@@ -13,6 +13,7 @@ from spawn import scalars, torchrun
 ARGS = ["--model.path", "smollm2-135m", "--env", "math", "--steps", "2", "--log.ckpt-every", "1"]
 ARGS += ["--rollout.prompts-per-step", "4", "--rollout.group-size", "2", "--rollout.max-new-tokens", "16"]
 ARGS += ["--rollout.max-total-tokens", "160", "--optim.no-skip-zero-adv", "--optim.lr", "1e-4"]
+ARGS += ["--algorithm.entropy-coef", "0.01"]  # a gradient even where 16 tokens earn no reward (every advantage 0)
 ARGS += ["--lora.rank", "8", "--lora.alpha", "16", "--eval.every", "0", "--eval.limit", "4", "--log.no-tqdm"]
 TAGS = ("train/pg_loss", "train/grad_norm", "train/reward_mean", "rollout/logprob_diff_mean")
 
@@ -21,14 +22,14 @@ def test_smollm2_trains_at_two_ranks_with_lora_and_resumes_exactly(tmp_path):
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     r = torchrun([*ARGS, "--log.run-dir", str(straight)], timeout=900)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
-    assert "(134.5M params)" in r.stdout or "134.5M" in r.stdout + r.stderr, r.stdout[-2000:]
+    assert "SmolLM2-135M-Instruct.Q4_1-" in r.stdout, r.stdout[-2000:]  # the wheel's GGUF, converted and cached
     plan = json.load(open(straight / "plan.json"))
     assert plan["packing"] == "prefix" and plan["chunked_head"], plan  # both checks pass on the real model
     a = scalars(str(straight))
     [(_, tol)] = a["rollout/probe_tol"]
     assert all(v < tol for _, v in a["rollout/logprob_diff_mean"]), (a["rollout/logprob_diff_mean"], tol)
     assert [st for st, _ in a["train/pg_loss"]] == [1, 2]
-    assert a["train/grad_norm"][-1][1] > 0  # every row scored: the LoRA adapters get a gradient
+    assert a["train/grad_norm"][-1][1] > 0  # the entropy term reaches the LoRA adapters
 
     step1 = straight / "checkpoints" / "step_000001"
     shutil.copytree(step1, resumed / "checkpoints" / "step_000001")

@@ -371,3 +371,19 @@ def test_envs_make_math():
     env = envs.make("math", split="test", seed=0)
     assert isinstance(env, TextMathEnv) and env.problem == held_out()[0]
     assert envs.make("math", split="train", seed=9, data_path=str(FIXTURE)).problem.kind == "gsm8k"
+
+
+def test_the_hashes_format_asks_for_and_grades_a_last_line_of_hashes():
+    """`answer_format="hashes"`: GSM8K's `#### N`, the format a pretrained instruct model already writes."""
+    from envs.text_math import HASH_PROMPT, TextMathEnv, extract_hashes
+
+    env = TextMathEnv(split="test", seed=4, answer_format="hashes")
+    assert env.reset()[0]["content"] == HASH_PROMPT
+    answer = env.problem.answer
+    assert env.step(f"Adding up.\n#### {answer}\nDone.").reward == 1.0
+    assert TextMathEnv(split="test", seed=4, answer_format="hashes").step("#### nope").reward == 0.1
+    assert TextMathEnv(split="test", seed=4, answer_format="hashes").step(f"<answer>{answer}</answer>").reward == 0.0
+    assert TextMathEnv(split="test", seed=4).step(f"#### {answer}").reward == 0.0  # the default stays <answer>
+    assert extract_hashes("#### 3\n#### 4 apples\n") == "4 apples" and extract_hashes("no marks") is None
+    with pytest.raises(ValueError, match="answer_format"):
+        TextMathEnv(answer_format="boxed")
