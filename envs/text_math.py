@@ -20,9 +20,19 @@ import random
 import re
 import warnings
 from dataclasses import dataclass
-from fractions import Fraction
 from pathlib import Path
 
+from envs.answers import (  # noqa: F401 - the scorer's names, as text_math has always exported them
+    FORMATS,
+    HASH_PROMPT,
+    LAST_PROMPT,
+    SYSTEM_PROMPT,
+    extract_answer,
+    extract_hashes,
+    extract_last,
+    normalize_answer,
+    score,
+)
 from envs.base import Env, Message, StepResult
 
 
@@ -35,10 +45,6 @@ class Problem:
     steps: tuple[str, ...]  # scratchpad, one easy operation per line; the last line ends in the answer
 
 
-SYSTEM_PROMPT = "Think step by step if needed. Put the final answer in <answer></answer>."
-HASH_PROMPT = "Solve the problem step by step. Then write the final answer on its own line as: #### <answer>"
-"""`answer_format="hashes"`: GSM8K's own convention, which pretrained instruct models already follow (SmolLM2-135M
-ignores the `<answer>` instruction zero-shot, and ends its GSM8K replies with `#### N`)."""
 TEST_SIZE = 200
 KINDS = ("arith", "word", "logic")
 LEVELS = {"arith": 5, "word": 3, "logic": 3}
@@ -320,74 +326,6 @@ def train_problem(seed: int, kinds: tuple[str, ...] = KINDS) -> Problem:
     return p
 
 
-# ---------------------------------------------------------------------------------------------- scoring
-
-_OPEN, _CLOSE = "<answer>", "</answer>"
-_NUMBER = re.compile(r"([+-]?)(\d+)(?:\.(\d+))?", re.ASCII)
-_FRACTION = re.compile(r"([+-]?\d{1,30})\s*/\s*([+-]?\d{1,30})", re.ASCII)
-
-
-def extract_hashes(text: str) -> str | None:
-    """What follows the last `####` up to the end of its line (stripped); None when there is no `####`."""
-    if not isinstance(text, str) or (at := text.rfind("####")) < 0:
-        return None
-    return text[at + 4 :].strip().split("\n", 1)[0].strip()
-
-
-def extract_answer(text: str) -> str | None:
-    """Content of the last closed <answer>...</answer> (stripped); None when there is none."""
-    if not isinstance(text, str):
-        return None
-    end = text.rfind(_CLOSE)
-    start = text.rfind(_OPEN, 0, end) if end >= 0 else -1
-    if start < 0:
-        return None
-    # The first close after the last open before the final close: robust to nested and stray tags.
-    return text[start + len(_OPEN) : text.find(_CLOSE, start)].strip()
-
-
-def _canon_number(sign: str, whole: str, frac: str | None) -> str:
-    whole, frac = whole.lstrip("0") or "0", (frac or "").rstrip("0")
-    out = whole + ("." + frac if frac else "")
-    return out if out == "0" or sign != "-" else "-" + out
-
-
-def normalize_answer(s: str) -> str:
-    """Canonical form for comparison: "$1,200.00" -> "1200", "+5" -> "5", "6/3" -> "2", "1/2" -> "0.5", "Yes." -> "yes"."""
-    s = str(s).strip().lower().replace(",", "").replace("$", "").strip().rstrip(".").strip()
-    if m := _NUMBER.fullmatch(s):
-        return _canon_number(*m.groups())
-    if m := _FRACTION.fullmatch(s):
-        num, den = int(m.group(1)), int(m.group(2))  # at most 30 digits each: cheap and within int limits
-        if den == 0:
-            return s
-        f = Fraction(num, den)
-        twos, fives, d = 0, 0, f.denominator
-        while d % 2 == 0:
-            d, twos = d // 2, twos + 1
-        while d % 5 == 0:
-            d, fives = d // 5, fives + 1
-        if d != 1:  # not a terminating decimal: keep the reduced fraction
-            return f"{f.numerator}/{f.denominator}"
-        places = max(twos, fives)  # 1/2**a/5**b has exactly max(a, b) decimal places
-        whole, frac = divmod(abs(f.numerator) * 10**places // f.denominator, 10**places)
-        return _canon_number("-" if f < 0 else "", str(whole), str(frac).zfill(places) if places else None)
-    return s
-
-
-def score(response: str, answer: str, extract=extract_answer) -> tuple[float, dict]:
-    """(reward, info): 1.0 for a correct answer, 0.1 for a non-empty <answer> (or `#### ...`, with
-    `extract=extract_hashes`) that is wrong, else 0.0."""
-    try:
-        pred = extract(response)
-        format_ok = bool(pred)
-        success = format_ok and normalize_answer(pred) == normalize_answer(answer)
-    except Exception:  # reward functions never raise; a crash here is scored like garbage
-        pred, format_ok, success = None, False, False
-    reward = 1.0 if success else 0.1 if format_ok else 0.0
-    return reward, {"success": success, "format_ok": format_ok, "pred": pred}
-
-
 # ---------------------------------------------------------------------------------------------- GSM8K
 
 
@@ -434,8 +372,8 @@ class TextMathEnv(Env):
         system_prompt: str | None = None,
         answer_format: str = "tags",
     ):
-        """`answer_format`: "tags" (`<answer>...</answer>`) or "hashes" (a last line `#### N`); the default system
-        prompt asks for it."""
+        """`answer_format`: "tags" (`<answer>...</answer>`), "hashes" (a last line `#### N`) or "last" ("The answer
+        is: N", else the last number); the default system prompt asks for it."""
         if split not in ("train", "test"):
             raise ValueError(f"split must be 'train' or 'test', got {split!r}")
         kinds = tuple(kinds) if kinds else KINDS
@@ -465,9 +403,6 @@ class TextMathEnv(Env):
     def step(self, action: str) -> StepResult:
         reward, info = score(action, self.problem.answer, self.extract)
         return StepResult(observations=[], reward=reward, done=True, info={**info, "answer": self.problem.answer})
-
-
-FORMATS = {"tags": (SYSTEM_PROMPT, extract_answer), "hashes": (HASH_PROMPT, extract_hashes)}
 
 
 @functools.lru_cache(maxsize=8)

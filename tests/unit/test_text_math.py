@@ -387,3 +387,15 @@ def test_the_hashes_format_asks_for_and_grades_a_last_line_of_hashes():
     assert extract_hashes("#### 3\n#### 4 apples\n") == "4 apples" and extract_hashes("no marks") is None
     with pytest.raises(ValueError, match="answer_format"):
         TextMathEnv(answer_format="boxed")
+
+
+def test_the_last_format_grades_the_closing_line_the_model_writes_or_its_last_number():
+    from envs.text_math import LAST_PROMPT, TextMathEnv, extract_last
+
+    env = TextMathEnv(split="test", seed=4, answer_format="last")
+    assert env.reset()[0]["content"] == LAST_PROMPT
+    answer = env.problem.answer
+    assert env.step(f"Step 1: ...\n\nThe answer is: {answer}.").reward == 1.0
+    assert extract_last("The Answer is $12 apples.") == "12" and extract_last("The answer is: yes.") == "yes"
+    assert extract_last("3 then 4.50, The answer is 7\nso 9") == "7"  # the closing line wins over a later number
+    assert extract_last("so 3 then -4.50 left") == "-4.50" and extract_last("no number") is None
