@@ -23,7 +23,7 @@ import envs
 from nanosky import dist
 from nanosky.agent import AgentRunner, EngineBackend, PooledEnvTask, Trajectory
 from nanosky.agent.player import Player, Rollouts
-from nanosky.config import RolloutConfig
+from nanosky.config import DebugConfig, RolloutConfig
 from nanosky.config.reward import RewardConfig
 from nanosky.env_rewards import env_metrics, score_groups
 from nanosky.judge.rewards import Judging
@@ -55,7 +55,7 @@ class Rollout:
         tok,
         log_dir: str | None = None,
         reward: RewardConfig | None = None,
-        hold: bool = False,
+        debug: DebugConfig | None = None,
     ):
         self.cfg, self.backend, self.pool, self.tok = cfg, backend, pool, tok
         # --reward.judge: the run's one judge (a server, or this rank's engine), built here, used by every phase
@@ -64,8 +64,10 @@ class Rollout:
         # --rollout.max-staleness > 0: the episodes carried from step to step (K = 0: none, the synchronous step)
         external = self.player if cfg.agent or cfg.agent_cmd else None  # its carried episodes share its endpoint
         info = dist.get_info()
-        partial = cfg.partial  # `hold`: --debug.hold-extra-groups (testing only: partial.Hold)
-        self.carry = Carry(cfg, backend, tok, info.world, info.rank, harness=external, hold=hold) if partial else None
+        hold = debug is not None and debug.hold_extra_groups  # testing only: partial.Hold
+        self.carry = (
+            Carry(cfg, backend, tok, info.world, info.rank, harness=external, hold=hold) if cfg.partial else None
+        )
         self.loop = RankLoop()  # every phase of the run, and the endpoint, on this one loop
         self.metrics: dict[str, float] = {}
         self.scored = False  # the last phase's env scores its episodes by groups (a TRL reward function)

@@ -108,9 +108,8 @@ def build(cfg: TrainConfig, resources: contextlib.ExitStack) -> Run:
     )
     pool = make_pool(cfg.envpool.workers, cfg.envpool.step_timeout_s)
     resources.callback(pool.shutdown)
-    hold = cfg.debug.hold_extra_groups  # testing only: partial rollouts carry on any machine
     rollout = Rollout(
-        cfg.rollout, EngineBackend(engine, tok), pool, tok, log_dir=cfg.run_dir, reward=cfg.reward, hold=hold
+        cfg.rollout, EngineBackend(engine, tok), pool, tok, log_dir=cfg.run_dir, reward=cfg.reward, debug=cfg.debug
     )
     resources.callback(rollout.close)  # the player (the endpoint), then the rank's event loop
     log = RunLogger(cfg.run_dir, info.is_main, cfg.steps, cfg.log.tqdm)
@@ -118,14 +117,13 @@ def build(cfg: TrainConfig, resources: contextlib.ExitStack) -> Run:
     # what the models can do (the chunked head, packing and its attention), checked on them: a value, cfg untouched
     plan = decide(cfg.optim, prec, policy, ref if ref is not policy else None, critic, log.print)
     optim = plan.optim(cfg.optim)
+    tracer = Tracer(cfg.log.samples_per_step, on=info.is_main)  # the update's traced rows, for the viewer
     run = Run(
         cfg=cfg,
         info=info,
         tok=tok,
         policy=policy,
-        update=PolicyUpdate(
-            optim, cfg.algorithm, policy, Tracer(cfg.log.samples_per_step, on=info.is_main), cfg.rollout.partial
-        ),
+        update=PolicyUpdate(optim, cfg.algorithm, policy, tracer, off_policy=cfg.rollout.partial),
         engine=engine,
         pool=pool,
         rollout=rollout,
@@ -200,7 +198,9 @@ def prepare(run: Run, rollouts: Rollouts) -> tuple[Batch, dict[str, float], list
         )  # [B, L-1]
     if stepwise and not meta["needs_values"]:  # the estimator runs on the episodes (train/stepwise.py)
         penalty = (outcome - rewards).sum(-1) if rewards is not outcome else None  # [B] what the KL took
-        metrics = assign_advantages(batch, trajs, rows, mine, a, penalty, run.cfg.rollout.step_weight)
+        metrics = assign_advantages(
+            batch, trajs, rows, mine, cfg=a, penalty=penalty, weight=run.cfg.rollout.step_weight
+        )
     else:
         steps, metrics = None, {}
         if meta["needs_steps"]:

@@ -242,7 +242,18 @@ class AgentRunner:
             seed = None if sample_seed is None else derive_seed(sample_seed, i, turn - 1)
             rule = await task.action_constraint() if self.constrain_actions else None
             choices, grammar = (None, rule) if isinstance(rule, str) else (rule, None)
-            req = Request(shown, tools, budget, temp, ids, self.top_p, seed, self.ignore_eos, choices, grammar)
+            req = Request(
+                messages=shown,
+                tools=tools,
+                max_tokens=budget,
+                temperature=temp,
+                prompt_ids=ids,
+                top_p=self.top_p,
+                seed=seed,
+                ignore_eos=self.ignore_eos,
+                choices=choices,
+                grammar=grammar,
+            )
             async with d.stage("generate"):
                 t1 = time.perf_counter()
                 try:
