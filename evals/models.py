@@ -80,11 +80,12 @@ def open_model(cfg: BaseEvalConfig, log_path: str | None = None) -> tuple[Any, A
     if not cfg.ckpt:
         raise SystemExit("give the model: --ckpt PATH (HF checkpoint dir) or --base-url URL (OpenAI-compatible)")
     from nanosky.bundled import resolve_model_path
+    from nanosky.gguf import GGUFError
     from nanosky.train.checkpointer import find_export
 
-    try:  # a model folder, a checkpoint, or a run dir (its latest checkpoint); "tiny" etc. = the bundled models
+    try:  # a model folder, a checkpoint, or a run dir (its latest); "tiny" etc. = the bundled models; a .gguf file
         cfg.ckpt = find_export(resolve_model_path(cfg.ckpt))
-    except FileNotFoundError as e:
+    except (FileNotFoundError, GGUFError) as e:
         raise SystemExit(f"--ckpt {e}") from None
     from transformers import AutoTokenizer
 

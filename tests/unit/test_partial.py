@@ -228,25 +228,23 @@ class TwoTurns:
 
 
 class Short(Scripted):
-    """Every reply 3 tokens: no phase ends with a reply cut by its length (without the hold, no episode is carried
-    unless it is slower than the phase)."""
+    """Every reply 3 tokens: a held episode's first reply is sampled within its phase."""
 
     async def generate(self, req):
         self.rng.random = lambda: 1.0
         return await super().generate(req)
 
 
-@pytest.mark.parametrize("hold", [False, True])
-def test_held_groups_are_carried_mid_episode_on_any_machine(hold):
+def test_held_groups_are_carried_mid_episode_on_any_machine():
     """`--debug.hold-extra-groups`: the groups a phase starts beyond its share send their first requests and hold
     the rest until the phase ends, so they are carried across the update, cut after their first turn, each episode
-    over two versions; without it, a backend this fast finishes them within the phase and nothing is carried."""
+    over two versions. (Without the hold, whether they finish within the phase is scheduling: nothing to assert.)"""
     from nanosky.agent import EnvTask
 
     tok = load_tokenizer(resolve_model_path("tiny"))
     cfg = RolloutConfig(prompts_per_step=4, group_size=2, max_staleness=1, oversample=1.5)
     backend, loop = Short(tok.eos_token_id), RankLoop()
-    carry = Carry(cfg, backend, tok, world=1, rank=0, hold=hold)
+    carry = Carry(cfg, backend, tok, world=1, rank=0, hold=True)
     try:
         first, m1 = loop.run(carry.phase(lambda s: EnvTask(TwoTurns(s)), 1, 0, seed=0))
         second, m2 = loop.run(carry.phase(lambda s: EnvTask(TwoTurns(s)), 2, 1, seed=0))
@@ -254,9 +252,6 @@ def test_held_groups_are_carried_mid_episode_on_any_machine(hold):
         loop.close()
     held = {carry.started[k] for k in (4, 5)}  # step 1's groups beyond its share of 4
     assert {t.group for t in first}.isdisjoint(held)
-    if not hold:
-        assert m2["rollout/carried"] == 0
-        return
     assert m2["rollout/carried"] == 2 * 2  # both held groups, both episodes each, carried into step 2
     spanned = [t for t in second if t.group in held]  # trained first at step 2 (oldest first)
     assert len(spanned) == 4 and all(sorted(set(t.sampled_versions())) == [0, 1] for t in spanned)

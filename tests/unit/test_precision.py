@@ -82,3 +82,16 @@ def test_bf16_on_a_cpu_without_bf16_units_warns_once_with_the_measured_factor():
     assert precision.emulation_warning(fp32, "float32", NO_AMX) is None
     assert precision.emulation_warning(precision.decide("bf16", "cuda"), "auto", NO_AMX) is None
     assert precision.bf16_slowdown() > 0  # measured on this machine
+
+
+def test_a_run_asking_for_bf16_where_it_is_emulated_starts_with_the_warning(monkeypatch):
+    """run.py's start (`preflight.bf16_warning`, printed once by rank 0 in startup.py) on a CPU without bf16 units."""
+    from nanosky import preflight
+    from nanosky.cli import parse_args
+
+    monkeypatch.setattr(precision, "cpu_flags", lambda: NO_AMX)
+    w = preflight.bf16_warning(parse_args(["--precision", "bf16"], console=False))
+    assert w is not None and "--precision bf16" in w and "emulated" in w
+    assert preflight.bf16_warning(parse_args(["--precision", "auto"], console=False)) is None  # auto: fp32 there
+    monkeypatch.setattr(precision, "cpu_flags", lambda: AMX)
+    assert preflight.bf16_warning(parse_args(["--precision", "bf16"], console=False)) is None
