@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from algos.agg import AGG_MODES
-from algos.correction import LEVELS, MODES
+from algos.correction import CORRECTIONS
 from algos.gigpo import GIGPO_MODES
 from algos.kl import KL_KINDS
 from algos.registry import ADV_ESTIMATORS, POLICY_LOSSES, UnknownNameError
@@ -73,19 +73,14 @@ class AlgoConfig:
     """Upper bound on generation rounds per step with dynamic sampling (1 = no extra rounds)."""
     overlong_cache_len: int = 0
     """DAPO soft overlong punishment band in tokens before the max response length; 0 = off."""
-    rollout_correction: Literal["auto", "tis", "mis", "off"] = "auto"
-    """Off-policy correction: each token's loss weighted by the behaviour ratio rho = pi_old / mu (pi_old: the
-    trainer's log-probs as the update starts, the proximal policy the clip is taken around; mu: the engine's, at
-    sampling). tis = min(rho, cap); mis = 0 outside [1/cap, cap]; off. auto = tis with partial rollouts
-    (--rollout.max-staleness > 0), else the rollout_correction_level / _mode / _threshold below (off unless set)."""
+    rollout_correction: Literal["auto", "off", "tis", "mis", "seq-tis", "seq-mis"] = "auto"
+    """Off-policy correction, one name: each token's loss weighted by the behaviour ratio rho = pi_old / mu (pi_old:
+    the trainer's log-probs as the update starts, the proximal policy the clip is taken around; mu: the engine's, at
+    sampling). tis = min(rho, cap) per token (TIS); mis = 0 outside [1/cap, cap], else 1, per token (MIS); seq-tis /
+    seq-mis: the same on each sequence's rho (the product over its tokens), for all of its tokens; off. auto = tis
+    with partial rollouts (--rollout.max-staleness > 0), else off. The mismatch is logged either way."""
     rollout_is_cap: float = 2.0
-    """The cap of tis / mis."""
-    rollout_correction_level: Literal["none", "token", "sequence"] = "none"
-    """Correct the vLLM/trainer log-prob mismatch per token or per sequence; none = off (mismatch still logged)."""
-    rollout_correction_mode: Literal["truncate", "mask"] = "truncate"
-    """truncate = TIS (weight min(rho, C)); mask = MIS (drop units with rho > C)."""
-    rollout_correction_threshold: float = 2.0
-    """Threshold C on the importance ratio rho = pi_trainer / pi_vllm."""
+    """The cap C of every correction (rho above C is truncated to C, or masked)."""
     ppo_epochs: int = 1
     """Passes over each rollout batch."""
     mini_batches: int = 1
@@ -112,9 +107,7 @@ class AlgoConfig:
         _check_name("loss_agg_mode", self.loss_agg_mode, AGG_MODES)
         _check_name("kl_kind", self.kl_kind, KL_KINDS)
         _check_name("step_adv_mode", self.step_adv_mode, GIGPO_MODES)
-        _check_name("rollout_correction_level", self.rollout_correction_level, LEVELS)
-        _check_name("rollout_correction_mode", self.rollout_correction_mode, MODES)
-        _check_name("rollout_correction", self.rollout_correction, ("auto", "tis", "mis", "off"))
+        _check_name("rollout_correction", self.rollout_correction, CORRECTIONS)
         checks = {
             "clip_low": self.clip_low >= 0,
             "clip_high": self.clip_high >= 0,
@@ -130,7 +123,6 @@ class AlgoConfig:
             "step_adv_weight": self.step_adv_weight >= 0,
             "max_gen_rounds": self.max_gen_rounds >= 1,
             "overlong_cache_len": self.overlong_cache_len >= 0,
-            "rollout_correction_threshold": self.rollout_correction_threshold > 0,
             "rollout_is_cap": self.rollout_is_cap > 1,
             "ppo_epochs": self.ppo_epochs >= 1,
             "mini_batches": self.mini_batches >= 1,

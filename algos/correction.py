@@ -17,6 +17,10 @@ from algos.stats import masked_mean, masked_quantile
 
 LEVELS = ("none", "token", "sequence")
 MODES = ("truncate", "mask")
+CORRECTIONS = ("auto", "off", "tis", "mis", "seq-tis", "seq-mis")
+"""`AlgoConfig.rollout_correction`'s names; each of tis / mis / seq-tis / seq-mis is one (level, mode) below."""
+_RULES = {"tis": ("token", "truncate"), "mis": ("token", "mask"), "seq-tis": ("sequence", "truncate")}
+_RULES["seq-mis"] = ("sequence", "mask")
 LOG_RATIO_CLAMP = 20.0
 
 
@@ -82,16 +86,13 @@ def rollout_correction(
 
 def correction_rule(cfg, off_policy: bool) -> tuple[str, str, float, float] | None:
     """The run's rollout correction as `rollout_correction`'s (level, mode, threshold, floor), or None (off), from
-    `cfg` (an AlgoConfig): `rollout_correction` tis / mis / off, or auto: tis when the data are off-policy (partial
-    rollouts), else the fine-grained rollout_correction_level / _mode / _threshold."""
+    `cfg` (an AlgoConfig): its one name (`rollout_correction`; auto: tis when the data are off-policy, i.e. partial
+    rollouts, else off) and its one cap. A masking rule also masks rho below 1/cap."""
     choice = cfg.rollout_correction
-    if choice == "auto" and off_policy:
-        choice = "tis"
-    cap = cfg.rollout_is_cap
-    if choice == "tis":
-        return "token", "truncate", cap, 0.0
-    if choice == "mis":
-        return "token", "mask", cap, 1.0 / cap
-    if choice == "off" or cfg.rollout_correction_level == "none":
+    if choice == "auto":
+        choice = "tis" if off_policy else "off"
+    if choice == "off":
         return None
-    return cfg.rollout_correction_level, cfg.rollout_correction_mode, cfg.rollout_correction_threshold, 0.0
+    level, mode = _RULES[choice]
+    cap = cfg.rollout_is_cap
+    return level, mode, cap, 1.0 / cap if mode == "mask" else 0.0

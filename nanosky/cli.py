@@ -20,12 +20,16 @@ from nanosky.config import TrainConfig, import_plugins
 from nanosky.preflight import UsageError
 from nanosky.presets import ENV_PRESETS, PRESETS
 
+_CORRECTION = "--algorithm.rollout-correction tis|mis|seq-tis|seq-mis|off|auto"
 MOVED = {
-    "probe.skip_sync": "debug.skip-sync",
-    "dist.fail_rank": "debug.fail-rank",
-    "dist.fail_step": "debug.fail-step",
+    "probe.skip_sync": "--debug.skip-sync (a testing-only setting)",
+    "dist.fail_rank": "--debug.fail-rank (a testing-only setting)",
+    "dist.fail_step": "--debug.fail-step (a testing-only setting)",
+    "algorithm.rollout_correction_level": f"{_CORRECTION} (seq- is the sequence level)",
+    "algorithm.rollout_correction_mode": f"{_CORRECTION} (tis truncates, mis masks)",
+    "algorithm.rollout_correction_threshold": "--algorithm.rollout-is-cap (the one cap of every correction)",
 }
-"""Flags that moved: the old spelling fails with the new one's name."""
+"""Flags that moved or were folded into another: the old spelling fails with the new one's name."""
 
 
 def _moved_flags(argv: list[str]) -> None:
@@ -33,7 +37,7 @@ def _moved_flags(argv: list[str]) -> None:
         if a.startswith("--"):
             name = a[2:].partition("=")[0].replace("-", "_")
             if name in MOVED:
-                raise UsageError(f"{a.partition('=')[0]} has moved: use --{MOVED[name]} (a testing-only setting)")
+                raise UsageError(f"{a.partition('=')[0]} has moved: use {MOVED[name]}")
 
 
 def _env_kwargs_flags(base: TrainConfig, argv: list[str]) -> tuple[TrainConfig, list[str]]:

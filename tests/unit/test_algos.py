@@ -488,11 +488,11 @@ def test_rollout_correction_sequence_level():
 
 
 def test_off_policy_correction_rules_tis_mis_off_and_auto():
-    """--algorithm.rollout-correction: tis truncates at the cap, mis masks outside [1/cap, cap], off is none, and
-    auto is tis only when the data are off-policy (partial rollouts)."""
+    """--algorithm.rollout-correction, one name and one cap: tis truncates at the cap, mis masks outside
+    [1/cap, cap], off is none, and auto is tis only when the data are off-policy (partial rollouts)."""
     cfg = algos.AlgoConfig(rollout_is_cap=2.0)
     assert algos.correction_rule(cfg, off_policy=True) == ("token", "truncate", 2.0, 0.0)
-    assert algos.correction_rule(cfg, off_policy=False) is None  # auto, on-policy: the level below (none)
+    assert algos.correction_rule(cfg, off_policy=False) is None  # auto, on-policy: off
     tis, mis = (dataclasses.replace(cfg, rollout_correction=c) for c in ("tis", "mis"))
     assert algos.correction_rule(mis, off_policy=False) == ("token", "mask", 2.0, 0.5)
     assert algos.correction_rule(dataclasses.replace(cfg, rollout_correction="off"), off_policy=True) is None
@@ -506,7 +506,24 @@ def test_off_policy_correction_rules_tis_mis_off_and_auto():
     assert m["frac_corrected"] == pytest.approx(2 / 5)
 
 
-@pytest.mark.parametrize("rule", ["tis", "mis"])
+def test_sequence_corrections_weigh_each_sequence_by_its_product_ratio():
+    """seq-tis / seq-mis: rho is the product over a sequence's tokens, its weight every token's, under the one cap."""
+    cfg = algos.AlgoConfig(rollout_is_cap=2.0)
+    seq_tis, seq_mis = (dataclasses.replace(cfg, rollout_correction=c) for c in ("seq-tis", "seq-mis"))
+    assert algos.correction_rule(seq_tis, off_policy=False) == ("sequence", "truncate", 2.0, 0.0)
+    assert algos.correction_rule(seq_mis, off_policy=True) == ("sequence", "mask", 2.0, 0.5)
+    l = math.log
+    rollout = d64([[0.0] * 3] * 3)
+    old = d64([[l(1.2), l(1.2), 0.0], [l(1.5), l(1.5), l(1.5)], [l(0.5), l(0.8), 0.0]])  # rho 1.44, 3.375, 0.4
+    mask = T_([[1, 1, 0], [1, 1, 1], [1, 1, 1]])
+    w, _ = algos.rollout_correction(old, rollout, mask, *algos.correction_rule(seq_tis, False))
+    torch.testing.assert_close(w, d64([[1.44, 1.44, 0.0], [2.0, 2.0, 2.0], [0.4, 0.4, 0.4]]))
+    w, m = algos.rollout_correction(old, rollout, mask, *algos.correction_rule(seq_mis, False))
+    torch.testing.assert_close(w, d64([[1.0, 1.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]]))
+    assert m["frac_corrected"] == pytest.approx(2 / 3)
+
+
+@pytest.mark.parametrize("rule", ["tis", "mis", "seq-tis", "seq-mis"])
 def test_with_mu_equal_to_the_proximal_policy_the_corrected_loss_is_the_plain_loss(rule):
     g = torch.Generator().manual_seed(0)
     lp = torch.randn(3, 6, generator=g, dtype=torch.float64).requires_grad_()

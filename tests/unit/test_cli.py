@@ -42,3 +42,19 @@ def test_env_kwargs_without_a_preset_and_the_other_flags_still_parse():
 def test_env_kwargs_malformed(flags, match):
     with pytest.raises(SystemExit, match=match):
         parse_args(["--env", "math", *flags], console=False)
+
+
+@pytest.mark.parametrize(
+    "old, new",
+    [
+        (["--algorithm.rollout-correction-level", "token"], "--algorithm.rollout-correction tis|mis|seq-tis"),
+        (["--algorithm.rollout_correction_mode=mask"], "--algorithm.rollout-correction tis|mis|seq-tis"),
+        (["--algorithm.rollout-correction-threshold", "3"], "--algorithm.rollout-is-cap"),
+    ],
+)
+def test_the_old_correction_flags_are_refused_naming_the_one_flag(old, new):
+    """Issue 62 item 4: one name-valued flag and one cap; the fine-grained spellings fail with the new name."""
+    with pytest.raises(SystemExit, match=new.replace("|", r"\|")):
+        parse_args(["--env", "math", *old], console=False)
+    cfg = parse_args(["--algorithm.rollout-correction", "seq-mis", "--algorithm.rollout-is-cap", "3"], console=False)
+    assert (cfg.algorithm.rollout_correction, cfg.algorithm.rollout_is_cap) == ("seq-mis", 3.0)
