@@ -512,9 +512,9 @@ def test_sequence_corrections_weigh_each_sequence_by_its_product_ratio():
     seq_tis, seq_mis = (dataclasses.replace(cfg, rollout_correction=c) for c in ("seq-tis", "seq-mis"))
     assert algos.correction_rule(seq_tis, off_policy=False) == ("sequence", "truncate", 2.0, 0.0)
     assert algos.correction_rule(seq_mis, off_policy=True) == ("sequence", "mask", 2.0, 0.5)
-    l = math.log
+    ln = math.log
     rollout = d64([[0.0] * 3] * 3)
-    old = d64([[l(1.2), l(1.2), 0.0], [l(1.5), l(1.5), l(1.5)], [l(0.5), l(0.8), 0.0]])  # rho 1.44, 3.375, 0.4
+    old = d64([[ln(1.2), ln(1.2), 0.0], [ln(1.5), ln(1.5), ln(1.5)], [ln(0.5), ln(0.8), 0.0]])  # rho 1.44, 3.375, 0.4
     mask = T_([[1, 1, 0], [1, 1, 1], [1, 1, 1]])
     w, _ = algos.rollout_correction(old, rollout, mask, *algos.correction_rule(seq_tis, False))
     torch.testing.assert_close(w, d64([[1.44, 1.44, 0.0], [2.0, 2.0, 2.0], [0.4, 0.4, 0.4]]))
