@@ -77,7 +77,7 @@ def main(args: Args) -> None:
 
     def play(seeds: list[int]):
         t0 = time.perf_counter()
-        trajs = rollout.run(cfg.env, cfg.env_args(), "train", seeds, 0, sample_seed=args.seed).trajs
+        trajs = rollout.run(cfg.env, cfg.env_args(), "train", seeds, version=0, sample_seed=args.seed).trajs
         return trajs, time.perf_counter() - t0
 
     play(list(range(10_000, 10_000 + args.warmup)))  # compile paths, fill the worker pool

@@ -3,8 +3,8 @@ then gathered across ranks. The player is nanosky's own agent loop, or the user'
 (`--rollout.agent` / `--rollout.agent-cmd`); this phase and the trainer see only what it returns (`Rollouts`).
 
     rollout = Rollout(cfg.rollout, EngineBackend(engine, tok), pool, tok, log_dir=run_dir)
-    out = rollout.run("math", {}, "train", seeds, version, groups=groups, sample_seed=s)  # this rank's Rollouts
-    batch, metrics = collect(cfg, rollout, step, version)   # the step's global batch (+ DAPO's rounds)
+    out = rollout.run("math", {}, "train", seeds, version=v, groups=groups, sample_seed=s)  # this rank's Rollouts
+    batch, metrics = collect(cfg, rollout, step, version=v)   # the step's global batch (+ DAPO's rounds)
     rollout.close()                                         # the end of the run: the player, then the loop
 
 Each episode is a `PooledEnvTask` in this rank's env pool (a hung or crashing env costs its episode only); the
@@ -78,6 +78,7 @@ class Rollout:
         env_kwargs: dict,
         split: str,
         seeds: list[int],
+        *,
         version: int,
         groups: list[int] | None = None,
         sample_seed: int | None = None,
@@ -156,10 +157,13 @@ def gather(local: Rollouts) -> Rollouts:
     return Rollouts.merge(dist.all_gather_objects(local))
 
 
-def collect(cfg: TrainConfig, rollout: Rollout, step: int, version: int, drain: bool = False) -> tuple[Rollouts, dict]:
+def collect(
+    cfg: TrainConfig, rollout: Rollout, step: int, *, version: int, drain: bool = False
+) -> tuple[Rollouts, dict]:
     """Generate this step's global batch (every rank's rollouts, gathered). With DAPO's dynamic sampling, more
     rounds are generated until `filter_groups` keeps a full batch or `max_gen_rounds` is reached. With partial
-    rollouts, this rank's share of complete groups; `drain` (a checkpoint is due): every started group finishes."""
+    rollouts, this rank's share of complete groups; `drain` (a checkpoint follows the step, `Checkpointer.drains`):
+    every started group finishes."""
     info, a, P, n = dist.get_info(), cfg.algorithm, cfg.rollout.prompts_per_step, cfg.rollout.group_size
     kept: list[Trajectory] = []
     dropped: list[Trajectory] = []
@@ -174,7 +178,9 @@ def collect(cfg: TrainConfig, rollout: Rollout, step: int, version: int, drain: 
         if rollout.carry is not None:  # partial rollouts (no DAPO rounds: refused at start-up)
             local = rollout.phase(cfg.env, cfg.env_args(), step, version, cfg.seed, drain)
         else:
-            local = rollout.run(cfg.env, cfg.env_args(), "train", seeds, version, groups, sample_seed)
+            local = rollout.run(
+                cfg.env, cfg.env_args(), "train", seeds, version=version, groups=groups, sample_seed=sample_seed
+            )
         out = gather(local)
         new = out.trajs
         parts.append(out)

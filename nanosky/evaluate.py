@@ -90,7 +90,7 @@ class Evaluator:
                 cfg.env_args(),
                 "test",
                 seeds,
-                version,
+                version=version,
                 sample_seed=self.sample_seed,
                 temperature=cfg.eval.temperature,
             ).trajs

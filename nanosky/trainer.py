@@ -239,7 +239,7 @@ def train(cfg: TrainConfig) -> dict:
             t0 = time.perf_counter()
             with ph(step, "generate"):  # rollouts on every rank, then the global gather (+ DAPO rounds)
                 run.engine.wake()
-                rollouts, gen_m = collect(cfg, run.rollout, step, run.version, run.ckpt.due(step) or step == cfg.steps)
+                rollouts, gen_m = collect(cfg, run.rollout, step, version=run.version, drain=run.ckpt.drains(step))
                 run.engine.sleep()
             trajs = rollouts.trajs
             with ph(step, "logprob"):  # this rank's rows, old/ref logprobs, values, KL-in-reward, advantages

@@ -51,6 +51,7 @@ class AgentRunner:
         self,
         backend: Backend,
         tok=None,
+        *,
         max_parallel_agents: int | None = 8,
         max_turns: int | None = None,
         max_tokens_per_turn: int = 256,

@@ -94,6 +94,11 @@ class Checkpointer:
         every = self.cfg.log.ckpt_every
         return bool(every) and step % every == 0 and step != self.cfg.steps
 
+    def drains(self, step: int) -> bool:
+        """Whether a checkpoint follows `step` (a due one, or the run's last): partial rollouts then finish every
+        episode they started, so the checkpoint holds none in flight."""
+        return self.due(step) or step == self.cfg.steps
+
     def resume(self) -> dict:
         """Restore model, optimizer, schedule and every RNG state; returns the run state (step, version, acc0)."""
         path = resume_checkpoint(self.cfg, self.info.world)

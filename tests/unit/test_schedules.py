@@ -26,6 +26,13 @@ def test_checkpointer_is_due_every_k_steps_but_leaves_the_last_to_close():
     )
 
 
+def test_partial_rollouts_drain_before_every_checkpoint_the_last_one_too():
+    ck = Checkpointer(_cfg("--steps", "7", "--log.ckpt-every", "3"), None, tok=None, policy=None, update=None)
+    assert [s for s in range(1, 8) if ck.drains(s)] == [3, 6, 7]
+    ck = Checkpointer(_cfg("--steps", "5", "--log.ckpt-every", "0"), None, tok=None, policy=None, update=None)
+    assert [s for s in range(1, 6) if ck.drains(s)] == [5]  # no periodic checkpoint: only the final one
+
+
 def test_evaluator_is_due_every_k_steps_but_not_at_the_last():
     ev = Evaluator(_cfg("--steps", "10", "--eval.every", "5"), None, None, rank=0)
     assert [s for s in range(1, 11) if ev.due(s)] == [5]
