@@ -77,16 +77,17 @@ def main(args: Args) -> None:
 
     def play(seeds: list[int]):
         t0 = time.perf_counter()
-        trajs = rollout.run(cfg.env, cfg.env_args(), "train", seeds, version=0, sample_seed=args.seed).trajs
-        return trajs, time.perf_counter() - t0
+        out = rollout.run(cfg.env, cfg.env_args(), "train", seeds, version=0, sample_seed=args.seed)
+        return out, time.perf_counter() - t0
 
     play(list(range(10_000, 10_000 + args.warmup)))  # compile paths, fill the worker pool
     steps0 = rollout.backend.engine_steps
-    trajs, wall = play(list(range(args.episodes)))
+    out, wall = play(list(range(args.episodes)))
+    trajs, m = out.trajs, out.metrics
     loop_steps = rollout.backend.engine_steps - steps0
     loop_tokens = sum(t.completion_tokens for t in trajs)
-    busy = rollout.metrics["rollout/engine_busy_frac"]
-    batch, tail = rollout.metrics["rollout/engine_batch_mean"], rollout.metrics["rollout/tail_s"] / wall
+    busy = m["rollout/engine_busy_frac"]
+    batch, tail = m["rollout/engine_batch_mean"], m["rollout/tail_s"] / wall
 
     reqs = [t for traj in trajs for t in turns(traj)]
     prompts = [TokensPrompt(prompt_token_ids=p) for p, _ in reqs]

@@ -8,8 +8,8 @@ then gathered across ranks. The player is nanosky's own agent loop, or the user'
     rollout.close()                                         # the end of the run: the player, then the loop
 
 Each episode is a `PooledEnvTask` in this rank's env pool (a hung or crashing env costs its episode only); the
-player runs them all at once, continuously, against the colocated engine (token-in/token-out). `rollout.metrics`
-holds the last phase's rollout throughput and the engine's busy share.
+player runs them all at once, continuously, against the colocated engine (token-in/token-out). A phase's
+`Rollouts.metrics` hold its rollout throughput, the engine's busy share and the tail.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import algos
 import envs
 from nanosky import dist
 from nanosky.agent import AgentRunner, EngineBackend, PooledEnvTask, Trajectory
-from nanosky.agent.player import Player, Rollouts
+from nanosky.agent.player import Player, Rollouts, tail_s
 from nanosky.config import DebugConfig, RolloutConfig
 from nanosky.config.reward import RewardConfig
 from nanosky.env_rewards import env_metrics, score_groups
@@ -69,8 +69,6 @@ class Rollout:
             Carry(cfg, backend, tok, info.world, info.rank, harness=external, hold=hold) if cfg.partial else None
         )
         self.loop = RankLoop()  # every phase of the run, and the endpoint, on this one loop
-        self.metrics: dict[str, float] = {}
-        self.scored = False  # the last phase's env scores its episodes by groups (a TRL reward function)
 
     def run(
         self,
@@ -91,11 +89,10 @@ class Rollout:
         play = self.player.play(tasks, groups=groups, seeds=seeds, sample_seed=sample_seed, temperature=temperature)
         out = self.loop.run(play, threads=len(tasks))
         wall = max(out.wall_s, 1e-9)
-        ends = sorted(t.latency_s for t in out.trajs)  # every episode starts with the phase
-        # the phase's time with fewer than a quarter of its episodes running
-        tail = {"rollout/tail_s": max(0.0, wall - ends[len(ends) * 3 // 4]) if ends else float("nan")}
+        ends = [t.latency_s for t in out.trajs]  # every episode starts with the phase
         by = "group" if groups is not None else "env_seed"
-        self.metrics = self._finish(env, env_kwargs, split, out.trajs, by=by, wall=wall, start=start) | tail
+        out.metrics, out.scored = self._finish(env, env_kwargs, split, out.trajs, by=by, wall=wall, start=start)
+        out.metrics["rollout/tail_s"] = tail_s(ends, len(ends), wall)
         return out
 
     def phase(self, env: str, env_kwargs: dict, step: int, version: int, seed: int, drain: bool) -> Rollouts:
@@ -106,23 +103,24 @@ class Rollout:
         def make(env_seed: int) -> PooledEnvTask:
             return PooledEnvTask(self.pool, env, "train", seed=env_seed, **env_kwargs)
 
-        c = self.carry
-        trajs, m = self.loop.run(c.phase(make, step, version, seed, drain), threads=c.target * c.n)
+        phase = self.carry.phase(make, step, version, seed, drain)
+        trajs, m = self.loop.run(phase, threads=self.carry.most_episodes)
         wall = max(m["rollout/phase_s"], 1e-9)
-        self.metrics = m | self._finish(env, env_kwargs, "train", trajs, by="group", wall=wall, start=start)
-        if c.harness is not None:
-            return Rollouts(trajs, c.harness.layout(trajs), wall)
-        return Rollouts(trajs, "stepwise" if self.cfg.mode == "stepwise" else "concat", wall)
+        finish, scored = self._finish(env, env_kwargs, "train", trajs, by="group", wall=wall, start=start)
+        # the carried episodes are the run's player's (its own loop over the carry's gate, or the same harness)
+        return Rollouts(trajs, self.player.layout(trajs), wall, metrics=m | finish, scored=scored)
 
     def _counters(self) -> tuple[float, int, int]:
         """The engine backend's running totals: busy seconds, engine steps, requests summed over those steps."""
         return self.backend.busy_s, self.backend.engine_steps, self.backend.batched
 
-    def _finish(self, env: str, env_kwargs: dict, split: str, trajs: list[Trajectory], *, by: str, wall: float, start):
+    def _finish(
+        self, env: str, env_kwargs: dict, split: str, trajs: list[Trajectory], *, by: str, wall: float, start
+    ) -> tuple[dict[str, float], bool]:
         """A phase's end, either kind: this rank's groups scored before the gather where the env scores by groups
-        (a user's function runs once per group), and the engine's share of the phase since `start` (`_counters`)."""
+        (a user's function runs once per group), and the engine's share of the phase since `start` (`_counters`).
+        Returns those metrics and whether the env scored by groups."""
         scorer = envs.group_scorer(env, split, **env_kwargs)
-        self.scored = scorer is not None
         if scorer is not None:
             score_groups(scorer, trajs, by=by)
         busy0, steps0, batch0 = start
@@ -131,7 +129,7 @@ class Rollout:
             "rollout/tokens_per_s": sum(t.completion_tokens for t in trajs) / wall,
             "rollout/engine_busy_frac": (self.backend.busy_s - busy0) / wall,
             "rollout/engine_batch_mean": (self.backend.batched - batch0) / steps if steps else float("nan"),
-        }
+        }, scorer is not None
 
     def on_stop(self) -> str:
         """What a graceful stop now discards (partial rollouts: the episodes in flight), as a line; "" if nothing."""
@@ -168,6 +166,7 @@ def collect(
     kept: list[Trajectory] = []
     dropped: list[Trajectory] = []
     parts: list[Rollouts] = []  # each round's, for the layout the players reported
+    local = Rollouts([])  # this rank's last round (its phase metrics: per rank, not gathered)
     judged: list[dict[str, float]] = []  # each round's judge/* metrics (--reward.judge)
     rounds = a.max_gen_rounds if a.dynamic_sampling else 1
     for rnd in range(rounds):
@@ -198,8 +197,8 @@ def collect(
             break
     # Fixed batch size: truncate to P groups, or top up with dropped groups (zero advantage: no gradient signal).
     batch = (kept + dropped)[: P * n]
-    metrics = {"train/dropped_groups": len(dropped) / n, "train/gen_rounds": rounds} | rollout.metrics
-    metrics |= rollout.player.metrics(batch) | env_metrics(cfg.env, batch, rollout.scored)
+    metrics = {"train/dropped_groups": len(dropped) / n, "train/gen_rounds": rounds} | local.metrics
+    metrics |= rollout.player.metrics(batch) | env_metrics(cfg.env, batch, local.scored)
     if judged:  # errors and judging time add up over DAPO's rounds; the rest is the last round's
         metrics |= judged[-1] | {k: sum(m[k] for m in judged) for k in ("judge/errors", "timing/judge_s")}
     return Rollouts(batch, Rollouts.merge(parts).layout), metrics

@@ -1,7 +1,7 @@
 """What an env's episodes say beyond their own rewards: a group's rewards from a group scorer (a TRL reward
 function: `envs.group_scorer`), and the env's metrics for TensorBoard (`env/*`).
 
-    errors = score_groups(scorer, trajs, by="group")   # in place, on this rank's episodes, before the gather
+    score_groups(scorer, trajs, by="group")             # in place, on this rank's episodes, before the gather
     m = env_metrics("skyrl_gym", trajs, scored)         # {"env/gsm8k_multi_turn/avg_steps": ..., ...}
 
 A scorer that raises, or returns the wrong length, masks its group (no token of it is trained, as for a failed
@@ -29,13 +29,13 @@ def reply_text(t: Trajectory) -> str:
     return next((m.get("content") or "" for m in reversed(t.messages) if m.get("role") == "assistant"), "")
 
 
-def score_groups(scorer, trajs: list[Trajectory], by: str = "group") -> int:
+def score_groups(scorer, trajs: list[Trajectory], by: str = "group") -> None:
     """Score each group of `trajs` (keyed by `by`: "group" in training, "env_seed" in the eval) with `scorer`, in
-    place. Returns the number of groups masked because the scorer failed."""
+    place. A group the scorer failed on is marked on its episodes (`info["reward_error"]`), which travel through the
+    gather: `env_metrics` counts them there, once, over every rank's groups."""
     groups: dict[int, list[Trajectory]] = {}
     for t in trajs:
         groups.setdefault(getattr(t, by), []).append(t)
-    errors = 0
     for members in groups.values():
         live = [t for t in members if t.stop_reason in _SCORED]  # env / backend failures keep their 0
         if not live:
@@ -43,7 +43,6 @@ def score_groups(scorer, trajs: list[Trajectory], by: str = "group") -> int:
         try:
             rewards, successes = scorer([t.env_seed for t in live], [reply_text(t) for t in live])
         except Exception as e:  # noqa: BLE001 - costs this group only
-            errors += 1
             for t in members:
                 t.info["reward_error"] = str(e)[:500]
                 t.reward, t.success = 0.0, None
@@ -53,7 +52,6 @@ def score_groups(scorer, trajs: list[Trajectory], by: str = "group") -> int:
             t.reward, t.success = (0.0, None) if r is None else (r, s)
             if r is None:
                 t.info["unscored"] = True
-    return errors
 
 
 def env_metrics(env: str, trajs: list[Trajectory], scored: bool = False) -> dict[str, float]:

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 from nanosky.agent import AgentRunner, Trajectory
 from nanosky.agent.backends import EngineBackend, GenerationResult, Request
+from nanosky.agent.player import tail_s
 from nanosky.agent.task import Task
 from nanosky.config import RolloutConfig
 from nanosky.seeds import derive_seed
@@ -112,6 +113,11 @@ class Carry:
         self.started: list[int] = []  # every group id started, in order (the ledger's)
         self.trained: list[int] = []  # every group id trained, in order
 
+    @property
+    def most_episodes(self) -> int:
+        """The most episodes a phase has in flight at once (its target of groups, each of group size)."""
+        return self.target * self.n
+
     def in_flight(self) -> int:
         """Episodes started and not yet trained (what a stop now would discard)."""
         return sum(len(g.episodes) for g in self.groups)
@@ -139,12 +145,15 @@ class Carry:
             self.groups.append(Group(gid, eps, step, version))
             self.started.append(gid)
         live = [e for g in self.groups for e in g.episodes]
-        tail_from = None  # when fewer than a quarter of the phase's episodes were left running
+        ends: list[float] = []  # seconds into the phase at which each live episode ended (0.0: before it began)
+        for e in live:
+            if e.done():
+                ends.append(0.0)
+            else:
+                e.add_done_callback(lambda _: ends.append(time.perf_counter() - t0))
         try:
             while not self._ready(version, drain) and (pending := [e for e in live if not e.done()]):
                 await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                if tail_from is None and sum(not e.done() for e in live) < len(live) / 4:
-                    tail_from = time.perf_counter()
         finally:
             self.gate.hold()  # carried episodes' next requests wait for the next phase
             self.backend.pause()  # and those in the engine are cut
@@ -165,7 +174,7 @@ class Carry:
             "rollout/staleness_mean": sum(lag) / len(lag) if lag else float("nan"),
             "rollout/staleness_max": float(max(lag)) if lag else float("nan"),
             "rollout/resumed_prefill_tokens": float(self.backend.resumed_prefill_tokens - prefill0),
-            "rollout/tail_s": end - tail_from if tail_from is not None else 0.0,
+            "rollout/tail_s": tail_s(list(ends), len(live), end - t0),
             "rollout/phase_s": end - t0,
         }
 

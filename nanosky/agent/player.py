@@ -11,7 +11,8 @@ trainer reads the layout instead of inspecting the data (as SkyRL's `GeneratorIn
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
 
 from nanosky.agent.task import Task
@@ -28,6 +29,10 @@ class Rollouts:
     trajs: list[Trajectory]
     layout: Layout = "concat"
     wall_s: float = 0.0  # how long the phase took
+    # the phase's own scalars (rollout/*: throughput, the engine's share, the tail), set by the phase that ran it
+    # (nanosky/collect.py) on this rank's part; a merge holds none (they are per rank)
+    metrics: dict[str, float] = field(default_factory=dict)
+    scored: bool = False  # the env scored these episodes by groups (a TRL reward function: `env/reward_errors`)
 
     @staticmethod
     def merge(parts: list[Rollouts]) -> Rollouts:
@@ -35,6 +40,18 @@ class Rollouts:
         external agent is also its one step, so step-wise rows hold every episode)."""
         layout: Layout = "stepwise" if any(p.layout == "stepwise" for p in parts) else "concat"
         return Rollouts([t for p in parts for t in p.trajs], layout, max((p.wall_s for p in parts), default=0.0))
+
+
+def tail_s(ends: list[float], n: int, wall: float) -> float:
+    """`rollout/tail_s`: how long a phase of `n` episodes ran with fewer than a quarter of them still running, from
+    the episode end (seconds into the phase; `ends` holds those that ended within it) that left fewer than n/4
+    running to the phase's end at `wall`. 0.0 when that never happened (the phase ended first, cutting the rest: a
+    partial-rollout phase); NaN over no episode (nothing to measure)."""
+    if n == 0:
+        return math.nan
+    k = n * 3 // 4  # after the (k+1)-th end, n - k - 1 < n / 4 run
+    ends = sorted(e for e in ends if e <= wall)
+    return max(0.0, wall - ends[k]) if len(ends) > k else 0.0
 
 
 @runtime_checkable
@@ -55,6 +72,11 @@ class Player(Protocol):
 
     def metrics(self, trajs: list[Trajectory]) -> dict[str, float]:
         """The player's own step scalars over a batch of its episodes."""
+        ...
+
+    def layout(self, trajs: list[Trajectory]) -> Layout:
+        """What training rows these episodes of this player make (`Rollouts.layout`), decided here only: `play`
+        returns it, and so does a partial-rollout phase over the player's carried episodes."""
         ...
 
     async def aclose(self) -> None:

@@ -30,7 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from nanosky.agent.backends import Backend, BackendError, ContextLengthError, Request
 from nanosky.agent.dispatcher import STAGES, Dispatcher
-from nanosky.agent.player import Rollouts
+from nanosky.agent.player import Layout, Rollouts
 from nanosky.agent.task import EnvError, Task
 from nanosky.agent.trajectory import Step, Trajectory, success_of
 from nanosky.config import RolloutConfig
@@ -124,13 +124,16 @@ class AgentRunner:
         return asyncio.run(main())
 
     async def play(self, tasks: list[Task], *, groups=None, seeds=None, sample_seed=None, temperature=None) -> Rollouts:
-        """The `Player` interface: step-wise rows when turns are sampled from a history window, else one row per
-        episode."""
+        """The `Player` interface: every task's episode, with the rows they make (`layout`)."""
         trajs = await self.arun(tasks, groups, seeds, sample_seed, temperature)
-        return Rollouts(trajs, "stepwise" if self.history_window else "concat", self.last_wall_s)
+        return Rollouts(trajs, self.layout(trajs), self.last_wall_s)
 
     def metrics(self, trajs: list[Trajectory]) -> dict[str, float]:
         return {}  # the step's scalars (nanosky/metrics.py) already cover the built-in loop
+
+    def layout(self, trajs: list[Trajectory]) -> Layout:
+        """A row per turn when turns are sampled from a history window (step-wise), else a row per episode."""
+        return "stepwise" if self.history_window else "concat"
 
     async def aclose(self) -> None:
         await self.backend.aclose()

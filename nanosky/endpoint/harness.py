@@ -38,7 +38,7 @@ from pathlib import Path
 
 import httpx
 
-from nanosky.agent.player import Rollouts
+from nanosky.agent.player import Layout, Rollouts
 from nanosky.agent.task import EnvError, Task
 from nanosky.agent.trajectory import Trajectory
 from nanosky.config import RolloutConfig, import_plugins
@@ -185,8 +185,7 @@ class Harness:
             raise fatal
         return mask_failed(trajs, FAILED)
 
-    @staticmethod
-    def layout(trajs: list[Trajectory]) -> str:
+    def layout(self, trajs: list[Trajectory]) -> Layout:
         """Step-wise rows when any episode came back in several segments, else one row per episode."""
         return "stepwise" if any(len(t.steps) > 1 for t in trajs) else "concat"
 

@@ -46,7 +46,7 @@ def test_the_function_gets_the_group_and_the_rows_columns(data):
     trl_rewards.CALLS.clear()
     task = envs.make("dataset", "train", 4, data_path=data).task
     trajs, scorer = _group(data, "exact", [task.answer, "nope", task.answer], group=7, seed=4)
-    assert score_groups(scorer, trajs) == 0
+    score_groups(scorer, trajs)
     [call] = trl_rewards.CALLS  # one call for the whole group
     assert call["prompts"] == [task.raw_prompt] * 3 and call["completions"] == [
         task.answer,
@@ -62,7 +62,8 @@ def test_the_function_gets_the_group_and_the_rows_columns(data):
 def test_a_function_that_fails_masks_its_group_and_the_run_goes_on(data, fn, why):
     bad, scorer = _group(data, fn, ["a", "b", "c"], group=1)
     good, ok = _group(data, "exact", ["x", "y", "z"], group=2)
-    assert score_groups(scorer, bad) == 1 and score_groups(ok, good) == 0
+    score_groups(scorer, bad)
+    score_groups(ok, good)
     assert all(t.loss_mask == [0, 0, 0] and why in t.info["reward_error"] for t in bad)
     assert all(t.success is None for t in bad)  # not silently a failure
     assert all(t.loss_mask == [0, 1, 1] for t in good)

@@ -81,6 +81,7 @@ def test_ten_steps_of_carries_lose_nothing_train_nothing_twice_and_bound_stalene
                 assert sampled and all(i == BASE + v for i, v in sampled if i != tok.eos_token_id)  # exact
                 assert all(0 <= version - v <= K for _, v in sampled), (step, [v for _, v in sampled])
             assert m["rollout/staleness_max"] <= K
+            assert 0.0 <= m["rollout/tail_s"] <= m["rollout/phase_s"]  # the one rule (`tail_s`): a time, never NaN
             # a group at the bound is never left for a later step
             assert all(version - g.version < K for g in carry.groups), [(g.gid, g.version) for g in carry.groups]
             trained += sorted({t.group for t in trajs})
@@ -90,6 +91,21 @@ def test_ten_steps_of_carries_lose_nothing_train_nothing_twice_and_bound_stalene
     assert len(trained) == len(set(trained)) == 40  # nothing trained twice
     assert sorted(trained) == sorted(carry.started) and not carry.groups  # nothing lost: the last step drained
     assert sorted(carry.trained) == sorted(trained)
+
+
+def test_the_tail_is_one_rule_for_both_kinds_of_phase():
+    """`rollout/tail_s`: the phase's time with fewer than a quarter of its episodes running; 0.0 when the phase ended
+    first (a partial-rollout phase cut them), NaN over no episode."""
+    import math
+
+    from nanosky.agent.player import tail_s
+
+    assert tail_s([8.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0], 8, wall=10.0) == 3.0  # after the 7th end, 1 of 8 runs
+    assert tail_s([1.0, 2.0, 3.0, 4.0], 4, wall=5.0) == 1.0  # of 4, fewer than 1 runs only once all have ended
+    assert tail_s([1.0, 2.0, 3.0], 4, wall=5.0) == 0.0  # one still ran when the phase ended
+    assert tail_s([1.0, 2.0, 3.0, 4.0, 5.0], 8, wall=6.0) == 0.0  # 3 of 8 still running when the phase ended
+    assert tail_s([1.0, 2.0, 3.0, 9.0], 4, wall=5.0) == 0.0  # an end after the phase's is not within it
+    assert math.isnan(tail_s([], 0, wall=5.0))
 
 
 def test_a_draining_step_starts_only_its_share_and_finishes_everything():
