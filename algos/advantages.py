@@ -91,6 +91,22 @@ def grpo(
     return _broadcast(adv, response_mask), _broadcast(R, response_mask)
 
 
+@register_adv_estimator("demo", demos=True)
+@torch.no_grad()
+def demo(
+    token_rewards: Tensor,
+    response_mask: Tensor,
+    group_index: Tensor,
+    values: Tensor | None = None,
+    gamma: float = 1.0,
+    lam: float = 1.0,
+) -> tuple[Tensor, Tensor]:
+    """Demonstrations (SFT, `--algo sft`): every demonstrated token's advantage is 1, whatever the episode's reward;
+    with the `nll` loss the step is supervised fine-tuning on the assistant's tokens (observations stay masked)."""
+    R = _outcome(token_rewards, response_mask)  # [B]
+    return response_mask.to(token_rewards.dtype), _broadcast(R, response_mask)
+
+
 @register_adv_estimator("dr_grpo", per_group=True)
 @torch.no_grad()
 def dr_grpo(

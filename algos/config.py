@@ -197,6 +197,9 @@ PRESETS: dict[str, AlgoConfig] = {
     # GiGPO (arXiv 2505.10978): episode-level group advantage + step-level advantage over anchor states, γ = 0.95
     # over steps, mean_norm (no std division), as verl-agent's defaults.
     "gigpo": AlgoConfig(adv_estimator="gigpo", policy_loss="ppo", loss_agg_mode="token-mean", gamma=0.95),
+    # SFT in the same loop: the env's expert's episodes (a player that replays them), every assistant token at
+    # advantage 1 under a plain NLL; token-mean over the demonstrations' tokens, as TRL's SFTTrainer
+    "sft": AlgoConfig(adv_estimator="demo", policy_loss="nll", loss_agg_mode="token-mean"),
 }
 
 for _name, _cfg in PRESETS.items():

@@ -97,6 +97,21 @@ def gspo_token_log_ratio(
     return log_prob - log_prob.detach() + seq_log_ratio[:, None]  # [B, T]
 
 
+@register_policy_loss("nll", zero_at_zero_adv=True)
+def nll_loss(
+    log_prob: Tensor,
+    old_log_prob: Tensor,
+    advantages: Tensor,
+    response_mask: Tensor,
+    cfg: AlgoConfig | None = None,
+    weights: Tensor | None = None,
+) -> tuple[Tensor, dict[str, float]]:
+    """Supervised: L = −A·logπ_θ, with no ratio and no clip (the behaviour policy does not enter). Under the `demo`
+    estimator (A = 1 on every demonstrated token) it is the tokens' negative log-likelihood: SFT as the RL step."""
+    cfg = _default(cfg)
+    return _finish(-advantages * log_prob, response_mask, cfg, weights, {"nll": -log_prob.detach()})
+
+
 @register_policy_loss("gspo", zero_at_zero_adv=True)
 def gspo_loss(
     log_prob: Tensor,

@@ -71,7 +71,7 @@ POLICY_LOSSES = Registry("policy loss")
 
 
 def register_adv_estimator(
-    name: str, per_group: bool = False, needs_values: bool = False, needs_steps: bool = False
+    name: str, per_group: bool = False, needs_values: bool = False, needs_steps: bool = False, demos: bool = False
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorator: register `fn(token_rewards, response_mask, group_index, values=None, gamma=1.0, lam=1.0)`.
 
@@ -80,8 +80,12 @@ def register_adv_estimator(
     needs_values: the estimator reads `values` (gae), so the trainer builds and trains a critic.
     needs_steps: the estimator also takes `steps=` (`algos.gigpo.StepInfo`: each row's step spans, rewards and state
     keys) and `omega=`, `mode=` (AlgoConfig.step_adv_weight / step_adv_mode), as GiGPO does.
+    demos: the estimator's rows are demonstrations (SFT): the run's training episodes are the env's own expert's,
+    replayed, not sampled (nanosky/agent/demos.py); the held-out evals still sample the policy.
     """
-    return ADV_ESTIMATORS.register(name, per_group=per_group, needs_values=needs_values, needs_steps=needs_steps)
+    return ADV_ESTIMATORS.register(
+        name, per_group=per_group, needs_values=needs_values, needs_steps=needs_steps, demos=demos
+    )
 
 
 def get_adv_estimator(name: str) -> Callable[..., Any]:

@@ -20,6 +20,7 @@ from nanosky.agent import AgentRunner, EngineBackend, EnvTask
 from nanosky.bundled import resolve_model_path
 from nanosky.endpoint.harness import Harness
 from nanosky.endpoint.server import Sampling
+from nanosky.precision import decide
 from nanosky.rollout.chat import load_tokenizer
 from nanosky.rollout.engine import Engine, EngineConfig
 
@@ -36,7 +37,10 @@ def main() -> None:
     from examples.openai_agents_tool_use import solve as sdk
 
     path = resolve_model_path("tiny-tool")
-    engine, tok = Engine(EngineConfig(seed=0), path, dist.init_distributed()), load_tokenizer(path)
+    engine, tok = (
+        Engine(EngineConfig(seed=0), path, dist.init_distributed(), precision=decide("auto", "cpu")),
+        load_tokenizer(path),
+    )
     kinds = ("arith", "python")  # the preset's kinds
 
     def tasks():

@@ -43,7 +43,7 @@ from gpu_check_parts import SHAPES, noise, profile, qlora, qwen_config, seven_b,
 
 from nanosky import dist  # noqa: E402
 from nanosky.bundled import resolve_model_path  # noqa: E402
-from nanosky.precision import of_device  # noqa: E402
+from nanosky.precision import decide  # noqa: E402
 from nanosky.train import packing  # noqa: E402
 from nanosky.train.batch import to_batch  # noqa: E402
 from nanosky.train.policy import load_model, shard_model  # noqa: E402
@@ -69,7 +69,7 @@ def families(info, out: str, tol: float) -> None:
     for fam in [*FAMILIES, "tiny"]:
         try:  # a family this transformers lacks is a row, not the end of the part
             path = resolve_model_path("tiny") if fam == "tiny" else build(fam, out)
-            model = load_model(path, info)
+            model = load_model(path, info, precision=decide("auto", info.device.type))
         except Exception as e:  # noqa: BLE001
             print(f"| {fam} | not built: {type(e).__name__}: {str(e)[:120]} | | | | |", flush=True)
             continue
@@ -104,7 +104,7 @@ def gradients(info) -> None:
     from nanosky.train import grouped_attention
 
     print("\n## 2. gradients, packed vs padded (bundled tiny)", flush=True)
-    model = load_model(resolve_model_path("tiny"), info)
+    model = load_model(resolve_model_path("tiny"), info, precision=decide("auto", info.device.type))
     batch = to_batch(workload(model.config.vocab_size, 3, 4, 40, (5, 60)), 0, info.device)
     l0, g0 = loss_and_grads(model, batch, OptimConfig(packing="none"))
     for name in ("dense mask", "grouped"):
@@ -130,7 +130,7 @@ def speed(info, shape: str, groups: int, row_tokens: list[int], reps: int, padde
     with torch.device(info.device):
         model = Qwen2ForCausalLM(cfg)  # fp32 masters; the trainer computes in bf16 under FSDP2
     model.config.use_cache = False
-    model = shard_model(model, info)
+    model = shard_model(model, info, precision=decide("auto", info.device.type))
     prompt, answer = (512, (128, 1024)) if info.is_cuda else (64, (16, 64))
     trajs = workload(cfg.vocab_size, groups if info.is_cuda else 2, 8, prompt, answer)
     tokens = sum(len(t.ids) for t in trajs)
@@ -217,7 +217,7 @@ def main() -> None:
         try:
             if part == "families":
                 with tempfile.TemporaryDirectory() as out:
-                    families(info, out, of_device(info.device.type).build_tol)
+                    families(info, out, decide("auto", info.device.type).build_tol)
             elif part == "gradients":
                 gradients(info)
             elif part == "speed":

@@ -11,7 +11,7 @@ import torch
 
 from nanosky.agent.trajectory import Trajectory
 from nanosky.bundled import resolve_model_path
-from nanosky.precision import of_device
+from nanosky.precision import decide
 from nanosky.train import packing
 from nanosky.train.batch import to_batch
 from nanosky.train.policy import shard_model
@@ -113,7 +113,7 @@ def seven_b(info) -> None:
             ids = torch.tensor([s_], device=info.device)
             out = p.lm_forward(model)(ids, torch.ones_like(ids), None)[0, : len(s_) - 1]
             worst = max(worst, float((packed[i, : len(s_) - 1].float() - out.float()).abs().max()))
-    tol = of_device(info.device.type).build_tol
+    tol = decide("auto", info.device.type).build_tol
     print(
         f"packing check: target tokens max |Δ| {ok_target:.3g}, full vocabulary {worst:.3g} (tolerance {tol})",
         flush=True,
@@ -149,7 +149,7 @@ def seven_b(info) -> None:
         model.config.use_cache = False
         if ckpt:
             checkpoint_activations(model)
-        model = shard_model(model, info)
+        model = shard_model(model, info, precision=decide("auto", info.device.type))
         for rows, L in ((8, 1024), (8, 4096)) if info.is_cuda else ((2, 64),):
             trajs = workload(cfg.vocab_size, rows // 8 or 1, 8, L // 2, (L // 2, L // 2))
             batch = to_batch(trajs, 0, info.device)
@@ -230,7 +230,7 @@ def profile(info) -> None:
     with torch.device(info.device):
         model = Qwen2ForCausalLM(cfg)
     model.config.use_cache = False
-    model = shard_model(model, info)
+    model = shard_model(model, info, precision=decide("auto", info.device.type))
     trajs = workload(cfg.vocab_size, 8, 8, 512, (128, 1024)) if info.is_cuda else workload(4096, 2, 8, 64, (16, 64))
     batch = to_batch(trajs, 0, info.device)
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if info.is_cuda else [])
@@ -269,7 +269,7 @@ def qlora(info) -> None:
 
     print(f"\n## 5. QLoRA (bitsandbytes {bnb.__version__}), bundled tiny, {info.device.type}", flush=True)
     cfg, path = LoraConfig(rank=4, alpha=8, qlora=True), resolve_model_path("tiny")
-    model = load_lora_model(path, cfg, info)
+    model = load_lora_model(path, cfg, info, precision=decide("auto", info.device.type))
     opt = torch.optim.AdamW(trainable_parameters(model), lr=5e-2)
     for i in range(2):  # lora_B leaves zero: the merge really adds something
         ids = torch.randint(3, 500, (2, 12), generator=torch.Generator().manual_seed(i)).to(info.device)

@@ -22,6 +22,8 @@ import sys
 import time
 from dataclasses import dataclass
 
+from nanosky.precision import decide
+
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -71,7 +73,7 @@ def main(args: Args) -> None:
     info = dist.init_distributed()
     path = resolve_model_path(cfg.model.path)
     tok = AutoTokenizer.from_pretrained(path)
-    engine = Engine(cfg.engine, path, info)
+    engine = Engine(cfg.engine, path, info, precision=decide(cfg.precision, info.device.type))
     pool = make_pool(2, cfg.envpool.step_timeout_s)
     rollout = Rollout(cfg.rollout, EngineBackend(engine, tok), pool, tok)
 

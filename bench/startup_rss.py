@@ -18,6 +18,8 @@ import tempfile
 import threading
 import time
 
+from nanosky.precision import decide
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -48,9 +50,13 @@ def worker(method: str, path: str, out: str) -> None:
     dist.barrier()
     t0 = time.perf_counter()
     if method == "new":
-        model = load_model(path, info)
+        model = load_model(path, info, precision=decide("fp32", info.device.type))
     else:  # every rank reads the whole checkpoint in fp32, then shards it
-        model = shard_model(AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32), info)
+        model = shard_model(
+            AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32),
+            info,
+            precision=decide("fp32", info.device.type),
+        )
     dist.barrier()
     secs = time.perf_counter() - t0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

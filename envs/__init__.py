@@ -59,6 +59,11 @@ def has_checker(name: str) -> bool:
     return getattr(get_env_factory(name), "checker", True)
 
 
+def has_expert(name: str) -> bool:
+    """Whether env `name` has a scripted expert (`expert_action()`), whose episodes SFT trains on (`--algo sft`)."""
+    return callable(getattr(get_env_factory(name), "expert_action", None))
+
+
 def group_scorer(name: str, split: str = "train", **kwargs):
     """What scores env `name`'s episodes a group at a time (a TRL reward function: `envs/ecosystem/dataset.py`), or
     None when each episode scores itself in `step` (every other env). Called `(seeds, replies) -> (rewards,

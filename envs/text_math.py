@@ -382,6 +382,7 @@ class TextMathEnv(Env):
         if answer_format not in FORMATS:
             raise ValueError(f"answer_format: unknown {answer_format!r}; valid: {list(FORMATS)}")
         prompt, self.extract = FORMATS[answer_format]
+        self.answer_format = answer_format
         if data_path is not None:
             rows = _load_cached(str(data_path))
             if not rows:
@@ -399,6 +400,14 @@ class TextMathEnv(Env):
             {"role": "system", "content": self.system_prompt},
             {"role": "user", "content": self.problem.question},
         ]
+
+    def expert_action(self) -> str:
+        """The scripted expert's reply to a training problem (SFT's demonstration): its scratchpad, one easy operation
+        a line, then the answer in this env's format. A held-out problem has none: the test split is never taught."""
+        if self.split != "train":
+            raise ValueError("text_math: no expert on the test split (its problems are held out)")
+        answer = {"tags": "<answer>{}</answer>", "hashes": "#### {}", "last": "The answer is: {}"}[self.answer_format]
+        return "\n".join([*self.problem.steps, answer.format(self.problem.answer)])
 
     def step(self, action: str) -> StepResult:
         reward, info = score(action, self.problem.answer, self.extract)

@@ -25,8 +25,15 @@ class MissingBundledModel(FileNotFoundError):
 
 
 def by_name(path: str) -> bool:
-    """Whether `path` names a model this module resolves (bundled, real by name, or a GGUF file)."""
-    return path in BUNDLED or path in WHEELS or path.endswith(".gguf")
+    """Whether `path` names a model this module resolves (bundled, real by name, a GGUF file, or a run's checkpoint:
+    a run dir or `checkpoints/step_N`, whose export is the model, e.g. an SFT run's to start RL from)."""
+    return path in BUNDLED or path in WHEELS or path.endswith(".gguf") or _in_run(path)
+
+
+def _in_run(path: str) -> bool:
+    """A run dir (its `checkpoints/`) or one of its checkpoints (its `export/`)."""
+    p = Path(path).expanduser()
+    return (p / "checkpoints").is_dir() or (p / "export" / "config.json").is_file()
 
 
 def resolve_model_path(path: str) -> str:
@@ -37,6 +44,10 @@ def resolve_model_path(path: str) -> str:
 
         return from_gguf(wheel_gguf(path) if path in WHEELS else path)
     if path not in BUNDLED:
+        if _in_run(path):
+            from nanosky.train.checkpointer import find_export
+
+            return find_export(path)  # its latest complete checkpoint's export; FileNotFoundError says what is not
         return path
     if (ASSETS / path / "model.safetensors").exists():
         return str(ASSETS / path)

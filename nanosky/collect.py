@@ -22,6 +22,7 @@ import algos
 import envs
 from nanosky import dist
 from nanosky.agent import AgentRunner, EngineBackend, PooledEnvTask, Trajectory
+from nanosky.agent.demos import Demonstrator
 from nanosky.agent.player import Player, Rollouts, tail_s
 from nanosky.config import DebugConfig, RolloutConfig
 from nanosky.config.reward import RewardConfig
@@ -56,11 +57,15 @@ class Rollout:
         log_dir: str | None = None,
         reward: RewardConfig | None = None,
         debug: DebugConfig | None = None,
+        demos: bool = False,
     ):
+        """`demos`: the run trains on demonstrations (SFT): its training episodes are the env's expert's, played by
+        a `Demonstrator`; every other phase (the evals) samples the policy through the run's player."""
         self.cfg, self.backend, self.pool, self.tok = cfg, backend, pool, tok
         # --reward.judge: the run's one judge (a server, or this rank's engine), built here, used by every phase
         self.judging = Judging(reward, backend) if reward is not None and reward.judge != "off" else None
         self.player = make_player(cfg, backend, tok, log_dir, dist.get_info().rank)
+        self.demos = Demonstrator(AgentRunner.from_config(cfg, backend, tok)) if demos else None
         # --rollout.max-staleness > 0: the episodes carried from step to step (K = 0: none, the synchronous step)
         external = self.player if cfg.agent or cfg.agent_cmd else None  # its carried episodes share its endpoint
         info = dist.get_info()
@@ -86,7 +91,8 @@ class Rollout:
         self.backend.version = version
         start = self._counters()
         tasks = [PooledEnvTask(self.pool, env, split, seed=s, **env_kwargs) for s in seeds]
-        play = self.player.play(tasks, groups=groups, seeds=seeds, sample_seed=sample_seed, temperature=temperature)
+        player = self.demos if self.demos is not None and split == "train" else self.player
+        play = player.play(tasks, groups=groups, seeds=seeds, sample_seed=sample_seed, temperature=temperature)
         out = self.loop.run(play, threads=len(tasks))
         wall = max(out.wall_s, 1e-9)
         ends = [t.latency_s for t in out.trajs]  # every episode starts with the phase
@@ -109,6 +115,20 @@ class Rollout:
         finish, scored = self._finish(env, env_kwargs, "train", trajs, by="group", wall=wall, start=start)
         # the carried episodes are the run's player's (its own loop over the carry's gate, or the same harness)
         return Rollouts(trajs, self.player.layout(trajs), wall, metrics=m | finish, scored=scored)
+
+    @classmethod
+    def from_config(cls, cfg: TrainConfig, backend: EngineBackend, pool, tok) -> Rollout:
+        """The run's rollout phase, as its flags say (logs in the run dir, the judge, demonstrations for SFT)."""
+        return cls(
+            cfg.rollout,
+            backend,
+            pool,
+            tok,
+            log_dir=cfg.run_dir,
+            reward=cfg.reward,
+            debug=cfg.debug,
+            demos=cfg.demonstrations,
+        )
 
     def _counters(self) -> tuple[float, int, int]:
         """The engine backend's running totals: busy seconds, engine steps, requests summed over those steps."""

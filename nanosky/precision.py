@@ -151,6 +151,6 @@ def emulation_warning(
     )
 
 
-def of_device(device_type: str) -> Precision:
-    """The precision of a component built outside a run (a bench, an eval): bf16 on CUDA, fp32 on the CPU."""
-    return Precision("bf16" if device_type == "cuda" else "fp32", device_type, "the device's default")
+def engine_dtype(flag: str, prec: Precision) -> str:
+    """vLLM's dtype, the one rule: `--engine.dtype` where it names one, else the run's precision's."""
+    return flag if flag != "auto" else prec.engine_dtype

@@ -50,20 +50,19 @@ def check(cfg: TrainConfig, world: int | None = None) -> None:
     check_agent(cfg)
     check_env_data(cfg.env, cfg.env_data)
     check_ecosystem_env(cfg)
+    check_demonstrations(cfg)
     check_judge(cfg)
     check_disk(cfg)
 
 
 def check_model(flag: str, path: str) -> None:
-    from nanosky.bundled import MissingBundledModel, by_name, resolve_model_path
+    from nanosky.bundled import by_name, resolve_model_path
     from nanosky.gguf import GGUFError
 
     if by_name(path):  # a bundled or real model by name, or a GGUF file (converted here, once, under a lock)
         try:
             resolve_model_path(path)
-        except MissingBundledModel as e:
-            raise UsageError(f"{flag} {e}") from None
-        except GGUFError as e:
+        except (FileNotFoundError, GGUFError) as e:  # not built, not installed, or a run with no checkpoint yet
             raise UsageError(f"{flag} {e}") from None
         return
     p = Path(path).expanduser()
@@ -121,13 +120,13 @@ def model_folder(path: str) -> str:
     """What the later checks read for `--model.path`: a named model's folder (bundled, real by name, a GGUF file's
     conversion; `check_model` has made it), else the path as given. Never the name itself: a name is not a hub id,
     and asking the hub for it stalls an offline start for a minute of retries."""
-    from nanosky.bundled import MissingBundledModel, by_name, resolve_model_path
+    from nanosky.bundled import by_name, resolve_model_path
 
     if not by_name(path):
         return path
     try:
         return resolve_model_path(path)
-    except MissingBundledModel:  # check_model has said so where it matters; the folder is not there to read
+    except FileNotFoundError:  # check_model has said so (a bundled model not built, a run with no checkpoint yet)
         return str(Path(path) / "missing")
 
 
@@ -144,9 +143,9 @@ def check_architecture(cfg: TrainConfig) -> None:
     if torch.cuda.is_available():
         return
     conf = json.loads(p.read_text())
-    from nanosky.precision import decide
+    from nanosky.precision import decide, engine_dtype
 
-    dtype = cfg.engine.dtype if cfg.engine.dtype != "auto" else decide(cfg.precision, "cpu").engine_dtype
+    dtype = engine_dtype(cfg.engine.dtype, decide(cfg.precision, "cpu"))  # on the CPU (CUDA returned above)
     why = cpu_refusal(conf, dtype)
     if why:
         arch = (conf.get("architectures") or [conf.get("model_type", "this model")])[0]
@@ -276,6 +275,19 @@ def _gsm8k_row_error(line: str) -> str | None:
 
 DATA_ENVS = ("dataset", "skyrl_gym")
 ECOSYSTEM_ENVS = (*DATA_ENVS, "reasoning_gym", "textarena")
+
+
+def check_demonstrations(cfg: TrainConfig) -> None:
+    """SFT (`--algo sft`) trains on the env's own expert: an env without one is refused by name, before any model
+    loads, with the envs that have one."""
+    import envs
+
+    if cfg.demonstrations and not envs.has_expert(cfg.env):
+        having = ", ".join(n for n in envs.env_names() if envs.has_expert(n))
+        raise UsageError(
+            f"--algo sft: env {cfg.env!r} has no scripted expert to demonstrate it (Env.expert_action); "
+            f"envs with one: {having}"
+        )
 
 
 def check_ecosystem_env(cfg: TrainConfig) -> None:

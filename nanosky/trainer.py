@@ -95,20 +95,18 @@ def build(cfg: TrainConfig, resources: contextlib.ExitStack) -> Run:
     tok = load_tokenizer(path, cfg.model.chat_template)  # --model.chat-template replaces the model's own
     check_platform(cfg.lora, info.device.type)  # e.g. QLoRA on CPU fails here, not at step 1
     prec = precision.decide(cfg.precision, info.device.type)  # engine dtype and trainer compute, decided once
-    policy = load_policy(path, cfg.lora, info, cfg.optim.activation_checkpointing, prec)
+    policy = load_policy(path, cfg.lora, info, cfg.optim.activation_checkpointing, precision=prec)
     # Every trainer model is built before the engine: vLLM's Transformers backend rewrites transformers classes in
     # place when it starts, and the trainer's models hold private copies of theirs (`private_classes`).
-    ref = load_reference(path, cfg.lora, info, policy, prec) if cfg.algorithm.needs_ref else None  # LoRA: adapters off
-    critic = load_critic(path, info, prec) if cfg.algorithm.needs_critic else None
+    ref = load_reference(path, cfg.lora, info, policy, precision=prec) if cfg.algorithm.needs_ref else None
+    critic = load_critic(path, info, precision=prec) if cfg.algorithm.needs_critic else None
     # the engine starts with placeholder weights: the build sync below pushes the trainer's (one read of the checkpoint)
     engine = Engine(
         cfg.engine, path, info, log_path=os.path.join(cfg.run_dir, "engine.log"), weights="pushed", precision=prec
     )
     pool = make_pool(cfg.envpool.workers, cfg.envpool.step_timeout_s)
     resources.callback(pool.shutdown)
-    rollout = Rollout(
-        cfg.rollout, EngineBackend(engine, tok), pool, tok, log_dir=cfg.run_dir, reward=cfg.reward, debug=cfg.debug
-    )
+    rollout = Rollout.from_config(cfg, EngineBackend(engine, tok), pool, tok)  # SFT: the expert plays train episodes
     resources.callback(rollout.close)  # the player (the endpoint), then the rank's event loop
     log = RunLogger(cfg.run_dir, info.is_main, cfg.steps, cfg.log.tqdm)
     resources.callback(log.close)

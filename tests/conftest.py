@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cpu import FP32
 
 TESTS = Path(__file__).resolve().parent
 sys.path.insert(0, str(TESTS))  # the shared helpers (spawn, helpers_envs) for every test folder
@@ -46,7 +47,7 @@ def dist_info():
 def engine(tiny_path, dist_info):
     from nanosky.rollout.engine import Engine, EngineConfig
 
-    return Engine(EngineConfig(kv_cache_gib=1, seed=0), tiny_path, dist_info)
+    return Engine(EngineConfig(kv_cache_gib=1, seed=0), tiny_path, dist_info, precision=FP32)
 
 
 def kind_of(path: Path) -> str:

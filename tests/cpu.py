@@ -10,8 +10,9 @@ emulated CPU's path on any machine (to check the scaled tests themselves)."""
 
 import os
 
-from nanosky.precision import BF16_UNITS, cpu_flags, has_bf16_units
+from nanosky.precision import BF16_UNITS, cpu_flags, decide, has_bf16_units
 
+FP32 = decide("fp32", "cpu")  # what a component built in a test computes in, unless the test is about bf16
 BF16 = has_bf16_units() and os.environ.get("NANOSKY_TEST_NO_BF16") != "1"
 
 SCALED = (

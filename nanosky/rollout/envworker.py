@@ -65,6 +65,8 @@ def worker_main(conn) -> None:
                 reply = ("ok", live[handle].state_key())
             elif op == "action_constraint":
                 reply = ("ok", live[handle].action_constraint())
+            elif op == "expert_action":
+                reply = ("ok", live[handle].expert_action())
             elif op == "replay":  # payload: (spec, log) -> digest of every reset (None) / step (action)
                 spec, log = payload
                 env = live[handle] = build(spec)

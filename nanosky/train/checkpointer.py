@@ -155,7 +155,7 @@ def find_export(path: str) -> str:
     p = Path(path).expanduser()
     if not p.is_dir():
         raise FileNotFoundError(f"{path}: no such directory")
-    if (p / "config.json").is_file():
+    if (p / "config.json").is_file() and not (p / "checkpoints").is_dir():  # a run dir has its own config.json
         return str(p)
     if (p / "export" / "config.json").is_file():
         return str(p / "export")

@@ -69,7 +69,7 @@ def critic_forward(critic: Critic):
     return lambda ids, mask, pos: critic(ids, mask, pos)
 
 
-def load_critic(path: str, info: dist.DistInfo, precision: Precision | None = None) -> Critic:
+def load_critic(path: str, info: dist.DistInfo, *, precision: Precision) -> Critic:
     return load_sharded(lambda real: Critic(path, real), info, precision=precision)  # read once, sharded as the policy
 
 

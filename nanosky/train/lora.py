@@ -32,7 +32,7 @@ from torch.distributed.tensor import DTensor
 
 from nanosky.config.model import ALL_LINEAR, LoraConfig
 from nanosky.dist import DistInfo
-from nanosky.precision import Precision, of_device
+from nanosky.precision import Precision
 from nanosky.train.policy import (
     attn_implementation,
     checkpoint_activations,
@@ -125,7 +125,8 @@ def load_lora_model(
     cfg: LoraConfig,
     info: DistInfo,
     activation_checkpointing: bool = False,
-    precision: Precision | None = None,
+    *,
+    precision: Precision,
 ):
     """Load → apply_lora → shard: the LoRA counterpart of `nanosky.train.policy.load_model`. The weights are read once,
     by rank 0 (`load_sharded`); a 4-bit base (QLoRA) is read and quantized by every rank: bitsandbytes quantizes
@@ -144,7 +145,7 @@ def load_lora_model(
         return apply_lora(model, cfg)
 
     if not cfg.qlora:
-        return load_sharded(hf_loader(path), info, prepare, precision)
+        return load_sharded(hf_loader(path), info, prepare, precision=precision)
     from transformers import AutoModelForCausalLM, BitsAndBytesConfig
 
     # bitsandbytes' CPU backend warns at import when the optional `kernels` package (a faster inference gemv) is
@@ -152,7 +153,6 @@ def load_lora_model(
     logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
     # bf16 quant storage: FSDP2 shards the packed 4-bit weights as bf16 tensors like every other parameter. The
     # 4-bit matmuls compute in the run's precision (as the rest of the model and the engine).
-    precision = precision or of_device(info.device.type)
     quant = BitsAndBytesConfig(
         load_in_4bit=True,
         bnb_4bit_quant_type="nf4",
@@ -170,16 +170,14 @@ def load_lora_model(
     return shard_model(prepare(model), info, precision=precision)
 
 
-def load_policy(
-    path: str, cfg: LoraConfig, info: DistInfo, activation_checkpointing: bool, precision: Precision | None = None
-):
+def load_policy(path: str, cfg: LoraConfig, info: DistInfo, activation_checkpointing: bool, *, precision: Precision):
     """The policy to train: LoRA adapters on the base (`--lora.rank` > 0), else the whole model."""
     if cfg.enabled:
-        return load_lora_model(path, cfg, info, activation_checkpointing, precision)
+        return load_lora_model(path, cfg, info, activation_checkpointing, precision=precision)
     return load_model(path, info, activation_checkpointing=activation_checkpointing, precision=precision)
 
 
-def load_reference(path: str, cfg: LoraConfig, info: DistInfo, policy, precision: Precision | None = None):
+def load_reference(path: str, cfg: LoraConfig, info: DistInfo, policy, *, precision: Precision):
     """The frozen reference of a KL term: the starting policy. Under LoRA that is the policy itself with its adapters
     off (`adapters_off`): no second copy of the weights, and for QLoRA the very 4-bit base the policy trains on.
     Otherwise a frozen, sharded copy of the checkpoint."""

@@ -14,7 +14,7 @@ from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor, distribute_tensor
 
 from nanosky.dist import DistInfo
-from nanosky.precision import Precision, of_device
+from nanosky.precision import Precision
 from nanosky.train import head
 
 
@@ -127,7 +127,8 @@ def load_model(
     info: DistInfo,
     trainable: bool = True,
     activation_checkpointing: bool = False,
-    precision: Precision | None = None,
+    *,
+    precision: Precision,
 ):
     def prepare(model):
         model.config.use_cache = False
@@ -137,14 +138,15 @@ def load_model(
             checkpoint_activations(model)
         return model
 
-    return load_sharded(hf_loader(path), info, prepare, precision)
+    return load_sharded(hf_loader(path), info, prepare, precision=precision)
 
 
 def load_sharded(
     build: Callable[[bool], torch.nn.Module],
     info: DistInfo,
     prepare: Callable[[torch.nn.Module], torch.nn.Module] = lambda m: m,
-    precision: Precision | None = None,
+    *,
+    precision: Precision,
 ) -> torch.nn.Module:
     """The model, read from disk once for all ranks: every rank builds `prepare(build(False))` on the meta device
     and shards it with FSDP2; rank 0 alone reads the checkpoint (`prepare(build(True))`) and broadcasts it tensor by
@@ -204,15 +206,15 @@ def decoder_layers(model) -> torch.nn.ModuleList:
     raise ValueError(f"no decoder layer list (`layers` / `h`) found in {type(model).__name__}")
 
 
-def shard_model(model, info: DistInfo, reshard_after_forward: bool | None = None, precision: Precision | None = None):
+def shard_model(model, info: DistInfo, reshard_after_forward: bool | None = None, *, precision: Precision):
     """FSDP2 per decoder layer + root: the one wrapping of the policy, the reference, the critic and LoRA models
         (frozen and trainable parameters share the per-layer groups). Resharding after forward (ZeRO-3) saves memory on
         big models; the default keeps small models (< 1B params) gathered between forward and backward (ZeRO-2-like),
-        which halves the all-gathers per micro-batch. `precision`: the run's (bf16: FSDP2's mixed precision, fp32 masters);
-    outside a run the device's (bf16 on CUDA, fp32 on the CPU)."""
+        which halves the all-gathers per micro-batch. `precision` (`nanosky.precision.decide`): bf16 is FSDP2's mixed
+    precision over fp32 masters; fp32 casts nothing."""
     private_classes(model)  # before any engine starts: immune to vLLM's in-place class rewrite
     mesh = torch.distributed.device_mesh.init_device_mesh(info.device.type, (info.world,))
-    mp = (precision or of_device(info.device.type)).mixed_policy()
+    mp = precision.mixed_policy()
     if reshard_after_forward is None:
         reshard_after_forward = sum(p.numel() for p in model.parameters()) > 1e9
     kw = {"mesh": mesh, "reshard_after_forward": reshard_after_forward} | ({"mp_policy": mp} if mp else {})

@@ -6,11 +6,13 @@ tool_use with LoRA (and QLoRA, a sliding-window Mistral, a Qwen3-MoE), 2 steps, 
 import json
 import os
 import shutil
+import subprocess
+import sys
 
 import pytest
 from cpu import BF16, NO_UNITS
 from families import build
-from spawn import scalars, torchrun
+from spawn import ROOT, child_env, scalars, torchrun
 
 TOOL = ["--preset", "tool_use", "--precision", "bf16", "--steps", "2", "--log.ckpt-every", "1"]
 TOOL += ["--rollout.prompts-per-step", "8", "--rollout.group-size", "4", "--optim.lr", "5e-4"]
@@ -20,6 +22,7 @@ if not BF16:  # bf16 emulated (tests/cpu.py): the same checks over a few tokens 
     TOOL += ["--rollout.prompts-per-step", "4", "--rollout.group-size", "2", "--rollout.max-new-tokens", "24"]
     TOOL += ["--env-kwargs.max-turns", "1", "--algorithm.entropy-coef", "0.01"]  # a gradient at zero advantage
 FULL_SIZE = pytest.mark.skipif(not BF16, reason=f"{NO_UNITS}: its numerics are checked by unit tests (tests/cpu.py)")
+RUN = {"cwd": ROOT, "capture_output": True, "text": True, "timeout": 600, "env": child_env()}
 FP32_PROBE_CEILING = 1e-3  # an fp32 engine's build gap above this is refused (nanosky/sync.py)
 
 
@@ -86,3 +89,31 @@ def test_bf16_probe_catches_a_skipped_sync(tmp_path):
     r = torchrun([*TOOL, "--log.run-dir", str(tmp_path / "stale"), "--debug.skip-sync"], retry_abort=False)
     assert r.returncode != 0
     assert "stale weights" in r.stderr and "after sync to version 1" in r.stderr, r.stderr[-3000:]
+
+
+@pytest.mark.parametrize("prec", ["fp32", "bf16"])
+def test_a_standalone_eval_of_a_checkpoint_scores_it_as_the_runs_own_eval(prec, tmp_path):
+    """Issue 62 item 3: precision has one rule. `python -m evals.agent --ckpt RUN --precision P` builds its engine as
+    the run did (`precision.decide`): the same dtype, so it scores the final checkpoint as the run's own held-out
+    eval of it, greedy, on the same 8 episodes. A 3.4M model's greedy replies sit on near-ties that another batch
+    shape can flip (measured: 7 of 8 replies equal in fp32, 8 of 8 in bf16), so the replies agree on most, and the
+    accuracy within one episode's share."""
+    run_dir, out = tmp_path / "run", tmp_path / "eval"
+    flags = ["--preset", "smoke", "--precision", prec, "--steps", "1", "--log.ckpt-every", "0", "--optim.lr", "5e-3"]
+    flags += ["--eval.limit", "8", "--eval.temperature", "0", "--log.eval-samples", "8", "--envpool.workers", "0"]
+    r = subprocess.run([sys.executable, "run.py", *flags, "--log.run-dir", str(run_dir)], **RUN)
+    assert r.returncode == 0, r.stderr[-3000:]
+    ev = ["--ckpt", str(run_dir), "--env", "math", "--temperature", "0", "--limit", "8", "--max-steps", "1"]
+    ev += ["--max-new-tokens", "32", "--precision", prec, "--out", str(out)]
+    r = subprocess.run([sys.executable, "-m", "evals.agent", *ev], **RUN)  # the run dir: its latest checkpoint
+    assert r.returncode == 0, r.stderr[-3000:]
+    dtype = {"fp32": "dtype=torch.float32", "bf16": "dtype=torch.bfloat16"}[prec]
+    for log in (run_dir / "engine.log", out / "engine.log"):
+        assert dtype in open(log).read(), log  # the eval's engine computes as the run's did
+    summary, report = json.load(open(run_dir / "summary.json")), json.load(open(out / "report.json"))
+    assert abs(report["accuracy"] - summary["eval_accuracy_final"]) <= 1 / 8, (report["accuracy"], summary)
+    logged = [json.loads(x) for x in open(run_dir / "rollouts.jsonl")]
+    in_run = [x["messages"][-1]["content"] for x in logged if x["split"] == "eval" and x["step"] == 1]
+    standalone = [json.loads(x)["messages"][-1]["content"] for x in open(out / "examples.jsonl")]
+    assert len(in_run) == len(standalone) == 8
+    assert sum(a == b for a, b in zip(in_run, standalone)) >= 6, list(zip(in_run, standalone))

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+from cpu import FP32
 from spawn import ROOT, child_env
 
 from examples.mirror_agent import solve as mirror
@@ -27,7 +28,7 @@ def tool_model(dist_info):
     from nanosky.rollout.engine import Engine, EngineConfig
 
     path = resolve_model_path("tiny-tool")
-    return Engine(EngineConfig(kv_cache_gib=1, seed=0), path, dist_info), load_tokenizer(path)
+    return Engine(EngineConfig(kv_cache_gib=1, seed=0), path, dist_info, precision=FP32), load_tokenizer(path)
 
 
 def _harness(tool_model, agent):

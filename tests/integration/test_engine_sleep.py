@@ -3,9 +3,11 @@ recording stand-in for vLLM, and its arguments with the device faked."""
 
 import pytest
 import torch
+from cpu import FP32
 
 from nanosky.config import EngineConfig
 from nanosky.dist import DistInfo
+from nanosky.precision import decide
 from nanosky.rollout.engine import RUNNER_ENV, Engine, SamplingSpec, engine_args
 
 
@@ -76,8 +78,8 @@ def test_a_sync_wakes_the_weights_pushes_then_maps_the_kv_cache():
 
 def test_cuda_only_choices_come_from_the_device_type():
     cfg = EngineConfig()
-    cuda = engine_args(cfg, DistInfo(3, 8, 3, torch.device("cuda", 3), "nccl"), "m")
-    cpu = engine_args(cfg, DistInfo(1, 2, 1, torch.device("cpu"), "gloo"), "m")
+    cuda = engine_args(cfg, DistInfo(3, 8, 3, torch.device("cuda", 3), "nccl"), "m", precision=decide("auto", "cuda"))
+    cpu = engine_args(cfg, DistInfo(1, 2, 1, torch.device("cpu"), "gloo"), "m", precision=FP32)
     assert (cuda["dtype"], cuda["enforce_eager"], cuda["enable_sleep_mode"], cuda["seed"]) == (
         "bfloat16",
         False,
@@ -90,12 +92,12 @@ def test_cuda_only_choices_come_from_the_device_type():
         False,
         1,
     )
-    assert engine_args(EngineConfig(enforce_eager=True), DistInfo(0, 1, 0, torch.device("cuda"), "nccl"), "m")[
-        "enforce_eager"
-    ]  # the flag still forces eager on CUDA
-    assert not engine_args(EngineConfig(sleep=False), DistInfo(0, 1, 0, torch.device("cuda"), "nccl"), "m")[
-        "enable_sleep_mode"
-    ]
+    assert engine_args(
+        EngineConfig(enforce_eager=True), DistInfo(0, 1, 0, torch.device("cuda"), "nccl"), "m", precision=FP32
+    )["enforce_eager"]  # the flag still forces eager on CUDA
+    assert not engine_args(
+        EngineConfig(sleep=False), DistInfo(0, 1, 0, torch.device("cuda"), "nccl"), "m", precision=FP32
+    )["enable_sleep_mode"]
     assert RUNNER_ENV == {"VLLM_USE_V2_MODEL_RUNNER": "0"}  # the runner the CPU build runs, pinned on CUDA too
 
 

@@ -7,6 +7,7 @@ import gc
 
 import pytest
 import torch
+from cpu import FP32
 from families import FAMILIES, REFUSED, TRANSFORMERS_BACKEND, build
 
 from nanosky import preflight
@@ -26,7 +27,7 @@ RESULTS: dict[str, dict] = {}
 def test_family_trains_packs_and_syncs_exactly(family, dist_info, tmp_path):
     # "tiny": the bundled Qwen2 (4 layers, tied head), where a sync without `lm_head.weight` left vLLM's head stale
     path = resolve_model_path("tiny") if family == "tiny" else build(family, str(tmp_path))
-    policy = load_model(path, dist_info)
+    policy = load_model(path, dist_info, precision=FP32)
     kinds, window = packing.attention_kinds(policy.config)
     # packed == unpacked on sequences longer than any sliding window (the window is 16 in the families that slide)
     packed_diff = packing.verify(policy, packing.lm_forward(policy), tol=1e-5)
@@ -35,11 +36,13 @@ def test_family_trains_packs_and_syncs_exactly(family, dist_info, tmp_path):
         from transformers import AutoModelForCausalLM
 
         others = {
-            "ref": (load_model(path, dist_info, trainable=False), packing.lm_forward),
-            "critic": (load_critic(path, dist_info), critic_forward),
+            "ref": (load_model(path, dist_info, trainable=False, precision=FP32), packing.lm_forward),
+            "critic": (load_critic(path, dist_info, precision=FP32), critic_forward),
         }
         unprotected = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-    engine = Engine(EngineConfig(kv_cache_gib=1, max_model_len=256, max_batched_tokens=256, seed=0), path, dist_info)
+    engine = Engine(
+        EngineConfig(kv_cache_gib=1, max_model_len=256, max_batched_tokens=256, seed=0), path, dist_info, precision=FP32
+    )
     try:
         g = torch.Generator().manual_seed(1)
         ids = torch.randint(3, policy.config.vocab_size, (80,), generator=g).tolist()

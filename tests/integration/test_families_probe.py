@@ -7,6 +7,7 @@ module's engine teardown ends the process's vLLM parallel state.)"""
 import gc
 
 import pytest
+from cpu import FP32
 from families import build
 
 from nanosky.cli import parse_args
@@ -23,7 +24,9 @@ WINDOW = 120
 def cohere2(tmp_path_factory, dist_info):
     path = build("cohere2", str(tmp_path_factory.mktemp("c2")), sliding_window=WINDOW)
     cfg = parse_args(["--preset", "smoke", "--model.path", path, "--engine.max-model-len", "256"], console=False)
-    engine = Engine(EngineConfig(kv_cache_gib=1, max_model_len=256, max_batched_tokens=256, seed=0), path, dist_info)
+    engine = Engine(
+        EngineConfig(kv_cache_gib=1, max_model_len=256, max_batched_tokens=256, seed=0), path, dist_info, precision=FP32
+    )
     yield path, cfg, load_tokenizer(path), engine
     del engine
     gc.collect()
@@ -31,7 +34,7 @@ def cohere2(tmp_path_factory, dist_info):
 
 def test_the_build_probe_crosses_the_window(cohere2, dist_info):
     path, cfg, tok, _ = cohere2
-    probe = build_probe(cfg, tok, load_model(path, dist_info).config)
+    probe = build_probe(cfg, tok, load_model(path, dist_info, precision=FP32).config)
     assert len(probe.ids) < WINDOW < len(probe.build_ids) <= 256  # every later sync: the short one
     assert probe.current == probe.build_ids
 
@@ -39,14 +42,14 @@ def test_the_build_probe_crosses_the_window(cohere2, dist_info):
 def test_an_engine_window_one_off_is_refused_at_build_by_name(cohere2, dist_info, monkeypatch):
     path, cfg, tok, engine = cohere2
     monkeypatch.setattr(policy_mod, "ENGINE_WINDOW_OFFSET", {})  # the trainer's window 120, the engine's 121
-    off = load_model(path, dist_info)
+    off = load_model(path, dist_info, precision=FP32)
     short = Probe(build_probe(cfg, tok, off.config).ids)
     sync_weights(off, engine, 1, short)  # the short probe never reaches the window: it would pass
     with pytest.raises(BuildRefused, match=r"Cohere2ForCausalLM: the trainer and the engine disagree from position"):
         sync_weights(off, engine, 1, build_probe(cfg, tok, off.config))
     monkeypatch.undo()
 
-    fixed = load_model(path, dist_info)  # the window aligned with the engine's: exact across the edge
+    fixed = load_model(path, dist_info, precision=FP32)  # the window aligned with the engine's: exact across the edge
     probe = build_probe(cfg, tok, fixed.config)
     m = sync_weights(fixed, engine, 2, probe)
     assert m["rollout/logprob_diff_max"] < 1e-4 and probe.built and probe.current == probe.ids

@@ -14,6 +14,7 @@ import sys
 import torch
 
 from nanosky import dist
+from nanosky.precision import decide
 from nanosky.tiny import ensure_tiny_model
 from nanosky.train.checkpoint_io import load_checkpoint, save_checkpoint
 from nanosky.train.lora import (
@@ -32,7 +33,7 @@ def main(out: str, tmp: str) -> None:
     from transformers import AutoModelForCausalLM
 
     path, cfg = str(ensure_tiny_model()), LoraConfig(rank=4, alpha=8)
-    model = load_lora_model(path, cfg, info)
+    model = load_lora_model(path, cfg, info, precision=decide("fp32", info.device.type))
     opt = torch.optim.AdamW(trainable_parameters(model), lr=5e-2)
     g = torch.Generator().manual_seed(info.rank)  # each rank trains on its own data
     for _ in range(2):
@@ -56,7 +57,7 @@ def main(out: str, tmp: str) -> None:
         export=lambda d: save_adapter(model, os.path.join(d, "adapter")),
     )
 
-    model2 = load_lora_model(path, cfg, info)
+    model2 = load_lora_model(path, cfg, info, precision=decide("fp32", info.device.type))
     opt2 = torch.optim.AdamW(trainable_parameters(model2), lr=5e-2)
     load_checkpoint(ckpt, model=model2, optimizer=opt2)
     reload = max(float((t - merged[n]).abs().max()) for n, t in iter_merged_params(model2))

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from nanosky import dist
+from nanosky.precision import decide
 from nanosky.train.checkpoint_io import load_checkpoint, save_checkpoint
 from nanosky.train.policy import iter_full_params, shard_model
 
@@ -39,7 +40,7 @@ def build(seed: int, info: dist.DistInfo, layers: int = 2):
         tie_word_embeddings=False,
     )
     torch.manual_seed(seed)
-    model = shard_model(Qwen2ForCausalLM(cfg), info)
+    model = shard_model(Qwen2ForCausalLM(cfg), info, precision=decide("fp32", info.device.type))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.01)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0 / (1 + s))
     return model, opt, sched

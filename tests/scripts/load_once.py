@@ -13,6 +13,8 @@ import sys
 
 import torch
 
+from nanosky.precision import decide
+
 
 def rss_mib() -> float:
     with open("/proc/self/statm") as f:
@@ -31,11 +33,15 @@ def main(out: str, path: str) -> None:
 
     gc.collect()
     before = rss_mib()
-    new = load_model(path, info)
+    new = load_model(path, info, precision=decide("fp32", info.device.type))
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # MiB (Linux: KiB)
     grow = peak - before
 
-    old = shard_model(AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32), info)
+    old = shard_model(
+        AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32),
+        info,
+        precision=decide("fp32", info.device.type),
+    )
     diffs, checked = [], 0
     for (n, a), (m, b) in zip(new.state_dict().items(), old.state_dict().items(), strict=True):
         assert n == m, (n, m)
@@ -48,7 +54,10 @@ def main(out: str, path: str) -> None:
         if not torch.equal(a, b):
             diffs.append(n)
     tied = new.lm_head.weight is new.model.embed_tokens.weight
-    critic_new, critic_old = load_critic(path, info), shard_model(Critic(path), info)
+    critic_new, critic_old = (
+        load_critic(path, info, precision=decide("fp32", info.device.type)),
+        shard_model(Critic(path), info, precision=decide("fp32", info.device.type)),
+    )
     for (n, a), (_, b) in zip(critic_new.state_dict().items(), critic_old.state_dict().items(), strict=True):
         checked += 1
         if not torch.equal(a.to_local(), b.to_local()):

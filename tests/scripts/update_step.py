@@ -26,6 +26,7 @@ from torch.distributed.tensor import DTensor
 import algos
 from nanosky import dist
 from nanosky.agent.trajectory import Trajectory
+from nanosky.precision import decide
 from nanosky.tiny import ensure_tiny_model
 from nanosky.train import grouped_attention
 from nanosky.train.batch import compute_advantages, split_groups, to_batch, token_rewards
@@ -64,7 +65,7 @@ def main(
 ) -> None:
     info = dist.init_distributed()
     path = str(ensure_tiny_model())
-    model = load_model(path, info)
+    model = load_model(path, info, precision=decide("fp32", info.device.type))
     if attn == "grouped":
         assert grouped_attention.enable(model)
     rng = random.Random(0)

@@ -7,7 +7,7 @@ import tyro
 import algos
 from algos import AlgoConfig
 
-PRESET_NAMES = ["grpo", "dr_grpo", "rloo", "reinforce_pp", "ppo", "dapo", "gspo", "sapo", "cispo", "gigpo"]
+PRESET_NAMES = ["grpo", "dr_grpo", "rloo", "reinforce_pp", "ppo", "dapo", "gspo", "sapo", "cispo", "gigpo", "sft"]
 
 
 def test_presets_exist_and_construct():
@@ -135,7 +135,7 @@ def test_tyro_cli_overrides_a_preset_and_shows_docstrings(capsys):
     assert "SAPO gate temperature" in capsys.readouterr().out
     with pytest.raises(SystemExit):  # a name no registry holds
         tyro.cli(AlgoConfig, args=["--policy-loss", "ppo2"])
-    assert "cispo, gspo, ppo, sapo" in capsys.readouterr().err
+    assert "cispo, gspo, nll, ppo, sapo" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("name", PRESET_NAMES)
@@ -168,7 +168,8 @@ def test_each_preset_runs_its_pieces(name):
             algos.kl_penalty(log_prob, old, cfg.kl_kind), mask, cfg.loss_agg_mode, cfg.norm_const
         )
     loss.backward()
-    assert torch.isfinite(loss) and log_prob.grad.abs().sum() > 0 and "clip_frac" in metrics
+    clip_or_nll = "nll" if cfg.policy_loss == "nll" else "clip_frac"  # sft's loss has no ratio to clip
+    assert torch.isfinite(loss) and log_prob.grad.abs().sum() > 0 and clip_or_nll in metrics
     if cfg.needs_critic:
         vloss, vm = algos.value_loss(values, values.detach(), ret, mask, clip=cfg.value_clip)
         vloss.backward()

@@ -586,3 +586,27 @@ def test_user_registration_via_decorator():
     adv, _ = algos.get_adv_estimator("test_raw")(T_([[1.0, 2.0]]), T_([[1, 0]]), T_([0]))
     loss, _ = algos.get_policy_loss("test_pg")(T_([[-1.0, -1.0]]), None, adv, T_([[1, 0]]), AlgoConfig())
     assert loss.item() == pytest.approx(1.0)
+
+
+def test_sft_is_the_rl_step_with_advantage_1_and_the_nll():
+    """`--algo sft`: the `demo` estimator puts advantage 1 on every demonstrated token (whatever the reward) and 0
+    elsewhere; the `nll` loss is then the mean negative log-likelihood of those tokens (token-mean), its gradient
+    the NLL's, with no ratio: the old log-probs do not enter."""
+    cfg = algos.preset("sft")
+    assert (cfg.adv_estimator, cfg.policy_loss, cfg.loss_agg_mode) == ("demo", "nll", "token-mean")
+    mask = T_([[0, 1, 1, 0], [1, 1, 1, 1]])
+    rewards = d64([[0.0, 0.0, 0.3, 0.0], [0.0, 0.0, 0.0, -1.0]])
+    adv, ret = algos.get_adv_estimator("demo")(rewards, mask, T_([0, 1]))
+    torch.testing.assert_close(adv, mask.double())
+    torch.testing.assert_close(ret, d64([[0.0, 0.3, 0.3, 0.0], [-1.0] * 4]))
+    g = torch.Generator().manual_seed(0)
+    lp = (-torch.rand(2, 4, generator=g, dtype=torch.float64)).requires_grad_()
+    loss, m = algos.get_policy_loss("nll")(lp, lp.detach() + 5.0, adv, mask, cfg)  # old far away: no effect
+    nll = -(lp * mask).sum() / mask.sum()
+    torch.testing.assert_close(loss, nll)
+    assert m["nll"] == pytest.approx(float(nll))
+    (grad,) = torch.autograd.grad(loss, lp)
+    torch.testing.assert_close(grad, -mask.double() / mask.sum())  # 0 on the unmasked tokens
+    assert (
+        algos.registry.ADV_ESTIMATORS.meta("demo")["demos"] and not algos.registry.ADV_ESTIMATORS.meta("grpo")["demos"]
+    )

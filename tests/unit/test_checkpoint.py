@@ -198,6 +198,7 @@ def test_find_export_takes_a_run_dir_a_checkpoint_or_a_model_folder(tmp_path):
         (run / "checkpoints" / step / "export").mkdir(parents=True)
         (run / "checkpoints" / step / "export" / "config.json").write_text("{}")
     (run / "checkpoints" / "latest").write_text("step_000002\n")  # latest names the older one (a resumed run)
+    (run / "config.json").write_text('{"steps": 4}')  # a run dir holds its run's config.json: not a model's
     ckpts = run / "checkpoints"
     assert find_export(str(run)) == str(ckpts / "step_000002" / "export")
     assert find_export(str(ckpts / "step_000004")) == str(ckpts / "step_000004" / "export")

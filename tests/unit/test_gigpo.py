@@ -114,6 +114,7 @@ def test_gigpo_preset_and_config():
         "per_group": True,
         "needs_values": False,
         "needs_steps": True,
+        "demos": False,
     }
     with pytest.raises(ValueError, match="step_adv_mode"):
         algos.AlgoConfig(adv_estimator="gigpo", step_adv_mode="std")

@@ -4,6 +4,7 @@ import os
 
 import pytest
 import torch
+from cpu import FP32
 
 from nanosky.train.checkpoint_io import load_checkpoint, save_checkpoint
 from nanosky.train.lora import (
@@ -44,7 +45,7 @@ def _train_steps(model, n: int = 2) -> None:
 
 @pytest.fixture(scope="module")
 def trained(tiny_path, dist_info):
-    model = load_lora_model(tiny_path, CFG, dist_info)
+    model = load_lora_model(tiny_path, CFG, dist_info, precision=FP32)
     _train_steps(model)
     return model
 
@@ -134,7 +135,7 @@ def test_merged_bf16_is_the_fp32_merge_rounded_once(tiny_path, dist_info):
     """--precision bf16's sync: each adapted weight is merged in fp32 (its base gathered in full precision) and rounded
     to bf16 once, so the stream equals the fp32 merge cast to bf16, bit for bit; a base rounded before the merge
     would round twice. The bundled base is stored in bf16 (rounding it is exact), so its weights get fp32 noise."""
-    model = load_lora_model(tiny_path, CFG, dist_info)
+    model = load_lora_model(tiny_path, CFG, dist_info, precision=FP32)
     _train_steps(model)
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -188,7 +189,7 @@ def test_disable_adapter_gives_the_base_model(trained, tiny_path):
 def test_plain_model_streams_its_own_state(tiny_path, dist_info):
     from nanosky.train.policy import iter_full_params
 
-    model = load_model(tiny_path, dist_info)
+    model = load_model(tiny_path, dist_info, precision=FP32)
     a, b = list(iter_merged_params(model)), list(iter_full_params(model))
     assert [n for n, _ in a] == [n for n, _ in b]
     assert all(torch.equal(x, y) for (_, x), (_, y) in zip(a, b))
@@ -229,7 +230,7 @@ def test_save_merged_is_a_plain_hf_model(trained, tok, tmp_path):
 def test_checkpoint_holds_only_the_adapter(tiny_path, dist_info, tmp_path):
     from torch.distributed.checkpoint import FileSystemReader
 
-    model = load_lora_model(tiny_path, CFG, dist_info)
+    model = load_lora_model(tiny_path, CFG, dist_info, precision=FP32)
     opt = torch.optim.AdamW(trainable_parameters(model), lr=5e-2)
     _train_steps(model, 1)
     path = save_checkpoint(str(tmp_path), 1, model=model, optimizer=opt, state={"step": 1})
@@ -237,7 +238,7 @@ def test_checkpoint_holds_only_the_adapter(tiny_path, dist_info, tmp_path):
     model_keys = [k for k in keys if k.startswith("policy/model")]
     assert model_keys and all(".lora_" in k for k in model_keys)
 
-    model2 = load_lora_model(tiny_path, CFG, dist_info)  # fresh adapters (lora_B = 0), same frozen base
+    model2 = load_lora_model(tiny_path, CFG, dist_info, precision=FP32)  # fresh adapters (lora_B = 0), same frozen base
     opt2 = torch.optim.AdamW(trainable_parameters(model2), lr=5e-2)
     load_checkpoint(path, model=model2, optimizer=opt2)
     a, b = dict(iter_merged_params(model)), dict(iter_merged_params(model2))
@@ -248,11 +249,11 @@ def test_the_reference_of_a_lora_run_is_the_policy_with_its_adapters_off(trained
     """KL's reference under LoRA: no second model; inside `adapters_off` the trained policy computes as the base
     checkpoint, and after the block as itself again."""
     ids, att = _batch(5)
-    assert load_reference(tiny_path, CFG, dist_info, trained) is trained
+    assert load_reference(tiny_path, CFG, dist_info, trained, precision=FP32) is trained
     with torch.no_grad():
         policy, _ = token_logprobs(trained, ids, att)
         base, _ = token_logprobs(_plain(tiny_path), ids, att)
-        with adapters_off(load_reference(tiny_path, CFG, dist_info, trained)) as ref:
+        with adapters_off(load_reference(tiny_path, CFG, dist_info, trained, precision=FP32)) as ref:
             off, _ = token_logprobs(ref, ids, att)
         again, _ = token_logprobs(trained, ids, att)
     m = att[:, 1:].bool()
@@ -268,7 +269,7 @@ def test_the_stream_and_the_export_use_the_checkpoints_names(tmp_path, dist_info
     from safetensors import safe_open
 
     path = build("mixtral", str(tmp_path))
-    model = load_model(path, dist_info)
+    model = load_model(path, dist_info, precision=FP32)
     assert any("experts.gate_up_proj" in n for n in model.state_dict())  # stacked in memory
     with safe_open(os.path.join(path, "model.safetensors"), "pt") as f:
         disk = {k: f.get_tensor(k) for k in f.keys()}
@@ -291,7 +292,7 @@ def test_cohere2_trains_with_the_engines_window_and_exports_its_own(tmp_path, di
 
     path = build("cohere2", str(tmp_path))
     assert engine_config(path).sliding_window == 17  # the checkpoint says 16
-    model = load_model(path, dist_info)
+    model = load_model(path, dist_info, precision=FP32)
     assert model.config.sliding_window == 17
     assert model.model.layers[0].self_attn.sliding_window == 17  # built from it, not patched after
     save_merged(model, tok, str(tmp_path / "export"))

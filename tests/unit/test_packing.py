@@ -6,6 +6,7 @@ import random
 
 import pytest
 import torch
+from cpu import FP32
 
 from nanosky.train import packing
 from nanosky.train.policy import token_logprobs
@@ -177,7 +178,7 @@ def test_lora_gradients_equal_unpacked(tiny_path, dist_info):
     from nanosky.train.lora import LoraConfig, load_lora_model, trainable_parameters
 
     torch.manual_seed(0)
-    model = load_lora_model(tiny_path, LoraConfig(rank=4, alpha=8), dist_info)
+    model = load_lora_model(tiny_path, LoraConfig(rank=4, alpha=8), dist_info, precision=FP32)
     for n, q in model.named_parameters():
         if "lora_B" in n:  # a fresh adapter's B is 0: make it count
             torch.nn.init.normal_(q, std=0.05)
@@ -257,12 +258,14 @@ def test_activation_checkpointing_recomputes_each_layer_and_keeps_the_gradients(
     for ckpt in (False, True):
         torch.manual_seed(0)
         if lora:
-            model = load_lora_model(tiny_path, LoraConfig(rank=4, alpha=8), dist_info, activation_checkpointing=ckpt)
+            model = load_lora_model(
+                tiny_path, LoraConfig(rank=4, alpha=8), dist_info, activation_checkpointing=ckpt, precision=FP32
+            )
             for n, q in model.named_parameters():
                 if "lora_B" in n:  # a fresh adapter's B is 0: make it count
                     torch.nn.init.normal_(q, std=0.05, generator=torch.Generator().manual_seed(1))
         else:
-            model = load_model(tiny_path, dist_info, activation_checkpointing=ckpt)
+            model = load_model(tiny_path, dist_info, activation_checkpointing=ckpt, precision=FP32)
         n, layer = [0], decoder_layers(model)[0]
         forward = layer.forward
 

@@ -40,7 +40,6 @@ def test_what_bf16_changes():
     assert (mp.param_dtype, mp.reduce_dtype) == (torch.bfloat16, torch.float32)  # fp32 gradients for fp32 masters
     assert fp32.mixed_policy() is None
     assert fp32.build_tol == 1e-4 and bf16.build_tol == 0.1
-    assert precision.of_device("cuda").bf16 and not precision.of_device("cpu").bf16
 
 
 def _info(device: str) -> DistInfo:
@@ -48,10 +47,16 @@ def _info(device: str) -> DistInfo:
 
 
 def test_the_engine_dtype_follows_the_run_unless_set():
-    bf16 = precision.Precision("bf16", "cpu")
+    """One rule (`precision.engine_dtype`), in the engine and in the start-up checks; no precision, no engine: there
+    is no second, silent rule for components built outside a run."""
+    bf16, fp32 = precision.Precision("bf16", "cpu"), precision.Precision("fp32", "cpu")
     assert engine_args(EngineConfig(), _info("cpu"), "m", precision=bf16)["dtype"] == "bfloat16"
-    assert engine_args(EngineConfig(), _info("cpu"), "m")["dtype"] == "float32"  # outside a run: the device's
+    assert engine_args(EngineConfig(), _info("cpu"), "m", precision=fp32)["dtype"] == "float32"
     assert engine_args(EngineConfig(dtype="float32"), _info("cpu"), "m", precision=bf16)["dtype"] == "float32"
+    assert precision.engine_dtype("auto", bf16) == "bfloat16" and precision.engine_dtype("float16", bf16) == "float16"
+    with pytest.raises(TypeError, match="precision"):
+        engine_args(EngineConfig(), _info("cpu"), "m")
+    assert not hasattr(precision, "of_device")
 
 
 def test_bf16_shards_keep_fp32_masters_and_compute_in_bf16(tiny_path, dist_info):

@@ -2,6 +2,7 @@
 flag, with exit status 2 and no traceback, before any model or engine is built."""
 
 import json
+import shutil
 import subprocess
 import sys
 
@@ -259,3 +260,23 @@ def test_a_model_by_name_is_read_from_its_folder_never_asked_of_the_hub(tmp_path
     monkeypatch.setattr(chat, "load_tokenizer", lambda path, *a, **k: seen.append(path) or load(path, *a, **k))
     preflight.check(_cfg(tmp_path, "--model.path", "real-by-name"), world=1)
     assert seen and set(seen) == {tiny}, seen
+
+
+def test_sft_needs_an_env_with_an_expert_and_a_run_dir_is_a_model_path(tmp_path):
+    """`--algo sft` on an env without a scripted expert is one line naming the envs that have one; `--model.path` a
+    run dir (an SFT run's, to start RL from) is its latest checkpoint's export, and a run with none yet is refused."""
+    _fails(
+        _cfg(tmp_path, "--algo", "sft", "--env", "tool_use"), r"--algo sft: env 'tool_use' has no scripted expert.*math"
+    )
+    preflight.check(_cfg(tmp_path, "--algo", "sft", "--env", "math"), world=1)
+    from nanosky.bundled import resolve_model_path
+
+    run = tmp_path / "sft_run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "config.json").write_text('{"steps": 2}')  # the run's own config, not a model's
+    _fails(_cfg(tmp_path, "--model.path", str(run)), "no complete checkpoint")
+    export = run / "checkpoints" / "step_000002" / "export"
+    shutil.copytree(resolve_model_path("tiny"), export)
+    (run / "checkpoints" / "latest").write_text("step_000002\n")
+    assert resolve_model_path(str(run)) == str(export) == resolve_model_path(str(export.parent))
+    preflight.check(_cfg(tmp_path, "--model.path", str(run), "--log.run-dir", str(tmp_path / "rl")), world=1)

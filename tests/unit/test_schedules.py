@@ -8,7 +8,7 @@ import pytest
 import algos
 from nanosky.cli import parse_args
 from nanosky.evaluate import Evaluator
-from nanosky.precision import of_device
+from nanosky.precision import decide
 from nanosky.train.checkpointer import Checkpointer
 
 
@@ -99,7 +99,7 @@ def test_packing_checked_at_build_falls_back_to_unpacked_rows(monkeypatch):
     monkeypatch.setattr(plan.head, "installed", lambda m: False)
     cfg = _cfg()
     before = copy.deepcopy(cfg)
-    p = plan.decide(cfg.optim, of_device("cpu"), "policy", "ref", "critic", say=lines.append)
+    p = plan.decide(cfg.optim, decide("fp32", "cpu"), "policy", "ref", "critic", say=lines.append)
     assert seen == ["policy", "ref", "critic"] and p.packing == "none" and p.attention is None
     assert cfg == before and p.optim(cfg.optim).packing == "none"  # the plan says what runs; cfg stays as parsed
     assert (
@@ -112,7 +112,8 @@ def test_packing_checked_at_build_falls_back_to_unpacked_rows(monkeypatch):
     )
     seen.clear()
     assert (
-        plan.decide(p.optim(cfg.optim), of_device("cpu"), "policy", "ref", "critic", say=lines.append).packing == "none"
+        plan.decide(p.optim(cfg.optim), decide("fp32", "cpu"), "policy", "ref", "critic", say=lines.append).packing
+        == "none"
     )
     assert seen == []  # unpacked: nothing to check
 
@@ -145,7 +146,7 @@ def test_a_soft_capped_model_packs_under_the_dense_mask_and_says_so(tmp_path):
     cfg, lines = _cfg(), []
     before = copy.deepcopy(cfg)
     assert cfg.optim.grouped("cuda")  # auto: grouped on CUDA
-    p = plan.decide(cfg.optim, of_device("cuda"), model, say=lines.append)
+    p = plan.decide(cfg.optim, decide("auto", "cuda"), model, say=lines.append)
     assert not grouped_attention.enabled(model) and p.attention == "mask"
     assert p.packing == "prefix"  # packed, under the mask: the check passed on it
     assert cfg == before and not p.optim(cfg.optim).grouped("cuda")  # what the update runs: the mask
@@ -178,7 +179,7 @@ def test_a_model_grouped_attention_cannot_reproduce_falls_back_to_the_dense_mask
     monkeypatch.setattr(packing, "verify", verify)
     cfg, lines = _cfg(), []
     before = copy.deepcopy(cfg)
-    p = plan.decide(cfg.optim, of_device("cuda"), model, say=lines.append)
+    p = plan.decide(cfg.optim, decide("auto", "cuda"), model, say=lines.append)
     assert checked == ["grouped", "mask"] and (p.packing, p.attention) == ("prefix", "mask")
     assert not grouped_attention.enabled(model) and cfg == before
     assert lines == [

@@ -1,0 +1,81 @@
+"""SFT's player (nanosky/agent/demos.py): the env's own expert plays each training episode through nanosky's loop,
+so a demonstration renders, tokenises and masks as an RL episode of the same env: only the assistant's tokens (each
+turn's end-of-turn token included) are trained, the opening and the observations are not."""
+
+import asyncio
+
+import pytest
+
+import envs
+from nanosky.agent import AgentRunner, EnvTask, PooledEnvTask
+from nanosky.agent.demos import Demonstrator
+from nanosky.agent.task import EnvError
+from nanosky.bundled import resolve_model_path
+from nanosky.rollout.chat import encode, load_tokenizer
+from nanosky.rollout.envpool import make_pool
+
+
+class NoEngine:
+    """The engine must never be asked: every reply is the expert's."""
+
+    async def generate(self, req):
+        raise AssertionError("a demonstration sampled from the engine")
+
+    async def aclose(self):
+        pass
+
+
+def _play(tasks, tok, **kw):
+    player = Demonstrator(AgentRunner(NoEngine(), tok=tok, max_total_tokens=2048, **kw))
+    return asyncio.run(player.play(tasks, groups=list(range(len(tasks))), seeds=list(range(len(tasks)))))
+
+
+def _trained_runs(t) -> list[list[int]]:
+    """The trajectory's ids at mask 1, as their contiguous runs (one per assistant turn)."""
+    runs, cur = [], []
+    for i, m in zip(t.ids, t.loss_mask):
+        if m:
+            cur.append(i)
+        elif cur:
+            runs, cur = runs + [cur], []
+    return runs + ([cur] if cur else [])
+
+
+@pytest.mark.parametrize("env, turns", [("math", 1), ("alfworld_lite", 3)])
+def test_a_demonstration_trains_exactly_the_experts_replies(env, turns):
+    tok = load_tokenizer(resolve_model_path("tiny-agent"))
+    pool = make_pool(1)
+    try:
+        out = _play([PooledEnvTask(pool, env, "train", seed=s) for s in (0, 1)], tok)
+    finally:
+        pool.shutdown()
+    assert out.layout == "concat" and len(out.trajs) == 2
+    for s, t in enumerate(out.trajs):
+        expert = envs.make(env, "train", seed=s)
+        opening = expert.reset()
+        replies = []
+        while True:  # the expert's episode, played again beside the demonstration
+            replies.append(expert.expert_action())
+            res = expert.step(replies[-1])
+            if res.done:
+                break
+        assert t.stop_reason == "done" and t.success and t.reward > 0, (t.stop_reason, t.error)
+        assert [m["content"] for m in t.messages if m["role"] == "assistant"] == replies and t.turns >= turns
+        assert t.messages[: len(opening)] == opening
+        # mask 1 exactly on each reply's tokens and its end-of-turn token; the opening and observations at 0
+        assert _trained_runs(t) == [encode(tok, r) + [tok.eos_token_id] for r in replies]
+        assert t.loss_mask[: t.prompt_len] == [0] * t.prompt_len and 0 in t.loss_mask[t.prompt_len :] or turns == 1
+
+
+def test_a_held_out_task_is_never_demonstrated_and_a_task_without_an_expert_is_an_env_error():
+    tok = load_tokenizer(resolve_model_path("tiny"))
+    [t] = _play([EnvTask.make("math", "test", seed=0)], tok).trajs
+    assert t.stop_reason == "env_error" and "test split" in t.error and not any(t.loss_mask)
+
+    class NoExpert(EnvTask):
+        async def expert_action(self):
+            raise EnvError("no expert here")
+
+    [t] = _play([NoExpert(envs.make("math", "train", seed=0))], tok).trajs
+    assert t.stop_reason == "env_error" and "no expert" in t.error
+    assert not envs.has_expert("tool_use") and envs.has_expert("math") and envs.has_expert("alfworld_lite")
