@@ -149,7 +149,7 @@ def test_probe_catches_a_skipped_sync(tmp_path):
         (["--algorithm.clip-low", "-0.1"], "--algorithm.clip-low"),
         (["--engine.max-model-len", "4"], "--engine.max-model-len"),
         (["--algorithm.loss-agg-mode", "token-meen"], "--algorithm.loss-agg-mode"),
-        (["--algorithm.policy-loss", "ppo2"], "cispo, gspo, ppo, sapo"),  # the registered names
+        (["--algorithm.policy-loss", "ppo2"], "cispo, gspo, nll, ppo, sapo"),  # the registered names
         (["--algo", "grpoo"], "--algo"),
     ],
 )
