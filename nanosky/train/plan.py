@@ -52,14 +52,8 @@ def decide(
     """Check the head and packing on every model that uses them (the policy, a separate reference, the critic) and
     return what the run can do. Models are changed only as the plan says (the head uninstalled, grouped attention
     on or off); `optim` is read, never written."""
-    notes: list[str] = []
-
-    def note(line: str) -> None:
-        notes.append(line)
-        say(line)
-
     try:
-        return _decide(optim, precision, policy, ref, critic, note, notes)
+        return _decide(optim, precision, policy, ref, critic, _Notes(say))
     finally:  # a check's forward leaves FSDP2's root unsharded: what is built next (the optimizer) needs the shards
         for model in (policy, ref, critic):
             _reshard(model)
@@ -73,8 +67,20 @@ def _reshard(model) -> None:
             m.reshard()
 
 
-def _decide(optim: OptimConfig, precision: Precision, policy, ref, critic, note, notes: list[str]) -> Plan:
-    """`decide`'s checks; `note` says a fallback (and adds it to `notes`)."""
+class _Notes(list):
+    """The fallbacks a plan takes, each said as it is taken (`note(line)`) and kept (the list)."""
+
+    def __init__(self, say: Callable[[str], None]):
+        super().__init__()
+        self.say = say
+
+    def __call__(self, line: str) -> None:
+        self.append(line)
+        self.say(line)
+
+
+def _decide(optim: OptimConfig, precision: Precision, policy, ref, critic, note: _Notes) -> Plan:
+    """`decide`'s checks; `note(line)` says a fallback and keeps it for the plan."""
     tol, p = precision.build_tol, precision.name
     for model in (policy, ref) if optim.head_chunk_tokens else ():
         try:
@@ -85,7 +91,7 @@ def _decide(optim: OptimConfig, precision: Precision, policy, ref, critic, note,
             head.uninstall(model)
     chunked = bool(optim.head_chunk_tokens) and head.installed(policy)
     if optim.packing == "none":
-        return Plan(p, "none", None, chunked, notes=tuple(notes))
+        return Plan(p, "none", None, chunked, notes=tuple(note))
     models = ((policy, packing.lm_forward), (ref, packing.lm_forward), (critic, critic_forward))
     grouped = optim.grouped(precision.device_type)  # prefix-grouped attention, else the dense mask
     if grouped and not all(m is None or grouped_attention.enable(m) for m in (policy, ref)):
@@ -95,25 +101,25 @@ def _decide(optim: OptimConfig, precision: Precision, policy, ref, critic, note,
             f"nanosky: {kind} runs eager attention (soft-capped), which grouped attention does not cover; "
             "packed rows use the dense mask"
         )
-        grouped = _dense(policy, ref)
+        _dense(policy, ref)
+        grouped = False
     for attempt in ("grouped", "mask") if grouped else ("mask",):
         try:
             for model, forward in models:
                 if model is not None:
                     packing.verify(model, forward(model), tol)
-            return Plan(p, optim.packing, attempt, chunked, notes=tuple(notes))
+            return Plan(p, optim.packing, attempt, chunked, notes=tuple(note))
         except packing.PackingUnsupported as e:
             if attempt == "grouped":  # the dense mask next: the reference the grouped path is tested against
                 note(f"nanosky: {e} with grouped attention; this run uses the dense mask")
                 _dense(policy, ref)
                 continue
             note(f"nanosky: {e}; this run uses --optim.packing none (exact, slower)")
-    return Plan(p, "none", None, chunked, notes=tuple(notes))
+    return Plan(p, "none", None, chunked, notes=tuple(note))
 
 
-def _dense(policy, ref) -> bool:
-    """Grouped attention off on the policy and the reference (packed rows then use the dense mask). False."""
+def _dense(policy, ref) -> None:
+    """Grouped attention off on the policy and the reference (packed rows then use the dense mask)."""
     for model in (policy, ref):
         if model is not None:
             grouped_attention.disable(model)
-    return False
