@@ -156,14 +156,12 @@ class Harness:
                 *(
                     self._queued(
                         gate,
-                        functools.partial(
-                            self._episode,
-                            self.endpoint,
-                            i,
+                        self._bound(
                             task,
+                            i,
                             group=groups[i] if groups else i,
                             env_seed=seeds[i] if seeds else 0,
-                            seed=derive_seed(0 if sample_seed is None else sample_seed, i),
+                            sample_seed=0 if sample_seed is None else sample_seed,
                             sampling=sampling,
                         ),
                     )
@@ -199,16 +197,8 @@ class Harness:
         (apart from an eval's, which has its own bound: carried episodes waiting on the gate must not block it)."""
         if self._carried is None:
             self._carried = asyncio.Semaphore(self.concurrency or 1 << 30)
-        episode = functools.partial(
-            self._episode,
-            self.endpoint,
-            index,
-            task,
-            group=group,
-            env_seed=env_seed,
-            seed=derive_seed(sample_seed, index),
-            sampling=self.sampling,
-            via=via,
+        episode = self._bound(
+            task, index, group=group, env_seed=env_seed, sample_seed=sample_seed, sampling=self.sampling, via=via
         )
 
         async def run() -> Trajectory:
@@ -216,6 +206,21 @@ class Harness:
             return await self._queued(self._carried, episode)
 
         return asyncio.get_running_loop().create_task(run())
+
+    def _bound(self, task: Task, index: int, *, group: int, env_seed: int, sample_seed: int, sampling, via=None):
+        """One episode of `task`, ready to run (`play`'s and `start_episode`'s alike): its calls seeded by
+        derive_seed(sample_seed, index), through `via` (None: the engine directly)."""
+        return functools.partial(
+            self._episode,
+            self.endpoint,
+            index,
+            task,
+            group=group,
+            env_seed=env_seed,
+            seed=derive_seed(sample_seed, index),
+            sampling=sampling,
+            via=via,
+        )
 
     def run(self, tasks: list[Task], groups=None, seeds=None, sample_seed=None, temperature=None):
         """Blocking `play` for use outside a training run (evals, benches, tests), on a loop of the harness's own
