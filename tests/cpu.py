@@ -18,6 +18,7 @@ BF16 = has_bf16_units() and os.environ.get("NANOSKY_TEST_NO_BF16") != "1"
 SCALED = (
     "tests/e2e/test_precision_e2e.py::test_bf16_lora_tool_use_two_ranks_resumes_exactly",
     "tests/e2e/test_precision_e2e.py::test_bf16_probe_catches_a_skipped_sync",
+    "tests/e2e/test_precision_e2e.py::test_a_standalone_eval_of_a_checkpoint_scores_it_as_the_runs_own_eval[bf16]",
 )
 SKIPPED = (
     "tests/e2e/test_precision_e2e.py::test_bf16_qlora_two_ranks_resumes_exactly",

@@ -114,10 +114,12 @@ class TrainConfig:
                 f"rollout.max_total_tokens ({self.rollout.max_total_tokens}) exceeds "
                 f"engine.max_model_len ({self.engine.max_model_len})"
             )
-        if self.demonstrations:  # the expert plays a prompt the same way every time: one episode a prompt
-            self.rollout.group_size = 1
-        if self.demonstrations and self.rollout.partial:
-            raise ValueError("rollout.max_staleness > 0 with demonstrations (--algo sft): nothing is sampled to carry")
+        if self.demonstrations:
+            if self.rollout.partial:
+                raise ValueError(
+                    "rollout.max_staleness > 0 with demonstrations (--algo sft): nothing is sampled to carry"
+                )
+            self.rollout.group_size = 1  # the expert plays a prompt the same way every time: one episode a prompt
         if self.rollout.partial and self.algorithm.dynamic_sampling:
             raise ValueError("rollout.max_staleness > 0 with algorithm.dynamic_sampling is not supported yet")
         if self.algorithm.overlong_cache_len >= self.rollout.max_new_tokens and self.algorithm.overlong_cache_len:

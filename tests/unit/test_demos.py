@@ -64,7 +64,8 @@ def test_a_demonstration_trains_exactly_the_experts_replies(env, turns):
         assert t.messages[: len(opening)] == opening
         # mask 1 exactly on each reply's tokens and its end-of-turn token; the opening and observations at 0
         assert _trained_runs(t) == [encode(tok, r) + [tok.eos_token_id] for r in replies]
-        assert t.loss_mask[: t.prompt_len] == [0] * t.prompt_len and 0 in t.loss_mask[t.prompt_len :] or turns == 1
+        assert t.loss_mask[: t.prompt_len] == [0] * t.prompt_len  # the opening is never trained
+        assert turns == 1 or 0 in t.loss_mask[t.prompt_len :]  # multi-turn: the observations between turns neither
 
 
 def test_a_held_out_task_is_never_demonstrated_and_a_task_without_an_expert_is_an_env_error():
