@@ -1,5 +1,5 @@
 """Trainer-side checks on a GPU, without vLLM: FSDP2 over nccl, bf16 compute (the mixed-precision policy), packed
-attention. Three parts, each printing its figures:
+attention. Its parts, each printing its figures:
 
 1. families: packed vs unpacked max |Δlogp| of every architecture in tests/families.py under bf16, with the dense
    mask and with prefix-grouped attention (on CUDA: the flash varlen kernel), and for the sliding-window ones what
@@ -13,10 +13,17 @@ attention. Three parts, each printing its figures:
 4. 7b: on a random model shaped like Qwen2.5-7B in bf16 (full depth, forward only, ~15 GB), with the head scaled so
    logits reach ±20: the packing check's target-token |Δ| beside the full-vocabulary |Δ|; then at 7B width (4
    layers) the peak memory of one micro-batch with and without activation checkpointing.
+4b. noise: on the same 7B-shaped model, the packing probe's packed-vs-unpacked gap beside the gaps bf16 rounding
+   alone gives (flash vs math SDPA, one row alone vs among padded rows).
 5. qlora: the bundled tiny model with a 4-bit NF4 base (bitsandbytes) under FSDP2: two training steps, then the
    merged weight stream the sync sends against the checkpoint quantized and dequantized independently.
+6. profile: the top GPU kernels of a 0.5B-shaped pass, padded vs grouped (varlen) attention.
+7. real: a run's train phase on a random model shaped like SmolLM2-135M-Instruct (saved and loaded as a checkpoint):
+   `load_policy`, the build's plan, `PolicyUpdate` on one GRPO step's rows (8 prompts of 128 tokens x 8 answers of
+   64-512), in fp32 and bf16, full fine-tuning and LoRA (rank 8, alpha 16): seconds per step, tokens/s, peak memory.
 
-    python bench/gpu_check.py [--parts families gradients speed 7b qlora] [--row-tokens 1024 2048 4096 8192]
+    python bench/gpu_check.py [--parts families gradients speed 7b noise qlora profile real]
+        [--row-tokens 1024 2048 4096 8192] [--real-layers N] [--real-groups N] [--real-answers MIN MAX]
 
 Each part runs on its own: one that fails prints its traceback and the next runs. Runs on CPU too (gloo, fp32), as
 a dry run of the code paths on small shapes.
@@ -39,7 +46,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from families import FAMILIES, build  # noqa: E402
-from gpu_check_parts import SHAPES, noise, profile, qlora, qwen_config, seven_b, workload  # noqa: E402
+from gpu_check_parts import SHAPES, noise, profile, qlora, qwen_config, real, seven_b, workload  # noqa: E402
 
 from nanosky import dist  # noqa: E402
 from nanosky.bundled import resolve_model_path  # noqa: E402
@@ -189,7 +196,7 @@ def speed(info, shape: str, groups: int, row_tokens: list[int], reps: int, padde
     torch.cuda.empty_cache() if info.is_cuda else None
 
 
-PARTS = ("families", "gradients", "speed", "7b", "noise", "qlora", "profile")
+PARTS = ("families", "gradients", "speed", "7b", "noise", "qlora", "profile", "real")
 
 
 def main() -> None:
@@ -201,6 +208,16 @@ def main() -> None:
         "--row-tokens", type=int, nargs="+", default=[1024, 2048, 4096, 8192], help="pack_row_tokens to time"
     )
     ap.add_argument("--reps", type=int, default=3, help="passes per setting, the first a warm-up")
+    # part 7's workload; the defaults are the GPU's full shape (on the CPU: the dry run's model, 2 groups, short rows)
+    ap.add_argument("--real-layers", type=int, default=None, help="real: decoder layers (default 30; CPU: 2)")
+    ap.add_argument("--real-groups", type=int, default=None, help="real: prompts of 8 answers (default 8; CPU: 2)")
+    ap.add_argument(
+        "--real-answers", type=int, nargs=2, default=None, help="real: answer lengths (default 64 512; CPU: 16 64)"
+    )
+    ap.add_argument("--real-reps", type=int, default=3, help="real: timed steps per setting, after a warm-up")
+    ap.add_argument(
+        "--real-micro-tokens", type=int, default=0, help="real: micro-batch token budget (0: the run's 16 rows)"
+    )
     args = ap.parse_args()
     info = dist.init_distributed()
     name = torch.cuda.get_device_name() if info.is_cuda else "cpu"
@@ -232,6 +249,10 @@ def main() -> None:
                 qlora(info)
             elif part == "profile":
                 profile(info)
+            elif part == "real":
+                real(
+                    info, args.real_layers, args.real_groups, args.real_answers, args.real_reps, args.real_micro_tokens
+                )
         except Exception:  # noqa: BLE001 -- the next part still runs
             traceback.print_exc()
             torch.cuda.empty_cache() if info.is_cuda else None

@@ -1,10 +1,12 @@
-"""The workload and the 7B-shaped, QLoRA and profiler parts of bench/gpu_check.py (run them through it: `--parts 7b noise qlora
-profile`). Each takes the process's DistInfo and prints its own table."""
+"""The workload and the 7B-shaped, QLoRA, profiler and SmolLM2-shaped train-phase parts of bench/gpu_check.py (run them
+through it: `--parts 7b noise qlora profile real`). Each takes the process's DistInfo and prints its own table."""
 
 from __future__ import annotations
 
+import gc
 import math
 import random
+import statistics
 import time
 
 import torch
@@ -38,6 +40,18 @@ SHAPES = {  # Qwen2.5 configs (no download); "7b-width" keeps 8 of the 7B's 28 l
     ),
     "7b-width": QWEN_7B | {"num_hidden_layers": 8},
 }
+SMOLLM2_135M = dict(  # HuggingFaceTB/SmolLM2-135M-Instruct's config.json (LlamaForCausalLM; no download)
+    hidden_size=576,
+    intermediate_size=1536,
+    num_hidden_layers=30,
+    num_attention_heads=9,
+    num_key_value_heads=3,
+    vocab_size=49152,
+    tie_word_embeddings=True,
+    rope_theta=100000.0,
+    max_position_embeddings=8192,
+    rms_norm_eps=1e-5,
+)
 DRY = dict(
     hidden_size=64,
     intermediate_size=128,
@@ -303,5 +317,129 @@ def qlora(info) -> None:
     print(
         f"merged stream: {len(merged)} tensors in {took:.2f} s; {checked} adapted weights vs independent "
         f"dequantize + merge: max relative |Δ| {worst:.2e} (bf16 rounding is 3.9e-3)",
+        flush=True,
+    )
+
+
+def smollm2_checkpoint(info, out: str, layers: int | None = None):
+    """A random model shaped like SmolLM2-135M-Instruct, saved in `out` in bf16 as the real checkpoint is stored, so
+    the run's loaders read it as they read a download (fp32 master weights). On the CPU the dry run's dims (`DRY`).
+    `layers` overrides the depth. Returns its config."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    dims = SMOLLM2_135M | ({} if info.is_cuda else DRY) | ({"num_hidden_layers": layers} if layers else {})
+    torch.manual_seed(0)
+    with torch.device(info.device):  # initialised on the GPU: seconds less than the CPU's init of 135M
+        model = LlamaForCausalLM(LlamaConfig(**dims))
+    model.to(torch.bfloat16).save_pretrained(out)
+    cfg = model.config
+    del model
+    return cfg
+
+
+def train_steps(info, path: str, prec, lora, optim: OptimConfig, trajs, reps: int) -> dict:
+    """One setting of part 7, built as `nanosky.trainer.build` builds a run: the policy (`load_policy`: adapters
+    injected before FSDP2 shards it), the build's plan (`plan.decide`: chunked head, packing and its attention,
+    checked on the model), `PolicyUpdate`; then the rows' advantages as `trainer.prepare` computes them, one warm-up
+    step and `reps` timed ones (every micro-batch's forward + backward, grad clip, AdamW step)."""
+    from algos import AlgoConfig
+    from nanosky.train import plan as build_plan
+    from nanosky.train.batch import compute_advantages, token_rewards
+    from nanosky.train.lora import load_policy, trainable_parameters
+    from nanosky.train.update import PolicyUpdate, micro_batches
+
+    policy = load_policy(path, lora, info, False, precision=prec)  # activation checkpointing off: the default
+    plan = build_plan.decide(optim, prec, policy, say=lambda line: print(f"  {line}", flush=True))
+    optim = plan.optim(optim)
+    update = PolicyUpdate(optim, AlgoConfig(), policy)  # GRPO, PPO-clip loss, no KL term: no reference model
+    batch = to_batch(trajs, 0, info.device)
+    compute_advantages(batch, update.algo, token_rewards(batch))
+    sync = torch.cuda.synchronize if info.is_cuda else lambda: None
+    update(batch)  # warm-up: kernels, the allocator, AdamW's state
+    sync()
+    torch.cuda.reset_peak_memory_stats() if info.is_cuda else None
+    times = []
+    for _ in range(reps):
+        sync()
+        t0 = time.perf_counter()
+        out = update(batch)
+        sync()
+        times.append(time.perf_counter() - t0)
+    return dict(
+        s=statistics.median(times),
+        peak=torch.cuda.max_memory_allocated() / 2**30 if info.is_cuda else float("nan"),
+        trained=sum(p.numel() for p in trainable_parameters(policy)),
+        attention=f"{plan.packing}" + (f", {plan.attention}" if plan.attention else ""),
+        passes=len(micro_batches(batch, optim)),
+        unpacked=out["tokens_unpacked"],  # the rows' tokens: what the step trains on
+        computed=out["tokens_computed"],  # after sharing each prompt: the run's perf/train_tokens_per_s counts these
+        grad_norm=out["grad_norm"],
+    )
+
+
+def real(info, layers=None, groups=None, answers=None, reps: int = 3, micro_tokens: int = 0) -> None:
+    """Part 7: the train phase of a random model shaped like SmolLM2-135M-Instruct through the run's own code
+    (`train_steps`), in fp32 and bf16 (`nanosky.precision.decide`), full fine-tuning and LoRA (rank 8, alpha 16, every
+    linear layer of the blocks), on one GRPO step's rows: `groups` prompts x 8 answers."""
+    import tempfile
+
+    from transformers.utils import logging as hf_logging
+
+    from nanosky.config.model import LoraConfig
+
+    hf_logging.disable_progress_bar()  # as a run does: the loads' bars would break into the table
+    cuda = info.is_cuda
+    groups = groups or (8 if cuda else 2)
+    lo, hi = answers or ((64, 512) if cuda else (16, 64))
+    prompt = 128 if cuda else 32
+    optim = OptimConfig(micro_batch_tokens=micro_tokens)  # 0: the run's default, 16 rows per micro-batch
+    with tempfile.TemporaryDirectory() as out:
+        cfg = smollm2_checkpoint(info, out, layers)
+        trajs = workload(cfg.vocab_size, groups, 8, prompt, (lo, hi))
+        rng = random.Random(1)
+        for t in trajs:  # distinct rewards in every group: no advantage is 0, so no row is skipped
+            t.reward = rng.random()
+        tokens = sum(len(t.ids) for t in trajs)
+        print(
+            f"\n## 7. train phase, SmolLM2-135M shape ({cfg.num_hidden_layers} layers, hidden {cfg.hidden_size}, "
+            f"vocab {cfg.vocab_size}), {info.device.type}\n{len(trajs)} rows ({groups} prompts x 8 answers, prompt "
+            f"{prompt}, answers {lo}-{hi} tokens): {tokens} tokens | micro-batches of {optim.describe()} | "
+            f"median of {reps} steps after a warm-up",
+            flush=True,
+        )
+        stats = {}
+        for name in ("fp32", "bf16"):
+            for kind, lora in (("full", LoraConfig()), ("lora", LoraConfig(rank=8, alpha=16))):
+                try:
+                    stats[name, kind] = train_steps(info, out, decide(name, info.device.type), lora, optim, trajs, reps)
+                except Exception as e:  # noqa: BLE001 -- an out-of-memory or a kernel refusal is a row of the table
+                    stats[name, kind] = f"failed: {type(e).__name__}: {str(e)[:200]}"
+                gc.collect()  # the setting's model, optimizer and activations go before the next is built
+                if cuda:
+                    torch.cuda.empty_cache()
+                    torch.cuda.reset_peak_memory_stats()
+    print(
+        "| setting | trained params | packing | micro-batches | s / step | tokens/s | computed tokens/s | peak GiB "
+        "| grad norm |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    for (name, kind), r in stats.items():
+        if isinstance(r, str):
+            print(f"| {name} {kind} | | | | {r} | | | | |")
+            continue
+        peak = f"{r['peak']:.2f}" if cuda else "n/a"
+        print(
+            f"| {name} {kind} | {r['trained'] / 1e6:.2f}M | {r['attention']} | {r['passes']} | {r['s']:.3f} "
+            f"| {r['unpacked'] / r['s']:,.0f} | {r['computed'] / r['s']:,.0f} | {peak} | {r['grad_norm']:.3g} |"
+        )
+
+    def ratio(a, b) -> str:  # seconds per step of a over b: < 1, a is faster
+        ok = not isinstance(stats[a], str) and not isinstance(stats[b], str)
+        return f"{stats[a]['s'] / stats[b]['s']:.2f}" if ok else "n/a"
+
+    print(
+        f"time ratios: bf16 / fp32 full {ratio(('bf16', 'full'), ('fp32', 'full'))}, lora "
+        f"{ratio(('bf16', 'lora'), ('fp32', 'lora'))} | LoRA / full fp32 {ratio(('fp32', 'lora'), ('fp32', 'full'))}, "
+        f"bf16 {ratio(('bf16', 'lora'), ('bf16', 'full'))}",
         flush=True,
     )
