@@ -199,3 +199,21 @@ def shutdown() -> None:
     if dist.is_initialized():
         dist.destroy_process_group()
     _INFO = None
+
+
+def exit_now(code: int = 0) -> None:
+    """End a process whose run has closed everything it opened (pools, endpoint, logger, process group): run the
+    atexit handlers (vLLM's engine shutdown, logging's flush, a plugin's own), then leave without the interpreter's
+    teardown. With torch, vLLM and transformers loaded that teardown is ~2 s of CPU a rank, spent freeing a heap the
+    OS frees anyway, and vLLM's shutdown hook spends ~0.9 s more in two full `gc.collect()`s; `gc.freeze()` leaves
+    them only what is new. Only buffered writes to files never closed would be lost: nanosky closes its own."""
+    import atexit
+    import gc
+
+    gc.freeze()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

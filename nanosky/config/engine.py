@@ -13,8 +13,9 @@ class EngineConfig:
     alone in another dtype (an eval's engine; the sync probe calibrates and bounds the gap it leaves)."""
     gpu_memory_utilization: float = 0.35
     """GPU: fraction of device memory vLLM may take (the trainer shares the device)."""
-    kv_cache_gib: int = 1
-    """CPU: KV-cache size per rank in whole GiB (vLLM would otherwise take a share of host RAM per rank)."""
+    kv_cache_gib: float = 1.0
+    """CPU: KV-cache size per rank in GiB, fractions allowed. vLLM allocates and zeroes all of it at start-up (~1.3 s
+    a launch for 1 GiB at 2 ranks on the 2-core box), so a small model's short runs do well with less."""
     max_model_len: int = 512
     """Longest prompt + response the engine serves."""
     enforce_eager: bool = False

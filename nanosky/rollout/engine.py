@@ -176,6 +176,9 @@ def engine_args(
         enforce_eager=cfg.enforce_eager or not info.is_cuda,
         max_model_len=cfg.max_model_len,
         gpu_memory_utilization=cfg.gpu_memory_utilization,
+        # CPU: the KV cache's size itself (vLLM would otherwise take a share of host RAM per rank); a fraction of a
+        # GiB is allowed, since vLLM's VLLM_CPU_KVCACHE_SPACE (which still wins where a user sets it) takes whole GiB
+        kv_cache_memory_bytes=None if info.is_cuda else int(cfg.kv_cache_gib * 2**30),
         # Reuse torchrun's process group: every rank holds its own full engine (data parallel across ranks).
         distributed_executor_backend="external_launcher",
         enable_sleep_mode=info.is_cuda and cfg.sleep,
@@ -215,7 +218,6 @@ class Engine:
         self.version = 0
         self.asleep: set[str] = set()  # the parts put to sleep (SLEEP_PARTS), while the trainer runs
         if not info.is_cuda:
-            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(cfg.kv_cache_gib))
             # The CPU engine runs eager (enforce_eager), but vLLM's sampler keeps a @torch.compile'd gather_logprobs
             # that Dynamo traces on first use: 5-7 s of every process's start-up, for nothing. Nothing of nanosky's
             # compiles on the CPU, so Dynamo is off in this process: decorators applied from here on are no-ops

@@ -15,6 +15,8 @@ from spawn import scalars, torchrun
 # differs within a group (a skipped row is never scored; its metrics are then absent)
 SMALL = [
     "--optim.no-skip-zero-adv",
+    "--engine.kv-cache-gib",
+    "0.25",
     "--precision",
     "fp32",
     "--preset",

@@ -65,6 +65,8 @@ def test_tool_use_trains_with_a_judge_weighted_in_and_resumes_exactly(tmp_path):
             "2",
             "--envpool.workers",
             "1",
+            "--engine.kv-cache-gib",
+            "0.25",
             "--log.ckpt-every",
             "1",
             "--reward.judge",

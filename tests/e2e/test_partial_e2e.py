@@ -15,7 +15,11 @@ SMOKE = ["--preset", "smoke", "--precision", "fp32", "--steps", "3", "--log.ckpt
 TOOL = ["--preset", "tool_use", "--steps", "4", "--rollout.prompts-per-step", "8", "--rollout.group-size", "4"]
 TOOL += ["--eval.every", "0", "--eval.limit", "4", "--eval.n-samples", "1", "--log.ckpt-every", "2"]
 TOOL += ["--rollout.max-staleness", "1", "--rollout.oversample", "1.5", "--log.samples-per-step", "100"]
-TOOL += ["--optim.no-skip-zero-adv"]  # every row scored: the correction's weights are measured at every step
+TOOL += [
+    "--optim.no-skip-zero-adv",
+    "--engine.kv-cache-gib",
+    "0.25",
+]  # every row scored: the correction's weights are measured at every step
 WORLD, SHARE, TARGET = 2, 4, 6  # 8 prompts a step over 2 ranks; ceil(1.5 x 4) groups in flight per rank
 PARTIAL = ["--rollout.max-staleness", "1", "--rollout.oversample", "1.5", "--log.samples-per-step", "100"]
 # which episodes a phase's end cuts is timing; held, the groups started beyond a phase's share send their first
@@ -23,7 +27,18 @@ PARTIAL = ["--rollout.max-staleness", "1", "--rollout.oversample", "1.5", "--log
 HOLD = ["--debug.hold-extra-groups"]
 SWE = ["--preset", "swe", "--steps", "4", "--rollout.prompts-per-step", "4", "--rollout.group-size", "2"]
 SWE += ["--eval.every", "0", "--eval.limit", "2", "--envpool.workers", "1", "--env-kwargs.max-turns", "3"]
-SWE += ["--log.ckpt-every", "2", "--precision", "fp32", "--rollout.max-new-tokens", "64", *PARTIAL, *HOLD]
+SWE += [
+    "--engine.kv-cache-gib",
+    "0.25",
+    "--log.ckpt-every",
+    "2",
+    "--precision",
+    "fp32",
+    "--rollout.max-new-tokens",
+    "64",
+    *PARTIAL,
+    *HOLD,
+]
 
 
 def _records(run_dir) -> list[dict]:

@@ -16,7 +16,11 @@ from spawn import ROOT, child_env, scalars, torchrun
 
 TOOL = ["--preset", "tool_use", "--precision", "bf16", "--steps", "2", "--log.ckpt-every", "1"]
 TOOL += ["--rollout.prompts-per-step", "8", "--rollout.group-size", "4", "--optim.lr", "5e-4"]
-TOOL += ["--optim.no-skip-zero-adv"]  # every row scored: a random family model earns no reward, no advantage
+TOOL += [
+    "--optim.no-skip-zero-adv",
+    "--engine.kv-cache-gib",
+    "0.25",
+]  # every row scored: a random family model earns no reward, no advantage
 TOOL += ["--eval.every", "0", "--eval.limit", "4", "--eval.n-samples", "1", "--lora.rank", "8", "--lora.alpha", "16"]
 if not BF16:  # bf16 emulated (tests/cpu.py): the same checks over a few tokens a step, one turn, one tool call
     TOOL += ["--rollout.prompts-per-step", "4", "--rollout.group-size", "2", "--rollout.max-new-tokens", "24"]

@@ -130,7 +130,7 @@ def test_agent_env_presets_train(preset, tmp_path):
     run_dir = str(tmp_path / preset)
     small = "--steps 1 --rollout.prompts-per-step 2 --rollout.group-size 2 --eval.limit 2 --eval.every 0"
     cmd = [sys.executable, "run.py", "--preset", preset, "--log.run-dir", run_dir, *small.split()]
-    cmd += ["--envpool.workers", "1"]  # env steps in a worker process, as in real runs
+    cmd += ["--envpool.workers", "1", "--engine.kv-cache-gib", "0.25"]  # env steps in a worker, as in real runs
     r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, env=child_env())
     assert r.returncode == 0, r.stderr[-4000:]
     s = scalars(run_dir)

@@ -28,7 +28,7 @@ def tool_model(dist_info):
     from nanosky.rollout.engine import Engine, EngineConfig
 
     path = resolve_model_path("tiny-tool")
-    return Engine(EngineConfig(kv_cache_gib=1, seed=0), path, dist_info, precision=FP32), load_tokenizer(path)
+    return Engine(EngineConfig(kv_cache_gib=0.25, seed=0), path, dist_info, precision=FP32), load_tokenizer(path)
 
 
 def _harness(tool_model, agent):

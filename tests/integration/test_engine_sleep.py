@@ -92,6 +92,13 @@ def test_cuda_only_choices_come_from_the_device_type():
         False,
         1,
     )
+    # the CPU's KV cache is the flag's size, fractions too; on CUDA vLLM sizes it from gpu_memory_utilization
+    assert cuda["kv_cache_memory_bytes"] is None
+    assert cpu["kv_cache_memory_bytes"] == 2**30
+    quarter = engine_args(
+        EngineConfig(kv_cache_gib=0.25), DistInfo(0, 1, 0, torch.device("cpu"), "gloo"), "m", precision=FP32
+    )
+    assert quarter["kv_cache_memory_bytes"] == 2**28
     assert engine_args(
         EngineConfig(enforce_eager=True), DistInfo(0, 1, 0, torch.device("cuda"), "nccl"), "m", precision=FP32
     )["enforce_eager"]  # the flag still forces eager on CUDA

@@ -41,7 +41,10 @@ def test_family_trains_packs_and_syncs_exactly(family, dist_info, tmp_path):
         }
         unprotected = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     engine = Engine(
-        EngineConfig(kv_cache_gib=1, max_model_len=256, max_batched_tokens=256, seed=0), path, dist_info, precision=FP32
+        EngineConfig(kv_cache_gib=0.25, max_model_len=256, max_batched_tokens=256, seed=0),
+        path,
+        dist_info,
+        precision=FP32,
     )
     try:
         g = torch.Generator().manual_seed(1)

@@ -25,7 +25,10 @@ def cohere2(tmp_path_factory, dist_info):
     path = build("cohere2", str(tmp_path_factory.mktemp("c2")), sliding_window=WINDOW)
     cfg = parse_args(["--preset", "smoke", "--model.path", path, "--engine.max-model-len", "256"], console=False)
     engine = Engine(
-        EngineConfig(kv_cache_gib=1, max_model_len=256, max_batched_tokens=256, seed=0), path, dist_info, precision=FP32
+        EngineConfig(kv_cache_gib=0.25, max_model_len=256, max_batched_tokens=256, seed=0),
+        path,
+        dist_info,
+        precision=FP32,
     )
     yield path, cfg, load_tokenizer(path), engine
     del engine

@@ -73,3 +73,21 @@ def test_the_launch_geometry_is_read_once_at_start_up(monkeypatch):
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")  # what the engine leaves behind
     dist.record_launch()  # a second call (train() after run.py) keeps the first
     assert resume_command(["--env", "math"]) == "torchrun --nproc_per_node 2 run.py --env math --resume latest"
+
+
+def test_exit_now_runs_the_atexit_handlers_flushes_and_keeps_the_status():
+    """run.py's last line (`dist.exit_now`): leaving without the interpreter's teardown must still run every atexit
+    handler (vLLM's, logging's, a plugin's), flush what was written and unflushed, and exit with the given status."""
+    code = textwrap.dedent(
+        """
+        import atexit, sys
+        from nanosky.dist import exit_now
+        atexit.register(lambda: print("handler ran"))
+        sys.stdout.write("written, not flushed | ")
+        exit_now(3)
+        print("never")
+        """
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 3, r.stderr
+    assert r.stdout == "written, not flushed | handler ran\n"
