@@ -5,7 +5,7 @@
     loss, metrics = algos.get_policy_loss("sapo")(log_prob, old_log_prob, adv, response_mask, cfg)
 
 Modules: agg (loss aggregation), advantages, gigpo (step-level credit for multi-step agents), policy_losses, value,
-kl (KL + entropy), correction (rollout correction), rewards (reward shaping), registry, config (AlgoConfig, the one
+kl (KL + entropy), correction (rollout correction), distill (on-policy distillation's teacher advantages), rewards (reward shaping), registry, config (AlgoConfig, the one
 config every loss and estimator reads, + presets). Definitions: docs/algorithms.md.
 Importing `algos` registers every built-in, so worker processes see the same registry.
 """
@@ -15,6 +15,7 @@ from algos.advantages import scale_negative
 from algos.agg import AGG_MODES, agg_loss, agg_scale
 from algos.config import PRESETS, AlgoConfig, preset
 from algos.correction import correction_rule, mismatch_metrics, rollout_correction
+from algos.distill import reverse_kl_sums, teacher_advantages
 from algos.gigpo import (
     GIGPO_MODES,
     StepInfo,
@@ -67,10 +68,12 @@ __all__ = [
     "preset",
     "register_adv_estimator",
     "register_policy_loss",
+    "reverse_kl_sums",
     "rollout_correction",
     "correction_rule",
     "scalar_to_token_rewards",
     "scale_negative",
     "step_group_advantages",
+    "teacher_advantages",
     "value_loss",
 ]

@@ -200,6 +200,10 @@ PRESETS: dict[str, AlgoConfig] = {
     # SFT in the same loop: the env's expert's episodes (a player that replays them), every assistant token at
     # advantage 1 under a plain NLL; token-mean over the demonstrations' tokens, as TRL's SFTTrainer
     "sft": AlgoConfig(adv_estimator="demo", policy_loss="nll", loss_agg_mode="token-mean"),
+    # On-policy distillation (`--teacher.path`): the advantage is the teacher's per-token log-ratio (algos/distill.py),
+    # plus `--distill.reward-weight` times this estimator's on the env's reward; PPO's clip at r = 1 is the plain
+    # policy gradient of one on-policy pass
+    "distill": AlgoConfig(adv_estimator="grpo", policy_loss="ppo", loss_agg_mode="token-mean"),
 }
 
 for _name, _cfg in PRESETS.items():

@@ -25,7 +25,7 @@ from nanosky.agent import EngineBackend
 from nanosky.agent.player import Rollouts
 from nanosky.bundled import resolve_model_path
 from nanosky.collect import Rollout, collect
-from nanosky.config import OptimConfig, TrainConfig
+from nanosky.config import TrainConfig
 from nanosky.evaluate import Evaluator
 from nanosky.logger import RunLogger, command
 from nanosky.metrics import NoSignalWatch, Phases, step_metrics
@@ -38,6 +38,7 @@ from nanosky.train.batch import Batch, compute_advantages, split_groups, to_batc
 from nanosky.train.checkpointer import Checkpointer
 from nanosky.train.constrain import ChoiceMasker
 from nanosky.train.critic import Critic, CriticUpdate, forward_values, load_critic
+from nanosky.train.distill import load_teacher, teacher_signal
 from nanosky.train.lora import adapters_off, check_platform, load_policy, load_reference
 from nanosky.train.plan import Plan, decide
 from nanosky.train.policy import checkpoint_dtype
@@ -68,6 +69,7 @@ class Run:
     probe: Probe  # the sync check: a fixed sequence, its tolerance calibrated at the build sync
     ckpt: Checkpointer | None = None
     ref: torch.nn.Module | None = None
+    teacher: torch.nn.Module | None = None  # --algo distill: frozen, sharded, scores the student's sampled tokens
     critic: Critic | None = None
     critic_update: CriticUpdate | None = None
     version: int = 0
@@ -76,7 +78,6 @@ class Run:
     n_params: int = 0  # the policy's parameters (all of them, LoRA's base too)
     masker: ChoiceMasker | None = None  # --rollout.constrain-actions: the constrained turns' masks
     plan: Plan | None = None  # what the build decided the models can do (packing, attention, head, probe)
-    optim: OptimConfig | None = None  # cfg.optim as the plan runs it (the update's, the critic's, prepare's)
     no_signal: NoSignalWatch = dataclasses.field(default_factory=NoSignalWatch)  # every advantage 0, 3 steps on
 
 
@@ -100,6 +101,7 @@ def build(cfg: TrainConfig, resources: contextlib.ExitStack) -> Run:
     # place when it starts, and the trainer's models hold private copies of theirs (`private_classes`).
     ref = load_reference(path, cfg.lora, info, policy, precision=prec) if cfg.algorithm.needs_ref else None
     critic = load_critic(path, info, precision=prec) if cfg.algorithm.needs_critic else None
+    teacher = load_teacher(resolve_model_path(cfg.teacher.path), info, precision=prec) if cfg.distills else None
     # the engine starts with placeholder weights: the build sync below pushes the trainer's (one read of the checkpoint)
     engine = Engine(
         cfg.engine, path, info, log_path=os.path.join(cfg.run_dir, "engine.log"), weights="pushed", precision=prec
@@ -111,7 +113,7 @@ def build(cfg: TrainConfig, resources: contextlib.ExitStack) -> Run:
     log = RunLogger(cfg.run_dir, info.is_main, cfg.steps, cfg.log.tqdm)
     resources.callback(log.close)
     # what the models can do (the chunked head, packing and its attention), checked on them: a value, cfg untouched
-    plan = decide(cfg.optim, prec, policy, ref if ref is not policy else None, critic, log.print)
+    plan = decide(cfg.optim, prec, policy, (ref, teacher), critic, log.print)
     optim = plan.optim(cfg.optim)
     tracer = Tracer(cfg.log.samples_per_step, on=info.is_main)  # the update's traced rows, for the viewer
     run = Run(
@@ -127,11 +129,11 @@ def build(cfg: TrainConfig, resources: contextlib.ExitStack) -> Run:
         evaluator=Evaluator(cfg, rollout, log, info.rank),
         probe=build_probe(cfg, tok, policy.config),
         ref=ref,
+        teacher=teacher,
         critic=critic,
         critic_update=CriticUpdate(optim, cfg.algorithm, critic) if critic is not None else None,
         masker=ChoiceMasker(tok, policy.config.vocab_size) if cfg.rollout.constrain_actions else None,
         plan=plan,
-        optim=optim,
     )
     run.ckpt = Checkpointer(
         cfg,
@@ -170,7 +172,7 @@ def prepare(run: Run, rollouts: Rollouts) -> tuple[Batch, dict[str, float], list
     the update needs, and advantages. Returns it, a step-level estimator's metrics (GiGPO's anchors) and its rows'
     trajectories (None when step-wise: its rows are turns). The rows' layout is what the player said
     it produced (`Rollouts.layout`), never guessed from the data."""
-    info, a, optim = run.info, run.cfg.algorithm, run.optim
+    info, a, optim = run.info, run.cfg.algorithm, run.update.optim  # cfg.optim as the plan runs it
     meta = ADV_ESTIMATORS.meta(a.adv_estimator)
     trajs, stepwise = rollouts.trajs, rollouts.layout == "stepwise"
     if stepwise:  # one row per turn; advantages come from the episodes, so rows may go to any rank
@@ -203,7 +205,9 @@ def prepare(run: Run, rollouts: Rollouts) -> tuple[Batch, dict[str, float], list
         compute_advantages(batch, a, rewards, steps)
     # --algorithm.neg-adv-scale; the critic's returns keep the estimator's values
     batch.advantages = algos.scale_negative(batch.advantages, a.neg_adv_scale)
-    if a.ppo_epochs > 1 or a.mini_batches > 1:  # otherwise the update's first forward is the behaviour policy
+    if run.teacher is not None:  # on-policy distillation: the teacher's log-ratio is the advantage (+ the env's)
+        metrics |= teacher_signal(run.teacher, run.policy, batch, optim, run.cfg.distill.reward_weight)
+    elif a.ppo_epochs > 1 or a.mini_batches > 1:  # else the update's first forward is the behaviour policy
         batch.old_logprobs = forward_logprobs(run.policy, batch, optim, signal_only=run.update.skip)
     return batch, metrics, None if stepwise else local
 
@@ -227,13 +231,11 @@ def train(cfg: TrainConfig) -> dict:
         if run.acc0 is None:
             with ph(0, "eval"):
                 run.acc0 = run.evaluator.initial(run.version)
-        acc = run.acc0
-        step_times: list[float] = []
+        acc, step_times = run.acc0, []
         for step in range(run.step + 1, cfg.steps + 1):
             if stop.requested():  # on any rank: every rank stops here, after the same step
                 return stopped(run, ph, step - 1, stop.name)
-            if step == cfg.debug.fail_step and run.info.rank == cfg.debug.fail_rank:
-                raise RuntimeError(f"injected failure on rank {run.info.rank} at step {step} (--debug)")
+            cfg.debug.fail_here(step, run.info.rank)
             t0 = time.perf_counter()
             with ph(step, "generate"):  # rollouts on every rank, then the global gather (+ DAPO rounds)
                 run.engine.wake()
@@ -279,12 +281,11 @@ def train(cfg: TrainConfig) -> dict:
 
 def stopped(run: Run, ph: Phases, step: int, signal_name: str) -> dict:
     """The graceful stop after `step`: its checkpoint (unless on disk already) and the resume command."""
-    cfg = run.cfg
     with ph(step, "checkpoint"):
         run.ckpt.save_on_stop(step, run.version, run.acc0)
     run.log.print(
-        f"stopped by {signal_name} after step {step} of {cfg.steps}; checkpoint in {cfg.run_dir}/checkpoints. "
-        f"Resume with:\n  {resume_command()}" + run.rollout.on_stop()
+        f"stopped by {signal_name} after step {step} of {run.cfg.steps}; checkpoint in "
+        f"{run.cfg.run_dir}/checkpoints. Resume with:\n  {resume_command()}" + run.rollout.on_stop()
     )
     return {"stopped_at_step": step, "signal": signal_name}
 

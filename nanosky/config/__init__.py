@@ -22,6 +22,7 @@ from typing import Literal
 import algos
 from algos import AlgoConfig
 from algos.registry import ADV_ESTIMATORS
+from nanosky.config.distill import DistillConfig, TeacherConfig
 from nanosky.config.engine import EngineConfig
 from nanosky.config.model import ALL_LINEAR, LoraConfig, ModelConfig, OptimConfig
 from nanosky.config.reward import RewardConfig
@@ -32,6 +33,7 @@ __all__ = [
     "ALL_LINEAR",
     "DebugConfig",
     "DistConfig",
+    "DistillConfig",
     "EngineConfig",
     "EnvPoolConfig",
     "EvalConfig",
@@ -41,6 +43,7 @@ __all__ = [
     "OptimConfig",
     "ProbeConfig",
     "RolloutConfig",
+    "TeacherConfig",
     "TrainConfig",
     "import_plugins",
 ]
@@ -80,7 +83,8 @@ class TrainConfig:
     envpool: EnvPoolConfig = field(default_factory=EnvPoolConfig)
     algorithm: AlgoConfig = field(default_factory=lambda: algos.preset("grpo"))
     """The RL algorithm; `--algo NAME` replaces it with the preset NAME (grpo, dr_grpo, rloo, reinforce_pp, ppo, dapo,
-    gspo, sapo, cispo, gigpo; sft: supervised on the env's expert's episodes), and every field stays overridable
+    gspo, sapo, cispo, gigpo; sft: supervised on the env's expert's episodes; distill: on-policy distillation from
+    `--teacher.path`), and every field stays overridable
     (`--algo dapo --algorithm.clip-high 0.3`)."""
     optim: OptimConfig = field(default_factory=OptimConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
@@ -90,6 +94,8 @@ class TrainConfig:
     lora: LoraConfig = field(default_factory=LoraConfig)
     debug: DebugConfig = field(default_factory=DebugConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)
+    teacher: TeacherConfig = field(default_factory=TeacherConfig)
+    distill: DistillConfig = field(default_factory=DistillConfig)
     dry_run: bool = False
     """One step with the longest possible sequences (no eos), no eval, then exit: exposes OOM at step 0."""
     resume: str | None = None
@@ -104,7 +110,14 @@ class TrainConfig:
             raise ValueError(f"steps must be >= 0, got {self.steps}")
         if self.env not in envs.env_names():
             raise ValueError(f"env: unknown env {self.env!r}; valid: {', '.join(envs.env_names())}")
-        if ADV_ESTIMATORS.meta(self.algorithm.adv_estimator)["per_group"] and self.rollout.group_size < 2:
+        if self.distills != (self.teacher.path is not None):
+            raise ValueError(
+                "--algo distill needs --teacher.path (the model whose log-probs are the signal)"
+                if self.distills
+                else "--teacher.path is for --algo distill (a KL reference is the starting policy)"
+            )
+        grouped = ADV_ESTIMATORS.meta(self.algorithm.adv_estimator)["per_group"]
+        if grouped and self.rollout.group_size < 2 and not (self.distills and not self.distill.reward_weight):
             raise ValueError(
                 f"rollout.group_size must be >= 2 for the group estimator "
                 f"{self.algorithm.adv_estimator!r}, got {self.rollout.group_size}"
@@ -135,6 +148,12 @@ class TrainConfig:
             # a step-wise row holds one turn, a concatenated one all of them
             turns = 1 if self.rollout.mode == "stepwise" else (self.rollout.max_turns or 1)
             self.algorithm.norm_const = self.rollout.max_new_tokens * turns
+
+    @property
+    def distills(self) -> bool:
+        """On-policy distillation (`--algo distill`): the teacher's per-token log-ratio is the advantage; a group
+        baseline is needed only for the env reward mixed in (`--distill.reward-weight`)."""
+        return self.algorithm.name == "distill"
 
     @property
     def demonstrations(self) -> bool:

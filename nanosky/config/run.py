@@ -79,3 +79,8 @@ class DebugConfig:
     fail_rank: int = -1
     """This rank raises at `fail_step` (checks that the whole job stops promptly)."""
     fail_step: int = 0
+
+    def fail_here(self, step: int, rank: int) -> None:
+        """Raise where `--debug.fail-rank/-step` say (the injected failure); nothing otherwise."""
+        if step == self.fail_step and rank == self.fail_rank:
+            raise RuntimeError(f"injected failure on rank {rank} at step {step} (--debug)")

@@ -1,7 +1,7 @@
 """The build's decisions, returned as a value: what the trainer's models can do, checked once, on the models
 themselves, before step 1. The update, the critic and the checkpoints take the plan; the config stays as parsed.
 
-    plan = decide(cfg.optim, precision, policy, ref, critic, say=log.print)   # Plan(packing="prefix", ...)
+    plan = decide(cfg.optim, precision, policy, (ref, teacher), critic, say=log.print)   # Plan(packing="prefix")
     update = PolicyUpdate(plan.optim(cfg.optim), cfg.algorithm, policy)
     plan = plan.calibrated(probe.tol)          # after the build sync; recorded as plan.json beside config.json
 
@@ -47,15 +47,17 @@ def _kind(model) -> str:
 
 
 def decide(
-    optim: OptimConfig, precision: Precision, policy, ref=None, critic=None, say: Callable[[str], None] = print
+    optim: OptimConfig, precision: Precision, policy, frozen=(), critic=None, say: Callable[[str], None] = print
 ) -> Plan:
-    """Check the head and packing on every model that uses them (the policy, a separate reference, the critic) and
-    return what the run can do. Models are changed only as the plan says (the head uninstalled, grouped attention
-    on or off); `optim` is read, never written."""
+    """Check the head and packing on every model that uses them (the policy; the `frozen` language models the
+    trainer scores with, a separate KL reference and a distillation teacher, None or the policy itself skipped; the
+    critic) and return what the run can do. Models are changed only as the plan says (the head uninstalled, grouped
+    attention on or off); `optim` is read, never written."""
+    lms = (policy, *(m for m in frozen if m is not None and m is not policy))
     try:
-        return _decide(optim, precision, policy, ref, critic, _Notes(say))
+        return _decide(optim, precision, lms, critic, _Notes(say))
     finally:  # a check's forward leaves FSDP2's root unsharded: what is built next (the optimizer) needs the shards
-        for model in (policy, ref, critic):
+        for model in (*lms, critic):
             _reshard(model)
 
 
@@ -79,12 +81,13 @@ class _Notes(list):
         self.say(line)
 
 
-def _decide(optim: OptimConfig, precision: Precision, policy, ref, critic, note: _Notes) -> Plan:
-    """`decide`'s checks; `note(line)` says a fallback and keeps it for the plan."""
-    tol, p = precision.build_tol, precision.name
-    for model in (policy, ref) if optim.head_chunk_tokens else ():
+def _decide(optim: OptimConfig, precision: Precision, lms: tuple, critic, note: _Notes) -> Plan:
+    """`decide`'s checks on the language models `lms` (the policy first) and the critic; `note(line)` says a
+    fallback and keeps it for the plan."""
+    tol, p, policy = precision.build_tol, precision.name, lms[0]
+    for model in lms if optim.head_chunk_tokens else ():
         try:
-            if model is not None and head.installed(model):
+            if head.installed(model):
                 head.verify(model, tol)
         except head.HeadUnsupported as e:
             note(f"nanosky: {e}; this run uses the plain LM head")
@@ -92,16 +95,16 @@ def _decide(optim: OptimConfig, precision: Precision, policy, ref, critic, note:
     chunked = bool(optim.head_chunk_tokens) and head.installed(policy)
     if optim.packing == "none":
         return Plan(p, "none", None, chunked, notes=tuple(note))
-    models = ((policy, packing.lm_forward), (ref, packing.lm_forward), (critic, critic_forward))
+    models = (*((m, packing.lm_forward) for m in lms), (critic, critic_forward))
     grouped = optim.grouped(precision.device_type)  # prefix-grouped attention, else the dense mask
-    if grouped and not all(m is None or grouped_attention.enable(m) for m in (policy, ref)):
-        # eager attention (soft-capped): grouped attention does not cover it
-        kind = _kind(policy)
+    eager = [m for m in lms if not grouped_attention.enable(m)] if grouped else []
+    if eager:  # eager attention (soft-capped): grouped attention does not cover it
+        kind = _kind(eager[0])
         note(
             f"nanosky: {kind} runs eager attention (soft-capped), which grouped attention does not cover; "
             "packed rows use the dense mask"
         )
-        _dense(policy, ref)
+        _dense(lms)
         grouped = False
     for attempt in ("grouped", "mask") if grouped else ("mask",):
         try:
@@ -112,14 +115,13 @@ def _decide(optim: OptimConfig, precision: Precision, policy, ref, critic, note:
         except packing.PackingUnsupported as e:
             if attempt == "grouped":  # the dense mask next: the reference the grouped path is tested against
                 note(f"nanosky: {e} with grouped attention; this run uses the dense mask")
-                _dense(policy, ref)
+                _dense(lms)
                 continue
             note(f"nanosky: {e}; this run uses --optim.packing none (exact, slower)")
     return Plan(p, "none", None, chunked, notes=tuple(note))
 
 
-def _dense(policy, ref) -> None:
-    """Grouped attention off on the policy and the reference (packed rows then use the dense mask)."""
-    for model in (policy, ref):
-        if model is not None:
-            grouped_attention.disable(model)
+def _dense(lms: tuple) -> None:
+    """Grouped attention off on every language model (packed rows then use the dense mask)."""
+    for model in lms:
+        grouped_attention.disable(model)

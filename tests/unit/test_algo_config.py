@@ -7,7 +7,20 @@ import tyro
 import algos
 from algos import AlgoConfig
 
-PRESET_NAMES = ["grpo", "dr_grpo", "rloo", "reinforce_pp", "ppo", "dapo", "gspo", "sapo", "cispo", "gigpo", "sft"]
+PRESET_NAMES = [
+    "grpo",
+    "dr_grpo",
+    "rloo",
+    "reinforce_pp",
+    "ppo",
+    "dapo",
+    "gspo",
+    "sapo",
+    "cispo",
+    "gigpo",
+    "sft",
+    "distill",
+]
 
 
 def test_presets_exist_and_construct():

@@ -1,4 +1,4 @@
-"""An ecosystem env's bad input is one line at start-up (nanosky/preflight.py), before any model loads: a missing
+"""An ecosystem env's bad input is one line at start-up (nanosky/preflight/), before any model loads: a missing
 file or column, an unknown class, task or game, a reward function that does not import, a missing extra."""
 
 import json

@@ -1,4 +1,4 @@
-"""Start-up validation (nanosky/preflight.py): bad paths, data, resume, run dir and disk fail in one line naming the
+"""Start-up validation (nanosky/preflight/): bad paths, data, resume, run dir and disk fail in one line naming the
 flag, with exit status 2 and no traceback, before any model or engine is built."""
 
 import json

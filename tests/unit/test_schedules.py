@@ -99,7 +99,7 @@ def test_packing_checked_at_build_falls_back_to_unpacked_rows(monkeypatch):
     monkeypatch.setattr(plan.head, "installed", lambda m: False)
     cfg = _cfg()
     before = copy.deepcopy(cfg)
-    p = plan.decide(cfg.optim, decide("fp32", "cpu"), "policy", "ref", "critic", say=lines.append)
+    p = plan.decide(cfg.optim, decide("fp32", "cpu"), "policy", ("ref",), "critic", say=lines.append)
     assert seen == ["policy", "ref", "critic"] and p.packing == "none" and p.attention is None
     assert cfg == before and p.optim(cfg.optim).packing == "none"  # the plan says what runs; cfg stays as parsed
     assert (
@@ -112,7 +112,7 @@ def test_packing_checked_at_build_falls_back_to_unpacked_rows(monkeypatch):
     )
     seen.clear()
     assert (
-        plan.decide(p.optim(cfg.optim), decide("fp32", "cpu"), "policy", "ref", "critic", say=lines.append).packing
+        plan.decide(p.optim(cfg.optim), decide("fp32", "cpu"), "policy", ("ref",), "critic", say=lines.append).packing
         == "none"
     )
     assert seen == []  # unpacked: nothing to check
