@@ -54,9 +54,16 @@ def get_env_factory(name: str) -> Callable[..., Env]:
     return getattr(importlib.import_module(module), attr)
 
 
+def env_class(name: str) -> type[Env]:
+    """Env `name`'s class, for its class-level hooks (`checker`, `group_scorer`, `aggregate_metrics`); a registered
+    factory that is not an `Env` subclass (a function) has `Env`'s defaults."""
+    factory = get_env_factory(name)
+    return factory if isinstance(factory, type) and issubclass(factory, Env) else Env
+
+
 def has_checker(name: str) -> bool:
     """Whether env `name` grades its episodes itself (False: its reward says nothing; a judge must score it)."""
-    return getattr(get_env_factory(name), "checker", True)
+    return env_class(name).checker
 
 
 def has_expert(name: str) -> bool:
@@ -65,25 +72,13 @@ def has_expert(name: str) -> bool:
 
 
 def group_scorer(name: str, split: str = "train", **kwargs):
-    """What scores env `name`'s episodes a group at a time (a TRL reward function: `envs/ecosystem/dataset.py`), or
-    None when each episode scores itself in `step` (every other env). Called `(seeds, replies) -> (rewards,
-    successes)`, a reward None meaning unscored; it raises when it cannot score the group."""
-    hook = getattr(get_env_factory(name), "group_scorer", None)
-    return hook(split, **kwargs) if hook is not None else None
+    """`Env.group_scorer` of env `name`: what scores its episodes a group at a time, or None."""
+    return env_class(name).group_scorer(split, **kwargs)
 
 
 def aggregate_metrics(name: str, metrics: list[dict]) -> dict[str, float]:
-    """A batch's env metrics (each episode's `info["env_metrics"]`), by the env's own `aggregate_metrics` where it
-    has one (SkyRL-Gym's), else the mean of each numeric key over the episodes that report it."""
-    hook = getattr(get_env_factory(name), "aggregate_metrics", None)
-    if hook is not None:
-        return hook(metrics)
-    sums: dict[str, list[float]] = {}
-    for m in metrics:
-        for k, v in m.items():
-            if isinstance(v, (int, float)) and v == v:  # numbers and bools; NaN (not measured) is left out
-                sums.setdefault(k, []).append(float(v))
-    return {k: sum(v) / len(v) for k, v in sums.items()}
+    """`Env.aggregate_metrics` of env `name`: a batch's env metrics as one dict."""
+    return env_class(name).aggregate_metrics(metrics)
 
 
 def make(name: str, split: str = "train", seed: int = 0, **kwargs) -> Env:
@@ -100,6 +95,7 @@ __all__ = [
     "register_env",
     "env_names",
     "get_env_factory",
+    "env_class",
     "has_checker",
     "group_scorer",
     "aggregate_metrics",

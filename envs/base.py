@@ -63,6 +63,25 @@ class Env:
         choices = self.action_choices()
         return choices if choices is not None else self.action_grammar()
 
+    # ---- class-level hooks: what the trainer asks of the env's kind, before or after any episode -------------------
+    @classmethod
+    def group_scorer(cls, split: str = "train", **kwargs):
+        """What scores this env's episodes a group at a time, called `(seeds, replies) -> (rewards, successes)` (a
+        reward None: unscored; it raises when it cannot score the group), or None, the default: each episode scores
+        itself in `step`. `--env dataset` with a TRL reward function returns one (`envs/ecosystem/dataset.py`)."""
+        return None
+
+    @staticmethod
+    def aggregate_metrics(metrics: list[dict]) -> dict[str, float]:
+        """A batch's env metrics (each episode's `info["env_metrics"]`) as one dict. Default: the mean of each numeric
+        key over the episodes that report it (NaN, not measured, left out). SkyRL-Gym's envs use their own."""
+        values: dict[str, list[float]] = {}
+        for m in metrics:
+            for k, v in m.items():
+                if isinstance(v, (int, float)) and v == v:  # numbers and bools; NaN is left out
+                    values.setdefault(k, []).append(float(v))
+        return {k: sum(v) / len(v) for k, v in values.items()}
+
 
 ACTIONS_HEADER = "\n\nYour admissible actions of the current situation are: ["
 """Starts the `show_actions` suffix; step-wise prompts cut it from past observations (`nanosky.agent.window`)."""

@@ -66,13 +66,10 @@ class Rollout:
         self.judging = Judging(reward, backend) if reward is not None and reward.judge != "off" else None
         self.player = make_player(cfg, backend, tok, log_dir, dist.get_info().rank)
         self.demos = Demonstrator(AgentRunner.from_config(cfg, backend, tok)) if demos else None
-        # --rollout.max-staleness > 0: the episodes carried from step to step (K = 0: none, the synchronous step)
-        external = self.player if cfg.agent or cfg.agent_cmd else None  # its carried episodes share its endpoint
-        info = dist.get_info()
-        hold = debug is not None and debug.hold_extra_groups  # testing only: partial.Hold
-        self.carry = (
-            Carry(cfg, backend, tok, info.world, info.rank, harness=external, hold=hold) if cfg.partial else None
-        )
+        # --rollout.max-staleness > 0: the episodes carried from step to step (K = 0: none, the synchronous step),
+        # played by the run's player (an external agent's carried episodes share its endpoint)
+        info, hold = dist.get_info(), debug is not None and debug.hold_extra_groups  # testing only: partial.Hold
+        self.carry = Carry(cfg, backend, info.world, info.rank, player=self.player, hold=hold) if cfg.partial else None
         self.loop = RankLoop()  # every phase of the run, and the endpoint, on this one loop
 
     def run(
@@ -109,12 +106,12 @@ class Rollout:
         def make(env_seed: int) -> PooledEnvTask:
             return PooledEnvTask(self.pool, env, "train", seed=env_seed, **env_kwargs)
 
-        phase = self.carry.phase(make, step, version, seed, drain)
-        trajs, m = self.loop.run(phase, threads=self.carry.most_episodes)
-        wall = max(m["rollout/phase_s"], 1e-9)
-        finish, scored = self._finish(env, env_kwargs, "train", trajs, by="group", wall=wall, start=start)
-        # the carried episodes are the run's player's (its own loop over the carry's gate, or the same harness)
-        return Rollouts(trajs, self.player.layout(trajs), wall, metrics=m | finish, scored=scored)
+        out = self.loop.run(self.carry.phase(make, step, version, seed, drain), threads=self.carry.most_episodes)
+        finish, out.scored = self._finish(
+            env, env_kwargs, "train", out.trajs, by="group", wall=max(out.wall_s, 1e-9), start=start
+        )
+        out.metrics |= finish
+        return out
 
     @classmethod
     def from_config(cls, cfg: TrainConfig, backend: EngineBackend, pool, tok) -> Rollout:
@@ -182,7 +179,7 @@ def collect(
     rounds are generated until `filter_groups` keeps a full batch or `max_gen_rounds` is reached. With partial
     rollouts, this rank's share of complete groups; `drain` (a checkpoint follows the step, `Checkpointer.drains`):
     every started group finishes."""
-    info, a, P, n = dist.get_info(), cfg.algorithm, cfg.rollout.prompts_per_step, cfg.rollout.group_size
+    a, P, n = cfg.algorithm, cfg.rollout.prompts_per_step, cfg.rollout.group_size
     kept: list[Trajectory] = []
     dropped: list[Trajectory] = []
     parts: list[Rollouts] = []  # each round's, for the layout the players reported
@@ -190,16 +187,7 @@ def collect(
     judged: list[dict[str, float]] = []  # each round's judge/* metrics (--reward.judge)
     rounds = a.max_gen_rounds if a.dynamic_sampling else 1
     for rnd in range(rounds):
-        js = list(range(info.rank, P, info.world))
-        seeds = [derive_seed(cfg.seed, step, rnd, j) for j in js for _ in range(n)]
-        groups = [rnd * P + j for j in js for _ in range(n)]
-        sample_seed = derive_seed(cfg.seed, step, rnd, "sample", info.rank)
-        if rollout.carry is not None:  # partial rollouts (no DAPO rounds: refused at start-up)
-            local = rollout.phase(cfg.env, cfg.env_args(), step, version, cfg.seed, drain)
-        else:
-            local = rollout.run(
-                cfg.env, cfg.env_args(), "train", seeds, version=version, groups=groups, sample_seed=sample_seed
-            )
+        local = _round(cfg, rollout, step, rnd, version=version, drain=drain)
         out = gather(local)
         new = out.trajs
         parts.append(out)
@@ -222,6 +210,19 @@ def collect(
     if judged:  # errors and judging time add up over DAPO's rounds; the rest is the last round's
         metrics |= judged[-1] | {k: sum(m[k] for m in judged) for k in ("judge/errors", "timing/judge_s")}
     return Rollouts(batch, Rollouts.merge(parts).layout), metrics
+
+
+def _round(cfg: TrainConfig, rollout: Rollout, step: int, rnd: int, *, version: int, drain: bool) -> Rollouts:
+    """This rank's episodes of one round: a partial-rollout phase (its own groups and seeds; no DAPO rounds, refused
+    at start-up), or one group of `group_size` episodes a prompt of this rank's share, seeded by (step, round)."""
+    if rollout.carry is not None:
+        return rollout.phase(cfg.env, cfg.env_args(), step, version, cfg.seed, drain)
+    info, P, n = dist.get_info(), cfg.rollout.prompts_per_step, cfg.rollout.group_size
+    js = list(range(info.rank, P, info.world))
+    seeds = [derive_seed(cfg.seed, step, rnd, j) for j in js for _ in range(n)]
+    groups = [rnd * P + j for j in js for _ in range(n)]
+    sample_seed = derive_seed(cfg.seed, step, rnd, "sample", info.rank)
+    return rollout.run(cfg.env, cfg.env_args(), "train", seeds, version=version, groups=groups, sample_seed=sample_seed)
 
 
 def overlong_penalty(trajs: list[Trajectory], max_len: int, cache_len: int) -> None:

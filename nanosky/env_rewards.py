@@ -13,15 +13,7 @@ Each rank scores its own groups (a group never spans ranks), so a user's functio
 from __future__ import annotations
 
 import envs
-from nanosky.agent.trajectory import Trajectory
-
-_SCORED = (
-    "done",
-    "max_turns",
-    "max_tokens",
-    "length",
-    "timeout",
-)  # what the runner evaluates (a failed episode scores 0)
+from nanosky.agent.trajectory import SCORED, Trajectory
 
 
 def reply_text(t: Trajectory) -> str:
@@ -37,7 +29,7 @@ def score_groups(scorer, trajs: list[Trajectory], by: str = "group") -> None:
     for t in trajs:
         groups.setdefault(getattr(t, by), []).append(t)
     for members in groups.values():
-        live = [t for t in members if t.stop_reason in _SCORED]  # env / backend failures keep their 0
+        live = [t for t in members if t.stop_reason in SCORED]  # env / backend failures keep their 0
         if not live:
             continue
         try:

@@ -10,12 +10,13 @@ waits for its slowest episode. The rule (docs/partial_rollouts.md):
   finish: the phase waits for it. Nothing is dropped, nothing is trained twice.
 - A step at which a checkpoint is due (and the last step) drains: it starts only what completes its share, and
   every started group finishes, so no episode spans a checkpoint.
-- An external agent (`--rollout.agent`, `harness=`) plays its episodes on the run's endpoint, each carried
-  episode's calls through the gate: a call cut at a phase's end is answered in the next phase, and a call made
-  between phases waits for it. The agent's clock stops between phases (`Gate.held_s`).
+- The run's player plays the carried episodes (`Player.start_episode`, each episode's calls through the gate),
+  whichever it is: nanosky's loop, or an external agent (`--rollout.agent`) on the run's endpoint, where a call cut
+  at a phase's end is answered in the next phase, a call made between phases waits for it, and the agent's clock
+  stops between phases (`Gate.held_s`). The carry never asks which.
 
-    carry = Carry(cfg.rollout, engine_backend, tok, world, rank)
-    trajs, metrics = await carry.phase(make_task, step, version, seed, drain=ckpt_due)   # on the rank's loop
+    carry = Carry(cfg.rollout, engine_backend, world, rank, player=player)
+    out = await carry.phase(make_task, step, version, seed, drain=ckpt_due)   # Rollouts, on the rank's loop
 
 K = 0 never builds a Carry: the step is the synchronous one (`collect.Rollout.run`), unchanged.
 """
@@ -28,9 +29,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from nanosky.agent import AgentRunner, Trajectory
 from nanosky.agent.backends import EngineBackend, GenerationResult, Request
-from nanosky.agent.player import tail_s
+from nanosky.agent.player import Player, Rollouts, tail_s
 from nanosky.agent.task import Task
 from nanosky.config import RolloutConfig
 from nanosky.seeds import derive_seed
@@ -98,14 +98,12 @@ class Group:
 
 class Carry:
     def __init__(
-        self, cfg: RolloutConfig, backend: EngineBackend, tok, world: int, rank: int, *, harness=None, hold=False
+        self, cfg: RolloutConfig, backend: EngineBackend, world: int, rank: int, *, player: Player, hold=False
     ):
-        """`hold`: `--debug.hold-extra-groups` (testing only): the groups started beyond the share `Hold`."""
-        self.backend, self.gate, self.hold = backend, Gate(backend), hold
-        # who plays the episodes: nanosky's loop, its calls through the gate; or the run's external agent (`harness`,
-        # the endpoint the evals use too), each carried episode's calls through the gate
-        self.runner = AgentRunner.from_config(cfg, self.gate, tok) if harness is None else None
-        self.harness = harness
+        """`player`: the run's, which plays the carried episodes (`Player.start_episode`, its calls through the
+        gate) and settles them once trained. `hold`: `--debug.hold-extra-groups` (testing only): the groups started
+        beyond the share `Hold`."""
+        self.backend, self.gate, self.hold, self.player = backend, Gate(backend), hold, player
         self.K, self.n, self.world, self.rank = cfg.max_staleness, cfg.group_size, world, rank
         self.share = cfg.prompts_per_step // world  # groups this rank trains per step
         self.target = math.ceil(cfg.oversample * self.share)  # groups in flight at a phase's start
@@ -124,10 +122,10 @@ class Carry:
 
     async def phase(
         self, make_task: Callable[[int], Task], step: int, version: int, seed: int, drain: bool = False
-    ) -> tuple[list[Trajectory], dict[str, float]]:
+    ) -> Rollouts:
         """This step's phase: resume the carried episodes under `version`, start new groups up to the target (a
         draining step: up to its share), run until the rule above holds, pause the rest. Returns the trained
-        groups' trajectories (this rank's share, oldest first) and the rollout/* metrics."""
+        groups' trajectories (this rank's share, oldest first), in the player's layout, with the rollout/* metrics."""
         t0 = time.perf_counter()
         carried = sum(not e.done() for g in self.groups for e in g.episodes)
         prefill0 = self.backend.resumed_prefill_tokens
@@ -164,29 +162,30 @@ class Carry:
         trained = [g for g in self.groups if g.done][: self.share]
         self.groups = [g for g in self.groups if g not in trained]
         self.trained += [g.gid for g in trained]
-        trajs = [e.result() for g in trained for e in g.episodes]
-        if self.harness is not None:  # the engine's fatal error stops the run; failed agents' episodes are masked
-            trajs = self.harness.settle(trajs)
+        trajs = self.player.settle([e.result() for g in trained for e in g.episodes])
         end = time.perf_counter()
         lag = [version - v for t in trajs for v in t.sampled_versions()]  # per sampled token, in versions
-        return trajs, {
-            "rollout/carried": float(carried),
-            "rollout/staleness_mean": sum(lag) / len(lag) if lag else float("nan"),
-            "rollout/staleness_max": float(max(lag)) if lag else float("nan"),
-            "rollout/resumed_prefill_tokens": float(self.backend.resumed_prefill_tokens - prefill0),
-            "rollout/tail_s": tail_s(list(ends), len(live), end - t0),
-            "rollout/phase_s": end - t0,
-        }
+        return Rollouts(
+            trajs,
+            self.player.layout(trajs),
+            end - t0,
+            metrics={
+                "rollout/carried": float(carried),
+                "rollout/staleness_mean": sum(lag) / len(lag) if lag else float("nan"),
+                "rollout/staleness_max": float(max(lag)) if lag else float("nan"),
+                "rollout/resumed_prefill_tokens": float(self.backend.resumed_prefill_tokens - prefill0),
+                "rollout/tail_s": tail_s(list(ends), len(live), end - t0),
+                "rollout/phase_s": end - t0,
+            },
+        )
 
     def _start(
         self, task: Task, index: int, gid: int, env_seed: int, sample_seed: int, held: asyncio.Event | None
     ) -> asyncio.Task:
         via = self.gate if held is None else Hold(self.gate, held)
-        if self.harness is not None:
-            return self.harness.start_episode(
-                task, index=index, group=gid, env_seed=env_seed, sample_seed=sample_seed, via=via
-            )
-        return self.runner.start(task, index=index, group=gid, env_seed=env_seed, sample_seed=sample_seed, via=via)
+        return self.player.start_episode(
+            task, index=index, group=gid, env_seed=env_seed, sample_seed=sample_seed, via=via
+        )
 
     def _ready(self, version: int, drain: bool) -> bool:
         """The phase may end: its share of groups complete, none at the staleness bound unfinished (a draining

@@ -132,16 +132,21 @@ class GroupReward:
     reward >= `success_at` (None when unscored). Raises RewardError on a raise, a wrong length or a bad value."""
 
     def __init__(self, split: str, kwargs: dict):
-        self.split, self.kwargs = split, dict(kwargs)
-        self.fn = import_reward(kwargs["reward"])
-        self.success_at = float(kwargs.get("success_at", 1.0))
+        k = dict(kwargs)
+        self.fn = import_reward(k["reward"])
+        self.success_at = float(k.get("success_at", 1.0))
+        test_data = k.get("test_data")
+        self.rows = load_split(
+            str(k["data_path"]),
+            split,
+            test_data and str(test_data),
+            float(k.get("test_fraction", TEST_FRACTION)),
+            k.get("prompt_key"),
+            k.get("answer_key"),
+        )  # the split's rows as `DatasetEnv` reads them (cached per process)
 
     def __call__(self, seeds: list[int], replies: list[str]) -> tuple[list[float | None], list[bool | None]]:
-        k = self.kwargs
-        env_keys = ("data_path", "test_data", "test_fraction", "prompt_key", "answer_key")
-        tasks = [
-            DatasetEnv(self.split, s, **{x: k[x] for x in env_keys if x in k}, reward=k["reward"]).task for s in seeds
-        ]
+        tasks = [self.rows[s % len(self.rows)] for s in seeds]  # the row `DatasetEnv(split, seed)` played
         chat = not isinstance(tasks[0].raw_prompt, str)
         completions = [[{"role": "assistant", "content": r}] if chat else r for r in replies]
         columns = {c: [t.columns.get(c) for t in tasks] for c in tasks[0].columns if c not in ("prompt", "completions")}

@@ -25,10 +25,11 @@ from __future__ import annotations
 import functools
 import importlib
 import json
+import os
 import sys
 
 from envs.base import Env, Message, StepResult
-from envs.ecosystem import require
+from envs.ecosystem import require, skyrl_step
 from envs.ecosystem.rows import DataError, Task, chat, split_tasks
 
 SANDBOXED = ("lcb",)  # SkyRL-Gym's classes that execute the model's code
@@ -58,16 +59,8 @@ def _config(env_config, cls: str):
     return require("omegaconf").OmegaConf.create(node)
 
 
-_RUNNER = """
-import json, sys
-import skyrl_gym
-from omegaconf import OmegaConf
-a = json.loads(sys.stdin.read())
-env = skyrl_gym.make(a["cls"], env_config=OmegaConf.create(a["config"]), extras=a["row"])
-env.init(a["row"]["prompt"])
-out = env.step(a["action"])
-print("\\n@@nanosky@@" + json.dumps({k: out.get(k) for k in ("observations", "reward", "done", "metadata")}, default=repr))
-"""
+STEP_PROGRAM = os.path.abspath(skyrl_step.__file__)
+"""A sandboxed step's program (`skyrl_step.py`), run by path: it imports SkyRL-Gym, not nanosky's `envs`."""
 
 
 class SkyRLGymEnv(Env):
@@ -135,14 +128,15 @@ class SkyRLGymEnv(Env):
             default=repr,
         )
         res = run_sandboxed(
-            [sys.executable, "-c", _RUNNER],
+            [sys.executable, STEP_PROGRAM],
+            extra_ro_paths=[os.path.dirname(STEP_PROGRAM)],  # visible in the sandbox when the checkout is under /tmp
             stdin=payload,
             timeout_s=STEP_TIMEOUT_S,
             mem_mb=STEP_MEM_MB,
             max_procs=64,
             max_output_bytes=4_000_000,
         )
-        _, mark, tail = res.stdout.rpartition("@@nanosky@@")
+        _, mark, tail = res.stdout.rpartition(skyrl_step.MARK)
         if not mark:
             why = res.killed_reason or f"exit {res.returncode}: {res.stderr.strip()[-300:]}"
             return {"observations": [], "reward": 0.0, "done": True, "metadata": {"sandbox_error": why}}

@@ -49,7 +49,7 @@ class Demonstrator:
     async def play(self, tasks: list[Task], *, groups=None, seeds=None, sample_seed=None, temperature=None) -> Rollouts:
         t0 = time.perf_counter()
         episodes = [
-            self.runner.start(
+            self.runner.start_episode(
                 task,
                 index=i,
                 group=groups[i] if groups else i,
@@ -67,6 +67,13 @@ class Demonstrator:
 
     def layout(self, trajs: list[Trajectory]) -> Layout:
         return self.runner.layout(trajs)
+
+    def start_episode(self, task: Task, *, index: int, group: int, env_seed: int, sample_seed, via) -> asyncio.Task:
+        """Demonstrations are never carried (`--rollout.max-staleness` with `--algo sft` is refused at start-up)."""
+        raise NotImplementedError("demonstrations are not partial rollouts: nothing is sampled to carry")
+
+    def settle(self, trajs: list[Trajectory]) -> list[Trajectory]:
+        return trajs
 
     async def aclose(self) -> None:
         pass

@@ -7,10 +7,12 @@ trainer reads the layout instead of inspecting the data (as SkyRL's `GeneratorIn
     out.trajs       # one Trajectory per task, in order
     out.layout      # "concat": one row per episode; "stepwise": one row per `Step` of each episode
     player.metrics(trajs)   # the player's own scalars over a (gathered) batch, e.g. agent/* for external agents
+    player.start_episode(task, index=i, group=g, env_seed=e, sample_seed=s, via=gate)   # a carried one (partial.py)
 """
 
 from __future__ import annotations
 
+import asyncio
 import math
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
@@ -77,6 +79,19 @@ class Player(Protocol):
     def layout(self, trajs: list[Trajectory]) -> Layout:
         """What training rows these episodes of this player make (`Rollouts.layout`), decided here only: `play`
         returns it, and so does a partial-rollout phase over the player's carried episodes."""
+        ...
+
+    def start_episode(
+        self, task: Task, *, index: int, group: int, env_seed: int, sample_seed: int | None, via
+    ) -> asyncio.Task:
+        """One episode as a task on the running loop, not bound to a phase (a partial rollout carries it from one
+        phase into the next: `nanosky/partial.py`), its calls through `via` (the carry's gate). Awaiting it gives
+        the trajectory; an error that must stop the run is raised from it."""
+        ...
+
+    def settle(self, trajs: list[Trajectory]) -> list[Trajectory]:
+        """Carried episodes that ended, whole groups, as the trainer takes them (an external agent's failed episodes
+        masked, the engine's fatal error raised); nanosky's loop raises from the episode itself."""
         ...
 
     async def aclose(self) -> None:

@@ -32,8 +32,10 @@ from nanosky.agent.backends import Backend, BackendError, ContextLengthError, Re
 from nanosky.agent.dispatcher import STAGES, Dispatcher
 from nanosky.agent.player import Layout, Rollouts
 from nanosky.agent.task import EnvError, Task
-from nanosky.agent.trajectory import Step, Trajectory, success_of
+from nanosky.agent.trajectory import SCORED, Step, Trajectory, success_of
+from nanosky.agent.window import window
 from nanosky.config import RolloutConfig
+from nanosky.rollout.chat import encode, observation_ids, prompt_ids
 from nanosky.seeds import derive_seed
 
 
@@ -155,7 +157,7 @@ class AgentRunner:
         finally:
             self.last_wall_s = time.perf_counter() - t0
 
-    def start(
+    def start_episode(
         self, task: Task, *, index: int, group: int, env_seed: int, sample_seed: int | None, via: Backend | None = None
     ) -> asyncio.Task:
         """One episode as a task on the running loop, not bound to a phase (a partial rollout carries it from one
@@ -174,6 +176,10 @@ class AgentRunner:
 
         return asyncio.ensure_future(episode())
 
+    def settle(self, trajs: list[Trajectory]) -> list[Trajectory]:
+        """Carried episodes as they are: a fatal error was raised from the episode itself (`start`)."""
+        return trajs
+
     def _limits(self, n_tasks: int) -> dict[str, int]:
         bound = self.max_parallel_agents or max(n_tasks, 1)
         return {s: bound for s in STAGES} | self.stage_limits
@@ -190,8 +196,6 @@ class AgentRunner:
             if not t.messages:
                 raise EnvError("the task gave no opening messages")
             if self.tok is not None:
-                from nanosky.rollout.chat import prompt_ids
-
                 t.ids = prompt_ids(self.tok, t.messages, task.tools or None)
                 t.loss_mask, t.logprobs, t.prompt_len = [0] * len(t.ids), [0.0] * len(t.ids), len(t.ids)
             loop = self._turns(d, i, task, t, sample_seed, temp, via or self.backend)
@@ -204,7 +208,7 @@ class AgentRunner:
             await task.complete_runtime()
         except Exception as e:  # noqa: BLE001
             t.error = (t.error + " | " if t.error else "") + f"complete_runtime: {e!r}"[:500]
-        if t.stop_reason in ("done", "max_turns", "max_tokens", "timeout"):
+        if t.stop_reason in SCORED:
             try:
                 async with d.stage("evaluate"):
                     verdict = await task.evaluate_result(t)
@@ -213,7 +217,7 @@ class AgentRunner:
                 t.stop_reason, t.error = "error", f"evaluate_result: {e!r}"[:1000]
         if t.stop_reason == "prompt_too_long":  # skipped: no token sampled, nothing to grade (counted by the step)
             t.reward, t.success = 0.0, None
-        elif t.stop_reason not in ("done", "max_turns", "max_tokens", "timeout"):
+        elif t.stop_reason not in SCORED:
             t.reward, t.success = 0.0, False  # a failed episode scores 0 and says why in `error`
         t.latency_s = round(time.perf_counter() - t0, 4)
         if self.on_episode_done is not None:
@@ -223,98 +227,125 @@ class AgentRunner:
     async def _turns(
         self, d: Dispatcher, i: int, task: Task, t: Trajectory, sample_seed, temp: float, backend: Backend
     ) -> str:
-        """Generate / step until the task is done or a limit is hit; returns the stop reason."""
-        tok, tools = self.tok, task.tools or None
-        max_turns = self.max_turns or task.max_turns
+        """Generate / step until the task is done or a limit is hit; returns the stop reason. A turn: its prompt and
+        token budget, one sample under the task's constraint, one env step, the stop rules, the observation's ids."""
+        tools, max_turns = task.tools or None, self.max_turns or task.max_turns
         state = task.state_key()  # before the first action
         if state is None:
             state = observation_key(t.messages[-1:])
         for turn in range(1, max_turns + 1):
-            # Step-wise: this turn's prompt is the opening and the last K turns, re-rendered; else the conversation.
-            shown, ids = list(t.messages), t.ids if tok is not None else None
-            if self.history_window:
-                from nanosky.agent.window import window
-                from nanosky.rollout.chat import prompt_ids
-
-                shown = window(t.messages, self.history_window)
-                ids = prompt_ids(tok, shown, tools) if tok is not None else None
-            budget = self.max_tokens_per_turn
-            if ids is not None and self.max_total_tokens:
-                budget = min(budget, self.max_total_tokens - len(ids))
-                if budget < 1:  # an opening that leaves no room to answer is skipped, not scored
-                    return "prompt_too_long" if turn == 1 else "max_tokens"
-            seed = None if sample_seed is None else derive_seed(sample_seed, i, turn - 1)
+            shown, ids = self._prompt(t, tools)
+            budget = self._budget(ids)
+            if budget < 1:  # an opening that leaves no room to answer is skipped, not scored
+                return "prompt_too_long" if turn == 1 else "max_tokens"
             rule = await task.action_constraint() if self.constrain_actions else None
-            choices, grammar = (None, rule) if isinstance(rule, str) else (rule, None)
-            req = Request(
-                messages=shown,
-                tools=tools,
-                max_tokens=budget,
-                temperature=temp,
-                prompt_ids=ids,
-                top_p=self.top_p,
-                seed=seed,
-                ignore_eos=self.ignore_eos,
-                choices=choices,
-                grammar=grammar,
-            )
-            async with d.stage("generate"):
-                t1 = time.perf_counter()
-                try:
-                    g = await backend.generate(req)
-                except (BackendError, EnvError):  # the episode's backend or its env (a demonstration's expert)
-                    raise
-                except Exception as e:  # stale weights, a bug in the backend: stop the run, not the episode
-                    raise _Fatal() from e
-                gen_s = time.perf_counter() - t1
+            seed = None if sample_seed is None else derive_seed(sample_seed, i, turn - 1)
+            g = await self._generate(d, backend, self._request(shown, ids, tools, budget, temp, seed, rule), t)
             ended_at_eos = self._append_turn(t, g, ids if self.history_window else None, rule or None)
-            t.turn_log.append(
-                {
-                    "finish_reason": g.finish_reason,
-                    "prompt_tokens": g.prompt_tokens,
-                    "completion_tokens": g.completion_tokens,
-                    "latency_s": round(gen_s, 4),
-                }
-            )
-            async with d.stage("step"):
-                t1 = time.perf_counter()
-                res = await task.step(g.text)
-                t.turn_log[-1] |= {
-                    "step_latency_s": round(time.perf_counter() - t1, 4),
-                    "reward": float(res.reward),
-                }
-            t.turn_rewards.append(float(res.reward))
+            res = await self._step(d, task, t, g.text, turn)
             t.state_keys.append(state)
             state = res.info.get("state_key")
             if state is None:  # an env without state keys: the observation text names the state
                 state = observation_key(res.observations)
-            t.info.update({k: v for k, v in res.info.items() if k != "calls"})
-            t.info.setdefault("calls", []).extend({**c, "turn": turn} for c in res.info.get("calls", []))
-            t.tool_calls = int(res.info.get("tool_calls", len(t.info["calls"])))
-            t.invalid_tool_calls = int(
-                res.info.get("invalid_calls", sum(not c.get("ok", True) for c in t.info["calls"]))
-            )
-            if res.done:
-                return "done"
-            if turn >= max_turns:
-                return "max_turns"
-            if g.finish_reason == "length" and not ended_at_eos:  # cut off: what follows would answer half a turn
-                return "max_tokens"
-            if tok is None:
-                if self.max_total_tokens and g.prompt_tokens + g.completion_tokens >= self.max_total_tokens:
-                    return "max_tokens"
-            else:
-                from nanosky.rollout.chat import observation_ids
-
-                obs = observation_ids(tok, t.messages, res.observations, tools)
-                # (step-wise: each turn's own prompt is checked against the limit before it is sampled)
-                if not self.history_window and self.max_total_tokens and len(t.ids) + len(obs) >= self.max_total_tokens:
-                    return "max_tokens"
-                t.ids += obs
-                t.loss_mask += [0] * len(obs)
-                t.logprobs += [0.0] * len(obs)
+            if stop := self._stop(res, g, turn, max_turns, ended_at_eos) or self._observe(t, res, tools):
+                return stop
             t.messages += res.observations
         return "max_turns"
+
+    def _prompt(self, t: Trajectory, tools) -> tuple[list[dict], list[int] | None]:
+        """This turn's messages and prompt ids: the conversation (its ids as they grew), or step-wise the opening and
+        the last K turns, re-rendered (`window`). Ids are None without a tokenizer (an HTTP backend renders)."""
+        if not self.history_window:
+            return list(t.messages), t.ids if self.tok is not None else None
+        shown = window(t.messages, self.history_window)
+        return shown, prompt_ids(self.tok, shown, tools) if self.tok is not None else None
+
+    def _budget(self, ids: list[int] | None) -> int:
+        """The turn's new-token budget: the per-turn cap, within what `max_total_tokens` leaves after the prompt."""
+        if ids is None or not self.max_total_tokens:
+            return self.max_tokens_per_turn
+        return min(self.max_tokens_per_turn, self.max_total_tokens - len(ids))
+
+    def _request(self, shown, ids, tools, budget: int, temp: float, seed, rule) -> Request:
+        """The turn's request; `rule`: the constraint, a list of choices or a grammar string."""
+        choices, grammar = (None, rule) if isinstance(rule, str) else (rule, None)
+        return Request(
+            messages=shown,
+            tools=tools,
+            max_tokens=budget,
+            temperature=temp,
+            prompt_ids=ids,
+            top_p=self.top_p,
+            seed=seed,
+            ignore_eos=self.ignore_eos,
+            choices=choices,
+            grammar=grammar,
+        )
+
+    async def _generate(self, d: Dispatcher, backend: Backend, req: Request, t: Trajectory):
+        """One sample, logged in `t.turn_log`. A backend's or the env's error (a demonstration's expert) costs the
+        episode; any other (stale weights, a bug in the backend) stops the run."""
+        async with d.stage("generate"):
+            t1 = time.perf_counter()
+            try:
+                g = await backend.generate(req)
+            except (BackendError, EnvError):
+                raise
+            except Exception as e:
+                raise _Fatal() from e
+            gen_s = time.perf_counter() - t1
+        t.turn_log.append(
+            {
+                "finish_reason": g.finish_reason,
+                "prompt_tokens": g.prompt_tokens,
+                "completion_tokens": g.completion_tokens,
+                "latency_s": round(gen_s, 4),
+            }
+        )
+        return g
+
+    async def _step(self, d: Dispatcher, task: Task, t: Trajectory, text: str, turn: int):
+        """The env's step on the decoded turn: its reward, info and tool-call counts recorded on `t`."""
+        async with d.stage("step"):
+            t1 = time.perf_counter()
+            res = await task.step(text)
+            t.turn_log[-1] |= {"step_latency_s": round(time.perf_counter() - t1, 4), "reward": float(res.reward)}
+        t.turn_rewards.append(float(res.reward))
+        t.info.update({k: v for k, v in res.info.items() if k != "calls"})
+        t.info.setdefault("calls", []).extend({**c, "turn": turn} for c in res.info.get("calls", []))
+        t.tool_calls = int(res.info.get("tool_calls", len(t.info["calls"])))
+        t.invalid_tool_calls = int(res.info.get("invalid_calls", sum(not c.get("ok", True) for c in t.info["calls"])))
+        return res
+
+    def _stop(self, res, g, turn: int, max_turns: int, ended_at_eos: bool) -> str | None:
+        """The stop rules after a step, in order: the task is done; the turns are used up; the turn was cut off (what
+        follows would answer half a turn); without a tokenizer, the backend's count reached `max_total_tokens`."""
+        if res.done:
+            return "done"
+        if turn >= max_turns:
+            return "max_turns"
+        if g.finish_reason == "length" and not ended_at_eos:
+            return "max_tokens"
+        if (
+            self.tok is None
+            and self.max_total_tokens
+            and g.prompt_tokens + g.completion_tokens >= self.max_total_tokens
+        ):
+            return "max_tokens"
+        return None
+
+    def _observe(self, t: Trajectory, res, tools) -> str | None:
+        """Append the observation turn's ids (loss mask 0), or stop when they would reach `max_total_tokens` (step-wise:
+        each turn's own prompt is checked against it before it is sampled)."""
+        if self.tok is None:
+            return None
+        obs = observation_ids(self.tok, t.messages, res.observations, tools)
+        if not self.history_window and self.max_total_tokens and len(t.ids) + len(obs) >= self.max_total_tokens:
+            return "max_tokens"
+        t.ids += obs
+        t.loss_mask += [0] * len(obs)
+        t.logprobs += [0.0] * len(obs)
+        return None
 
     def _append_turn(
         self, t: Trajectory, g, prompt: list[int] | None = None, rule: list[str] | str | None = None
@@ -330,8 +361,6 @@ class AgentRunner:
         eos = self.tok.eos_token_id
         ids = g.token_ids
         if ids is None:  # the documented fallback: a server that does not return ids → re-tokenise its text
-            from nanosky.rollout.chat import encode
-
             ids = encode(self.tok, g.text) + ([eos] if g.finish_reason == "stop" else [])
         lps = g.logprobs if g.logprobs is not None and len(g.logprobs) == len(ids) else [0.0] * len(ids)
         rule = rule if isinstance(rule, str) or rule is None else list(rule)

@@ -27,6 +27,9 @@ STOP_REASONS = (
     "backend_error",
     "error",
 )
+SCORED = frozenset({"done", "max_turns", "max_tokens", "length", "timeout"})
+"""The stop reasons whose episode is graded (its task's verdict, or its group's scorer); any other is a failure that
+scores 0 and says why in `error` (`prompt_too_long`: skipped, nothing sampled)."""
 
 
 @dataclass

@@ -188,7 +188,7 @@ class Harness:
         return "stepwise" if any(len(t.steps) > 1 for t in trajs) else "concat"
 
     def start_episode(
-        self, task: Task, *, index: int, group: int, env_seed: int, sample_seed: int, via
+        self, task: Task, *, index: int, group: int, env_seed: int, sample_seed: int | None, via
     ) -> asyncio.Task:
         """One episode as a task on the running loop, not bound to a phase (partial rollouts carry it from one phase
         into the next: `nanosky/partial.py`). Its calls go to the engine through `via`, the carry's gate, which

@@ -84,3 +84,17 @@ def test_none_leaves_an_episode_unscored(data):
 def test_math_reward_needs_no_group_scorer(data):
     assert envs.group_scorer("dataset", "train", data_path=data) is None
     assert envs.group_scorer("math", "train") is None
+
+
+def test_the_env_api_declares_its_class_hooks_and_a_function_factory_gets_the_defaults(monkeypatch):
+    """`Env` declares `group_scorer` and `aggregate_metrics` with their defaults, as it does `checker`: an env
+    overrides them (dataset's TRL scorer, SkyRL-Gym's per-class metrics), and a factory that is a function, which
+    has no class to ask, gets the base's."""
+    from envs.base import Env
+
+    assert Env.group_scorer("train") is None
+    # the mean over the episodes that report a key; NaN (not measured) left out, not counted as 0
+    assert Env.aggregate_metrics([{"a": 1, "b": float("nan")}, {"a": 0.0, "b": 2.0}, {}]) == {"a": 0.5, "b": 2.0}
+    monkeypatch.setitem(envs._REGISTRY, "fn_made", lambda split="train", seed=0, **kw: envs.make("math", split, seed))
+    assert envs.env_class("fn_made") is Env and envs.group_scorer("fn_made") is None and envs.has_checker("fn_made")
+    assert envs.env_class("skyrl_gym").aggregate_metrics is not Env.aggregate_metrics

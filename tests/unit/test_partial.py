@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from nanosky.agent import EnvTask, GenerationResult
+from nanosky.agent import AgentRunner, EnvTask, GenerationResult
 from nanosky.bundled import resolve_model_path
 from nanosky.config import RolloutConfig
 from nanosky.partial import Carry
@@ -64,7 +64,7 @@ def test_ten_steps_of_carries_lose_nothing_train_nothing_twice_and_bound_stalene
     tok = load_tokenizer(resolve_model_path("tiny"))
     cfg = RolloutConfig(prompts_per_step=4, group_size=2, max_staleness=K, oversample=1.5, max_turns=1)
     backend, loop = Scripted(tok.eos_token_id), RankLoop()
-    carry = Carry(cfg, backend, tok, world=1, rank=0)
+    carry = Carry(cfg, backend, world=1, rank=0, player=AgentRunner.from_config(cfg, backend, tok))
 
     def make(env_seed):
         return EnvTask.make("math", "train", seed=env_seed)
@@ -73,7 +73,8 @@ def test_ten_steps_of_carries_lose_nothing_train_nothing_twice_and_bound_stalene
     try:
         for step in range(1, 11):
             version = step - 1  # the weights the step samples with (one sync per step)
-            trajs, m = loop.run(carry.phase(make, step, version, seed=0, drain=step == 10))
+            out = loop.run(carry.phase(make, step, version, seed=0, drain=step == 10))
+            trajs, m = out.trajs, out.metrics
             assert len(trajs) == 4 * 2 and len({t.group for t in trajs}) == 4  # this rank's share, whole groups
             carried.append(m["rollout/carried"])
             for t in trajs:
@@ -112,12 +113,12 @@ def test_a_draining_step_starts_only_its_share_and_finishes_everything():
     tok = load_tokenizer(resolve_model_path("tiny"))
     cfg = RolloutConfig(prompts_per_step=4, group_size=2, max_staleness=3, oversample=1.5, max_turns=1)
     backend, loop = Scripted(tok.eos_token_id, seed=3), RankLoop()
-    carry = Carry(cfg, backend, tok, world=1, rank=0)
+    carry = Carry(cfg, backend, world=1, rank=0, player=AgentRunner.from_config(cfg, backend, tok))
     try:
         loop.run(carry.phase(lambda s: EnvTask.make("math", "train", seed=s), 1, 0, seed=0))
         left = len(carry.groups)
         assert left == 2  # 6 started, 4 trained
-        trajs, _ = loop.run(carry.phase(lambda s: EnvTask.make("math", "train", seed=s), 2, 1, seed=0, drain=True))
+        trajs = loop.run(carry.phase(lambda s: EnvTask.make("math", "train", seed=s), 2, 1, seed=0, drain=True)).trajs
         assert len({t.group for t in trajs}) == 4 and not carry.groups and len(carry.started) == 6 + 4 - left
     finally:
         loop.close()
@@ -160,14 +161,13 @@ def test_an_external_agents_episodes_are_carried_their_calls_held_between_phases
     cfg = RolloutConfig(prompts_per_step=4, group_size=2, max_staleness=1, oversample=1.5)
     backend, loop = Scripted(tok.eos_token_id, seed=1), RankLoop()
     harness = Harness(backend, tok, Sampling(max_tokens=64, max_total_tokens=2048), agent=_two_calls, timeout_s=1.0)
-    carry = Carry(cfg, backend, tok, world=1, rank=0, harness=harness)
+    carry = Carry(cfg, backend, world=1, rank=0, player=harness)
     trained, spans = [], 0
     try:
         for step in range(1, 7):
             version = step - 1
-            trajs, m = loop.run(
-                carry.phase(lambda s: EnvTask.make("math", "train", seed=s), step, version, 0, step == 6)
-            )
+            out = loop.run(carry.phase(lambda s: EnvTask.make("math", "train", seed=s), step, version, 0, step == 6))
+            trajs, m = out.trajs, out.metrics
             assert len({t.group for t in trajs}) == 4 and all(t.stop_reason == "done" for t in trajs), [
                 (t.stop_reason, t.error) for t in trajs
             ]
@@ -260,10 +260,11 @@ def test_held_groups_are_carried_mid_episode_on_any_machine():
     tok = load_tokenizer(resolve_model_path("tiny"))
     cfg = RolloutConfig(prompts_per_step=4, group_size=2, max_staleness=1, oversample=1.5)
     backend, loop = Short(tok.eos_token_id), RankLoop()
-    carry = Carry(cfg, backend, tok, world=1, rank=0, hold=True)
+    carry = Carry(cfg, backend, world=1, rank=0, player=AgentRunner.from_config(cfg, backend, tok), hold=True)
     try:
-        first, m1 = loop.run(carry.phase(lambda s: EnvTask(TwoTurns(s)), 1, 0, seed=0))
-        second, m2 = loop.run(carry.phase(lambda s: EnvTask(TwoTurns(s)), 2, 1, seed=0))
+        one = loop.run(carry.phase(lambda s: EnvTask(TwoTurns(s)), 1, 0, seed=0))
+        two = loop.run(carry.phase(lambda s: EnvTask(TwoTurns(s)), 2, 1, seed=0))
+        first, second, m2 = one.trajs, two.trajs, two.metrics
     finally:
         loop.close()
     held = {carry.started[k] for k in (4, 5)}  # step 1's groups beyond its share of 4
