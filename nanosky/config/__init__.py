@@ -114,7 +114,7 @@ class TrainConfig:
             raise ValueError(
                 "--algo distill needs --teacher.path (the model whose log-probs are the signal)"
                 if self.distills
-                else "--teacher.path is for --algo distill (a KL reference is the starting policy)"
+                else "--teacher.path is for --algo distill or --algorithm.distill (a KL reference is the start)"
             )
         grouped = ADV_ESTIMATORS.meta(self.algorithm.adv_estimator)["per_group"]
         if grouped and self.rollout.group_size < 2 and not (self.distills and not self.distill.reward_weight):
@@ -151,9 +151,9 @@ class TrainConfig:
 
     @property
     def distills(self) -> bool:
-        """On-policy distillation (`--algo distill`): the teacher's per-token log-ratio is the advantage; a group
-        baseline is needed only for the env reward mixed in (`--distill.reward-weight`)."""
-        return self.algorithm.name == "distill"
+        """On-policy distillation (`--algo distill`, `algorithm.distill`): the teacher's per-token log-ratio is the
+        advantage; a group baseline is needed only for the env reward mixed in (`--distill.reward-weight`)."""
+        return self.algorithm.distill
 
     @property
     def demonstrations(self) -> bool:

@@ -88,54 +88,62 @@ class Judging:
         return out
 
     def step(self, trajs: list, run: Callable) -> dict[str, float]:
-        """`judge_step` with this judge."""
-        return judge_step(self, trajs, run)
+        """Judge the step's groups and fold the scores into `trajs` (in place, the same on every rank). `run(coro)`
+        runs a coroutine on the rank's event loop. Returns the judge/* metrics (NaN where nothing was scored)."""
+        cfg = self.cfg
+        t0 = time.perf_counter()
+        info = dist.get_info()
+        groups: dict[int, list] = {}
+        for t in trajs:
+            groups.setdefault(t.group, []).append(t)
+        keys = sorted(groups)
+        mine = keys[info.rank :: info.world]  # each rank judges its share of the groups
+        got: dict[int, Verdict] = {}
+        for part in dist.all_gather_objects(list(zip(mine, self.verdicts([groups[g] for g in mine], run)))):
+            got.update(part)
+        scores, agree, errors = [], [], 0
+        for g in keys:
+            v, members = got[g], groups[g]
+            env = [t.reward for t in members]
+            if v.scores is None:
+                errors += 1
+                for t in members:  # masked: no token of it is trained
+                    t.info["judge"] = {"error": v.error}
+                    t.mask_out()
+                continue
+            for i, t in enumerate(members):
+                s = v.scores[i]
+                t.info["judge"] = _record(v, i)
+                t.reward = s if cfg.judge_only else t.reward + cfg.judge_weight * s
+                scores.append(s)
+            if (rho := _spearman([v.scores[i] for i in range(len(members))], env)) is not None:
+                agree.append(rho)
+        lat = [v.latency_s for v in got.values()]
+        nan = float("nan")
+        return {
+            "judge/score_mean": sum(scores) / len(scores) if scores else nan,
+            "judge/agreement_with_env": sum(agree) / len(agree) if agree else nan,
+            "judge/errors": float(errors),
+            "judge/latency_s": sum(lat) / len(lat) if lat else nan,
+            "timing/judge_s": time.perf_counter() - t0,
+        }
 
     def held_out(self, trajs: list, run: Callable) -> tuple[float, float, float]:
-        """`judge_held_out` with this judge."""
-        return judge_held_out(self, trajs, run)
-
-
-def judge_step(judging: Judging, trajs: list, run: Callable) -> dict[str, float]:
-    """Judge the step's groups and fold the scores into `trajs` (in place, the same on every rank). `run(coro)`
-    runs a coroutine on the rank's event loop. Returns the judge/* metrics (NaN where nothing was scored)."""
-    cfg = judging.cfg
-    t0 = time.perf_counter()
-    info = dist.get_info()
-    groups: dict[int, list] = {}
-    for t in trajs:
-        groups.setdefault(t.group, []).append(t)
-    keys = sorted(groups)
-    mine = keys[info.rank :: info.world]  # each rank judges its share of the groups
-    got: dict[int, Verdict] = {}
-    for part in dist.all_gather_objects(list(zip(mine, judging.verdicts([groups[g] for g in mine], run)))):
-        got.update(part)
-    scores, agree, errors = [], [], 0
-    for g in keys:
-        v, members = got[g], groups[g]
-        env = [t.reward for t in members]
-        if v.scores is None:
-            errors += 1
-            for t in members:  # masked: no token of it is trained
-                t.info["judge"] = {"error": v.error}
-                t.mask_out()
-            continue
-        for i, t in enumerate(members):
-            s = v.scores[i]
-            t.info["judge"] = _record(v, i)
-            t.reward = s if cfg.judge_only else t.reward + cfg.judge_weight * s
-            scores.append(s)
-        if (rho := _spearman([v.scores[i] for i in range(len(members))], env)) is not None:
-            agree.append(rho)
-    lat = [v.latency_s for v in got.values()]
-    nan = float("nan")
-    return {
-        "judge/score_mean": sum(scores) / len(scores) if scores else nan,
-        "judge/agreement_with_env": sum(agree) / len(agree) if agree else nan,
-        "judge/errors": float(errors),
-        "judge/latency_s": sum(lat) / len(lat) if lat else nan,
-        "timing/judge_s": time.perf_counter() - t0,
-    }
+        """Judge held-out episodes on this rank, the samples of one episode as a group (their `env_seed`): each keeps
+        its verdict in `info["judge"]`; rewards are left as the env gave them. Returns (score sum, scored, masked
+        groups) for the caller to sum over ranks."""
+        by_seed: dict[int, list] = {}
+        for t in trajs:
+            by_seed.setdefault(t.env_seed, []).append(t)
+        groups = list(by_seed.values())
+        total = scored = masked = 0.0
+        for members, v in zip(groups, self.verdicts(groups, run)):
+            masked += v.scores is None
+            for i, t in enumerate(members):
+                t.info["judge"] = _record(v, i)
+                if v.scores is not None:
+                    total, scored = total + v.scores[i], scored + 1
+        return total, scored, masked
 
 
 def _record(v: Verdict, i: int) -> dict:
@@ -144,21 +152,3 @@ def _record(v: Verdict, i: int) -> dict:
         return {"error": v.error}
     out = {"score": v.scores[i], "explanation": v.explanations.get(i, "")}
     return out if v.version is None else out | {"weight_version": v.version}
-
-
-def judge_held_out(judging: Judging, trajs: list, run: Callable) -> tuple[float, float, float]:
-    """Judge held-out episodes on this rank, the samples of one episode as a group (their `env_seed`): each keeps
-    its verdict in `info["judge"]`; rewards are left as the env gave them. Returns (score sum, scored, masked
-    groups) for the caller to sum over ranks."""
-    by_seed: dict[int, list] = {}
-    for t in trajs:
-        by_seed.setdefault(t.env_seed, []).append(t)
-    groups = list(by_seed.values())
-    total = scored = masked = 0.0
-    for members, v in zip(groups, judging.verdicts(groups, run)):
-        masked += v.scores is None
-        for i, t in enumerate(members):
-            t.info["judge"] = _record(v, i)
-            if v.scores is not None:
-                total, scored = total + v.scores[i], scored + 1
-    return total, scored, masked
