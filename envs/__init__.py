@@ -68,7 +68,7 @@ def has_checker(name: str) -> bool:
 
 def has_expert(name: str) -> bool:
     """Whether env `name` has a scripted expert (`expert_action()`), whose episodes SFT trains on (`--algo sft`)."""
-    return callable(getattr(get_env_factory(name), "expert_action", None))
+    return callable(getattr(env_class(name), "expert_action", None))
 
 
 def group_scorer(name: str, split: str = "train", **kwargs):

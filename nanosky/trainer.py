@@ -101,7 +101,7 @@ def build(cfg: TrainConfig, resources: contextlib.ExitStack) -> Run:
     # place when it starts, and the trainer's models hold private copies of theirs (`private_classes`).
     ref = load_reference(path, cfg.lora, info, policy, precision=prec) if cfg.algorithm.needs_ref else None
     critic = load_critic(path, info, precision=prec) if cfg.algorithm.needs_critic else None
-    teacher = load_teacher(resolve_model_path(cfg.teacher.path), info, precision=prec) if cfg.distills else None
+    teacher = load_teacher(resolve_model_path(cfg.teacher.path), info, precision=prec) if cfg.teacher.path else None
     # the engine starts with placeholder weights: the build sync below pushes the trainer's (one read of the checkpoint)
     engine = Engine(
         cfg.engine, path, info, log_path=os.path.join(cfg.run_dir, "engine.log"), weights="pushed", precision=prec

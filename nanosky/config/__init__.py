@@ -110,14 +110,15 @@ class TrainConfig:
             raise ValueError(f"steps must be >= 0, got {self.steps}")
         if self.env not in envs.env_names():
             raise ValueError(f"env: unknown env {self.env!r}; valid: {', '.join(envs.env_names())}")
-        if self.distills != (self.teacher.path is not None):
+        distills = self.algorithm.distill  # a group baseline is needed only for the env reward mixed in
+        if distills != (self.teacher.path is not None):
             raise ValueError(
                 "--algo distill needs --teacher.path (the model whose log-probs are the signal)"
-                if self.distills
+                if distills
                 else "--teacher.path is for --algo distill or --algorithm.distill (a KL reference is the start)"
             )
         grouped = ADV_ESTIMATORS.meta(self.algorithm.adv_estimator)["per_group"]
-        if grouped and self.rollout.group_size < 2 and not (self.distills and not self.distill.reward_weight):
+        if grouped and self.rollout.group_size < 2 and not (distills and not self.distill.reward_weight):
             raise ValueError(
                 f"rollout.group_size must be >= 2 for the group estimator "
                 f"{self.algorithm.adv_estimator!r}, got {self.rollout.group_size}"
@@ -148,12 +149,6 @@ class TrainConfig:
             # a step-wise row holds one turn, a concatenated one all of them
             turns = 1 if self.rollout.mode == "stepwise" else (self.rollout.max_turns or 1)
             self.algorithm.norm_const = self.rollout.max_new_tokens * turns
-
-    @property
-    def distills(self) -> bool:
-        """On-policy distillation (`--algo distill`, `algorithm.distill`): the teacher's per-token log-ratio is the
-        advantage; a group baseline is needed only for the env reward mixed in (`--distill.reward-weight`)."""
-        return self.algorithm.distill
 
     @property
     def demonstrations(self) -> bool:
