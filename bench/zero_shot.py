@@ -24,6 +24,7 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=192)
     ap.add_argument("--precision", default="auto")
     ap.add_argument("--formats", default="hashes,tags")
+    ap.add_argument("--temperature", type=float, default=1.0, help="the sampled column's T (a preset's eval T)")
     args = ap.parse_args()
 
     from envs.text_math import TextMathEnv, test_problems
@@ -39,14 +40,15 @@ def main() -> None:
     tok = load_tokenizer(path)
     n_test = len(test_problems())
     print(f"model {args.model} ({path}), {prec.line()}, {n_test} held-out problems, {args.max_tokens} tokens")
-    print(f"| format | kind | level | n | greedy | T=1 mean@{args.samples} | replies with the format (T=1) |")
+    t = f"T={args.temperature:g}"
+    print(f"| format | kind | level | n | greedy | {t} mean@{args.samples} | replies with the format ({t}) |")
     print("|---|---|---|---|---|---|---|")
     for fmt in args.formats.split(","):
         envs = [TextMathEnv(split="test", seed=i, answer_format=fmt) for i in range(n_test)]
         prompts = [prompt_ids(tok, e.reset()) for e in envs]
         t0 = time.perf_counter()
         greedy = engine.generate(prompts, SamplingSpec(max_tokens=args.max_tokens, temperature=0.0), engine.version)
-        spec = SamplingSpec(n=args.samples, max_tokens=args.max_tokens)
+        spec = SamplingSpec(n=args.samples, max_tokens=args.max_tokens, temperature=args.temperature)
         sampled = engine.generate(prompts, spec, engine.version, seeds=list(range(len(prompts))))
         n_tok = sum(len(g.token_ids) for outs in (greedy, sampled) for o in outs for g in o)
         cells = collections.defaultdict(lambda: [0, 0.0, 0.0, 0.0])

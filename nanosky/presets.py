@@ -73,6 +73,28 @@ def smollm2_math() -> TrainConfig:
     )
 
 
+def smollm2_logic() -> TrainConfig:
+    """`make demo-real`: GRPO on text_math's logic problems (`make demo`'s task) with a real pretrained model,
+    SmolLM2-135M-Instruct from the PyPI wheel's GGUF (`--model.path smollm2-135m`), full fine-tuning.
+
+    Zero-shot the model sits at 7 % held-out here at T = 0.7 (greedy 12 %): asked "Which is larger, 12 or 11?" it
+    talks about common divisors, and it rarely names one of the options. The model's own answer format ("The
+    answer is: N", `answer_format last`). 64 new tokens: its replies run to ~80, and the budget is part of what it
+    learns. lr 2e-5: at 5e-6 (`smollm2_math`) 20 steps did not move it."""
+    return TrainConfig(
+        env="math",
+        env_kwargs={"answer_format": "last", "kinds": '["logic"]'},
+        model=ModelConfig(path="smollm2-135m"),
+        steps=30,
+        rollout=RolloutConfig(
+            group_size=8, prompts_per_step=8, max_new_tokens=64, max_total_tokens=256, temperature=0.7
+        ),
+        optim=OptimConfig(lr=2e-5, micro_batch_size=16),
+        eval=EvalConfig(every=10, limit=66, n_samples=4, temperature=0.7),  # the 66 held-out logic problems
+        log=LogConfig(run_dir="runs/smollm2_logic-{algo}", ckpt_every=0),
+    )
+
+
 def bench() -> TrainConfig:
     """`make bench`: 32 prompts × 8 samples × 32 new tokens."""
     return TrainConfig(
@@ -206,6 +228,7 @@ PRESETS = {
     "demo": demo,
     "smoke": smoke,
     "smollm2_math": smollm2_math,
+    "smollm2_logic": smollm2_logic,
     "bench": bench,
     "compare": compare,
     "tool_use": tool_use,

@@ -38,7 +38,8 @@ class Request:
     ignore_eos: bool = False
     choices: list[str] | None = None  # sample one of these strings, exactly (constrained actions; token-in only)
     grammar: str | None = None  # sample a reply this EBNF grammar matches (constrained actions; token-in only)
-    json_schema: dict | None = None  # sample a JSON object this schema admits (the self-judge; token-in only)
+    json_schema: dict | None = None  # sample a JSON object this schema admits (the judges)
+    json_regex: str | None = None  # the same constraint as one regex over compact JSON, where a server takes it
 
 
 @dataclass
@@ -53,7 +54,9 @@ class GenerationResult:
 
 
 class BackendError(RuntimeError):
-    pass
+    def __init__(self, msg: str, status: int | None = None):
+        super().__init__(msg)
+        self.status = status  # the server's HTTP status, where it answered
 
 
 class ContextLengthError(BackendError):
@@ -213,6 +216,14 @@ class OpenAIBackend:
     `--enable-auto-tool-choice` rejects `tools` unless `tool_choice="none"` (the template still lists the tools);
     the backend switches to that once, on the server's error. `token_ids=True` asks vLLM for the sampled ids
     (`return_token_ids`, a vLLM extension); `logprobs=True` asks for per-token logprobs (standard).
+
+    A request's JSON constraint goes as the strongest form the server takes (`constraint`, found at the first
+    constrained request, then weakened once per refusal):
+    - "regex": a vLLM server (its /models say `owned_by: vllm`) gets `Request.json_regex` as `structured_outputs`:
+      its JSON mode lets a model write whitespace between any two tokens without end;
+    - "json_schema": any other server gets `Request.json_schema` as `response_format`;
+    - "plain": a server that refused both is asked without a constraint from then on (the caller parses tolerantly).
+    `key_env` names an environment variable the API key is read from each time a client is made, never stored.
     """
 
     def __init__(
@@ -229,6 +240,7 @@ class OpenAIBackend:
         extra_body: dict | None = None,
         max_connections: int = 64,
         tool_mode: Literal["native", "text"] = "native",
+        key_env: str | None = None,
     ):
         base = base_url.rstrip("/")
         self.base_url = base if base.split("://")[-1].count("/") else base + "/v1"  # bare host:port → /v1
@@ -242,7 +254,8 @@ class OpenAIBackend:
         self.extra_body, self.max_connections = dict(extra_body or {}), max_connections
         if tool_mode not in ("native", "text"):
             raise ValueError(f"tool_mode must be 'native' or 'text', got {tool_mode!r}")
-        self.tool_mode = tool_mode
+        self.tool_mode, self.key_env = tool_mode, key_env
+        self.constraint: str | None = None  # "regex" | "json_schema" | "plain", found at the first constrained call
         self._client = None
         self._client_loop = None
         self._model_lock: asyncio.Lock | None = None
@@ -252,7 +265,8 @@ class OpenAIBackend:
 
         loop = asyncio.get_running_loop()
         if self._client is None or self._client_loop is not loop:  # a client is bound to its event loop
-            headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+            key = self.api_key or (os.environ.get(self.key_env) if self.key_env else None)
+            headers = {"Authorization": f"Bearer {key}"} if key else {}
             limits = httpx.Limits(max_connections=self.max_connections)
             self._client = httpx.AsyncClient(timeout=self.timeout_s, headers=headers, limits=limits)
             self._client_loop, self._model_lock = loop, asyncio.Lock()
@@ -271,6 +285,8 @@ class OpenAIBackend:
         for attempt in range(self.max_retries + 1):
             try:
                 r = await client.request(method, self.base_url + path, json=body)
+            except httpx.TimeoutException as e:
+                err = BackendError(f"{method} {path}: no answer within {self.timeout_s} s ({type(e).__name__})")
             except httpx.TransportError as e:
                 err = BackendError(f"{method} {path}: {e!r}")
             else:
@@ -321,15 +337,45 @@ class OpenAIBackend:
             body["logprobs"] = True
         if self.token_ids:
             body["return_token_ids"] = True
+        sent = await self._constrain(req, body)
         try:
             data = await self._request("POST", "/chat/completions", body)
         except BackendError as e:
             # (judged on what this request sent: concurrent requests all fail before the first one switches)
+            if (
+                sent
+                and e.status == 400
+                and any(k in str(e) for k in ("structured_output", "response_format", "regex", "schema"))
+            ):
+                if self.constraint == sent:  # a constraint this server refuses: the next weaker one from now on
+                    self.constraint = "json_schema" if sent == "regex" else "plain"
+                return await self.generate(req)
             if not (tools and "tool_choice" not in body and "tool" in str(e) and "choice" in str(e)):
                 raise
             self.tool_choice = "none"  # the server cannot parse tool calls itself; the env parses the text
             return await self.generate(req)
         return _parse_completion(data)
+
+    async def _constrain(self, req: Request, body: dict) -> str | None:
+        """Puts the request's JSON constraint into `body` in the strongest form this server takes; returns that
+        form, or None where none was sent."""
+        if req.json_schema is None and req.json_regex is None:
+            return None
+        if self.constraint is None:
+            try:
+                models = (await self._request("GET", "/models")).get("data", [])
+            except (BackendError, ValueError, AttributeError):
+                models = []
+            vllm = any(isinstance(m, dict) and m.get("owned_by") == "vllm" for m in models)
+            self.constraint = "regex" if vllm else "json_schema"
+        if self.constraint == "regex" and req.json_regex is not None:
+            body["structured_outputs"] = {"regex": req.json_regex}
+            return "regex"
+        if self.constraint != "plain" and req.json_schema is not None:
+            schema = {"name": "answer", "schema": req.json_schema, "strict": True}
+            body["response_format"] = {"type": "json_schema", "json_schema": schema}
+            return "json_schema"
+        return None
 
     def chat(self, messages: list[dict], max_tokens: int = 256, temperature: float = 0.0) -> str:
         """Blocking one-off completion (e.g. an LLM judge), outside any event loop."""
@@ -384,12 +430,15 @@ def _http_error(r) -> BackendError:
     except ValueError:
         msg = r.text[:500]
     cls = ContextLengthError if r.status_code == 400 and "context length" in str(msg).lower() else BackendError
-    return cls(f"HTTP {r.status_code}: {msg}")
+    return cls(f"HTTP {r.status_code}: {msg}", status=r.status_code)
 
 
 def _parse_completion(data: dict) -> GenerationResult:
-    choice = data["choices"][0]
-    msg = choice.get("message") or {}
+    try:
+        choice = data["choices"][0]
+        msg = choice.get("message") or {}
+    except (KeyError, IndexError, TypeError, AttributeError):
+        raise BackendError(f"not a chat completion: {str(data)[:200]}") from None
     text = msg.get("content") or ""
     for call in msg.get("tool_calls") or []:  # back to the text protocol the envs parse
         fn = call.get("function", {})

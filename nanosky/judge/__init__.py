@@ -7,23 +7,21 @@ attempts side by side, the shared task once) or one trajectory per call, through
 
 A call that times out, fails, or answers with malformed JSON or a missing id is retried once; then its group is
 masked (no scores: the trainer gives it no gradient and counts it in judge/errors), and the others go on. The
-calls run concurrently under a limit. The answer is constrained to the bounded schema (`prompt.bounded_schema`: every
-id once, explanations short enough that the longest answer fits `max_tokens`) where the server supports
-`response_format` (vLLM does), and parsed tolerantly where it does not (`prompt.loads`).
+calls run concurrently under a limit. The answer is constrained to the bounded schema (`prompt.strict_schema`: every
+id once, explanations short enough that the longest answer fits `max_tokens`) where the server takes a constraint
+(vLLM does), and parsed tolerantly where it does not (`prompt.loads`). The HTTP calls are the agents' own client's
+(`nanosky.agent.backends.OpenAIBackend`): one client for one protocol.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from nanosky.judge.prompt import (
-    GROUP_SCHEMA,
-    POINT_SCHEMA,
     JudgeError,
     bounded_chars,
     group_messages,
@@ -40,8 +38,9 @@ __all__ = ["HTTPJudge", "JudgeError", "Verdict", "judge_groups", "rubric"]
 SEPARATOR_SLACK = 8
 """Tokens an entry of a judgement may spend on spaces after its separators: a server's structured outputs (vLLM's
 default) may put one after each ':' and ','; the engine's own (`self`) never does."""
-Call = Callable[[list[dict], dict], Awaitable[str]]
-"""A judge: (messages, JSON schema) -> the answer's text."""
+Call = Callable[[list[dict], int | None], Awaitable[str]]
+"""A judge: (messages, the number of attempts judged, None for one) -> the answer's text. A judge that can
+constrain its answer does so to the bounded schema of that size (`prompt.strict_schema`)."""
 
 
 @dataclass
@@ -57,23 +56,28 @@ class Verdict:
 
 
 class HTTPJudge:
-    """An OpenAI-compatible chat server as a judge, at temperature 0. The API key is read from the environment
-    variable `key_env` at each call and sent only in the Authorization header: never logged, never in a config.
+    """An OpenAI-compatible chat server as a judge, at temperature 0, through the agents' own client
+    (`OpenAIBackend`: its connection pool, timeouts and error parsing). The API key is read from the environment
+    variable `key_env` each time a session opens and sent only in the Authorization header: never logged, never in
+    a config.
 
-    Each answer is bounded to fit `max_tokens` (sent with the call), by the strongest constraint the server takes:
-    - `regex`: a vLLM server (its /models say `owned_by: vllm`) gets the bounded schema as one regular expression
-      over compact JSON (`prompt.strict_regex`, vLLM's `structured_outputs`): its JSON mode would let the model
-      write whitespace between tokens without end;
-    - `json_schema`: any other server gets the bounded schema as `response_format`;
-    - `plain`: a server that refused both is asked plainly from then on, the answer parsed tolerantly."""
+    Each answer is bounded to fit `max_tokens` (sent with the call): the backend asks a vLLM server for the bounded
+    schema as one regular expression over compact JSON (`prompt.strict_regex`), any other server for the schema as
+    `response_format`, and a server that refused both plainly from then on (the answer parsed tolerantly)."""
 
     def __init__(
         self, url: str, model: str, key_env: str = "NANOSKY_JUDGE_KEY", timeout_s: float = 120.0, max_tokens: int = 1024
     ):
-        self.url, self.model, self.key_env, self.timeout_s = url.rstrip("/"), model, key_env, timeout_s
+        from nanosky.agent.backends import OpenAIBackend
+
+        # no retries inside: a failed call is the judge's to retry once (`_retry`), as a malformed answer is
+        self.backend = OpenAIBackend(url, model, api_key=None, timeout_s=timeout_s, max_retries=0, key_env=key_env)
         self.max_tokens = max_tokens
-        self.mode: str | None = None  # "regex" | "json_schema" | "plain", found at the first call
-        self._http = None  # the session of the calls in flight (`session()`)
+
+    @property
+    def mode(self) -> str | None:
+        """How answers are constrained: "regex" | "json_schema" | "plain", found at the first call."""
+        return self.backend.constraint
 
     @property
     def structured(self) -> bool:
@@ -82,74 +86,32 @@ class HTTPJudge:
 
     @contextlib.asynccontextmanager
     async def session(self):
-        """One HTTP session for a batch of calls (a step's), its connections kept alive between them."""
-        import aiohttp
+        """One HTTP client for a batch of calls (a step's), its connections kept alive between them."""
+        try:
+            yield self
+        finally:
+            await self.backend.aclose()
 
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout_s)) as s:
-            self._http = s
-            try:
-                yield self
-            finally:
-                self._http = None
+    async def __call__(self, messages: list[dict], n: int | None) -> str:
+        from nanosky.agent.backends import BackendError, Request
 
-    def schema(self, n: int | None) -> dict:
-        """What a group of `n` attempts (None: one) is asked under: the bounded schema (a space allowed after each
-        separator), with its size for the regex; the loose schema once the server refused constraints."""
-        if not self.structured:
-            return GROUP_SCHEMA if n is not None else POINT_SCHEMA
+        # the bounded schema, a space allowed after each separator (a server's JSON mode may write one)
         chars = bounded_chars(n, self.max_tokens, slack=SEPARATOR_SLACK)
-        return strict_schema(n, chars) | {"x-nanosky": {"n": n, "chars": chars}}  # (the regex's size, never sent)
-
-    def _headers(self) -> dict:
-        headers = {"Content-Type": "application/json"}
-        if key := os.environ.get(self.key_env):
-            headers["Authorization"] = f"Bearer {key}"
-        return headers
-
-    async def _find_mode(self) -> None:
-        """vLLM's server (regex) or another (json_schema), from its /models."""
+        req = Request(
+            messages,
+            tools=None,
+            max_tokens=self.max_tokens,
+            temperature=0.0,
+            json_schema=strict_schema(n, chars),
+            json_regex=strict_regex(n, chars),
+        )
         try:
-            async with self._http.get(f"{self.url}/models", headers=self._headers()) as r:
-                models = (await r.json(content_type=None)).get("data", []) if r.status == 200 else []
-        except (OSError, ValueError, AttributeError, asyncio.TimeoutError):
-            models = []
-        owners = {m.get("owned_by") for m in models if isinstance(m, dict)}
-        self.mode = "regex" if "vllm" in owners else "json_schema"
-
-    async def __call__(self, messages: list[dict], schema: dict) -> str:
-        if self._http is None:  # a call on its own
-            async with self.session():
-                return await self(messages, schema)
-        if self.mode is None:
-            await self._find_mode()
-        size = schema.get("x-nanosky")
-        body = {"model": self.model, "messages": messages, "temperature": 0.0, "max_tokens": self.max_tokens}
-        if size and self.mode == "regex":
-            body["structured_outputs"] = {"regex": strict_regex(size["n"], size["chars"])}
-        elif size and self.mode == "json_schema":
-            strict = {k: v for k, v in schema.items() if k != "x-nanosky"}
-            body["response_format"] = {
-                "type": "json_schema",
-                "json_schema": {"name": "judgement", "schema": strict, "strict": True},
-            }
-        async with self._http.post(f"{self.url}/chat/completions", json=body, headers=self._headers()) as r:
-            if r.status == 400 and size and self.mode != "plain":
-                text = await r.text()
-                if any(k in text for k in ("structured_outputs", "response_format", "regex", "schema")):
-                    # a constraint this server refuses: the next weaker one, for this call and the rest
-                    self.mode = "json_schema" if self.mode == "regex" else "plain"
-                    return await self(messages, schema if self.structured else self.schema(size["n"]))
-            if r.status != 200:
-                raise JudgeError(f"the judge server answered HTTP {r.status}: {(await r.text())[:200]}")
-            data = await r.json(content_type=None)
-        try:
-            choice = data["choices"][0]
-            text = choice["message"]["content"] or ""
-        except (KeyError, IndexError, TypeError):
-            raise JudgeError(f"not a chat completion: {str(data)[:200]}") from None
-        if choice.get("finish_reason") == "length":
+            out = await self.backend.generate(req)
+        except BackendError as e:
+            raise JudgeError(f"the judge server: {e}") from None
+        if out.finish_reason == "length":
             raise JudgeError(f"the judge's answer ran past {self.max_tokens} tokens (--reward.judge-max-tokens)")
-        return text
+        return out.text
 
 
 async def _retry(fn: Callable[[], Awaitable], tries: int = 2):
@@ -157,25 +119,22 @@ async def _retry(fn: Callable[[], Awaitable], tries: int = 2):
     for k in range(tries):
         try:
             return await fn(), k + 1
-        except (JudgeError, asyncio.TimeoutError, OSError) as e:  # aiohttp's errors are OSErrors
+        except (JudgeError, asyncio.TimeoutError, OSError) as e:
             if k == tries - 1:
                 raise JudgeError(f"{type(e).__name__}: {e}") from None
     raise AssertionError("unreachable")
 
 
 async def judge_group(call: Call, mode: str, task: list[dict], attempts: list[str], rubric_text: str) -> Verdict:
-    """One group: one call (group mode) or one per attempt (pointwise), each retried once; any failure masks it. A
-    judge with its own `schema(n)` (the self-judge's strict one) is asked with that, others with the loose one."""
+    """One group: one call (group mode) or one per attempt (pointwise), each retried once; any failure masks it."""
     t0, ids = time.perf_counter(), list(range(len(attempts)))
-    own = getattr(call, "schema", None)
     try:
         if mode == "group":
-            msgs, schema = group_messages(task, attempts, rubric_text), own(len(ids)) if own else GROUP_SCHEMA
-            got, calls = await _retry(lambda: _group_once(call, msgs, schema, ids))
+            msgs = group_messages(task, attempts, rubric_text)
+            got, calls = await _retry(lambda: _group_once(call, msgs, ids))
         elif mode == "pointwise":
-            schema = own(None) if own else POINT_SCHEMA
             results = await asyncio.gather(
-                *(_retry(lambda a=a: _point_once(call, point_messages(task, a, rubric_text), schema)) for a in attempts)
+                *(_retry(lambda a=a: _point_once(call, point_messages(task, a, rubric_text))) for a in attempts)
             )
             got, calls = dict(zip(ids, (r for r, _ in results))), sum(c for _, c in results)
         else:
@@ -190,12 +149,12 @@ async def judge_group(call: Call, mode: str, task: list[dict], attempts: list[st
     )
 
 
-async def _group_once(call: Call, msgs: list[dict], schema: dict, ids: list[int]) -> dict[int, tuple[float, str]]:
-    return parse_group(await call(msgs, schema), ids)
+async def _group_once(call: Call, msgs: list[dict], ids: list[int]) -> dict[int, tuple[float, str]]:
+    return parse_group(await call(msgs, len(ids)), ids)
 
 
-async def _point_once(call: Call, msgs: list[dict], schema: dict) -> tuple[float, str]:
-    return parse_point(await call(msgs, schema))
+async def _point_once(call: Call, msgs: list[dict]) -> tuple[float, str]:
+    return parse_point(await call(msgs, None))
 
 
 async def judge_groups(

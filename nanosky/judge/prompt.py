@@ -18,31 +18,6 @@ class JudgeError(ValueError):
     """The judge's answer cannot be used: not JSON, a missing or unknown id, a score that is not a number."""
 
 
-GROUP_SCHEMA = {
-    "type": "object",
-    "properties": {
-        "scores": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "properties": {
-                    "trajectory_id": {"type": "integer"},
-                    "explanation": {"type": "string"},
-                    "score": {"type": "number"},
-                },
-                "required": ["trajectory_id", "explanation", "score"],
-            },
-        }
-    },
-    "required": ["scores"],
-}
-POINT_SCHEMA = {
-    "type": "object",
-    "properties": {"explanation": {"type": "string"}, "score": {"type": "number"}},
-    "required": ["explanation", "score"],
-}
-
-
 # Printable ASCII without '"' and '\\': one byte, so at most one token, per character of an explanation.
 _PLAIN = r"[ !#-\[\]-~]"
 _SCORE_MAX = "0.000001"  # the longest score a bounded number takes (xgrammar writes at most 6 decimals)

@@ -28,12 +28,9 @@ class SelfJudge:
     def version(self) -> int | None:
         return self.backend.version
 
-    def schema(self, n: int | None) -> dict:
-        """The strict schema for a group of `n` attempts (None: one), its explanations as long as the budget allows
-        (the engine writes JSON with no free whitespace)."""
-        return bounded_schema(n, self.max_tokens)
-
-    async def __call__(self, messages: list[dict], schema: dict) -> str:
+    async def __call__(self, messages: list[dict], n: int | None) -> str:
+        """The judgement of `n` attempts (None: one) under the strict schema, its explanations as long as the budget
+        allows (the engine writes JSON with no free whitespace)."""
         ids = prompt_ids(self.tok, messages)  # rendered as every prompt of the run is
         room = self.backend.engine.cfg.max_model_len - len(ids)
         if room < self.max_tokens:  # the answer might not finish: say so rather than parse a cut-off one
@@ -41,7 +38,10 @@ class SelfJudge:
                 f"the judge's prompt ({len(ids)} tokens) leaves {max(room, 0)} of the {self.max_tokens} tokens its "
                 f"answer may need (--engine.max-model-len {self.backend.engine.cfg.max_model_len})"
             )
-        req = Request(messages, None, self.max_tokens, 0.0, prompt_ids=ids, json_schema=schema)
+        schema = bounded_schema(n, self.max_tokens)
+        req = Request(
+            messages, tools=None, max_tokens=self.max_tokens, temperature=0.0, prompt_ids=ids, json_schema=schema
+        )
         try:
             out = await self.backend.generate(req)
         except BackendError as e:

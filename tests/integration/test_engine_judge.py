@@ -20,18 +20,17 @@ REPLIES = ["<answer>5</answer>", "blue", "I think it is 6", "Bonjour!", "¿qué?
 
 
 class Spy:
-    """Wraps a judge: records each (messages, answer) and forwards `schema` (so the strict one is asked)."""
+    """Wraps a judge: records each (messages, answer), forwarding the group's size (so the strict schema is asked)."""
 
     def __init__(self, judge):
         self.judge, self.seen = judge, []
-        self.schema = judge.schema
 
     @property
     def version(self):
         return self.judge.version
 
-    async def __call__(self, messages, schema):
-        out = await self.judge(messages, schema)
+    async def __call__(self, messages, n):
+        out = await self.judge(messages, n)
         self.seen.append((messages, out))
         return out
 

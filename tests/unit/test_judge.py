@@ -91,7 +91,7 @@ def test_a_timeout_masks_only_its_group():
     t0 = time.perf_counter()
     verdicts, _ = _run(reply, [(TASK, ["1"]), ([{"role": "user", "content": "SLOW"}], ["2"])], timeout_s=0.5)
     assert verdicts[0].scores == {0: 0.1} and verdicts[1].scores is None
-    assert "TimeoutError" in verdicts[1].error and time.perf_counter() - t0 < 2.9  # two tries of 0.5 s
+    assert "no answer within 0.5 s" in verdicts[1].error and time.perf_counter() - t0 < 2.9  # two tries of 0.5 s
 
 
 def test_the_key_goes_only_in_the_header_and_structured_outputs_are_asked(monkeypatch):
@@ -125,6 +125,11 @@ def test_the_key_goes_only_in_the_header_and_structured_outputs_are_asked(monkey
 
     assert body["max_tokens"] == judge.max_tokens == 1024
     assert body["response_format"]["json_schema"]["schema"] == bounded_schema(1, 1024, slack=SEPARATOR_SLACK)
+    assert "structured_outputs" not in body and set(body["response_format"]["json_schema"]) == {
+        "name",
+        "schema",
+        "strict",
+    }
     assert judge.mode == "json_schema"  # not a vLLM server (no /models owned by vllm): the standard constraint
 
 
@@ -245,3 +250,42 @@ def test_the_longest_strict_schema_compiles_against_a_real_vocabulary(tiny_path)
         chars = explanation_chars(n, 100_000)
         assert chars == EXPLANATION_MAX
         comp.compile_json_schema(json.dumps(strict_schema(n, chars)), any_whitespace=False, separators=(",", ":"))
+
+
+def test_a_vllm_server_is_asked_by_regex_and_one_that_refuses_it_by_schema():
+    """A server whose /models say vLLM gets the bounded answer as one regex over compact JSON; refused, the same call
+    goes again under `response_format`, and later calls start there (the backend's constraint, found once)."""
+    from aiohttp import web
+    from aiohttp.test_utils import TestServer
+
+    from nanosky.judge import SEPARATOR_SLACK
+    from nanosky.judge.prompt import bounded_chars, strict_regex
+
+    bodies = []
+
+    async def models(request):
+        return web.json_response({"data": [{"id": "judge", "owned_by": "vllm"}]})
+
+    async def chat(request):
+        body = await request.json()
+        bodies.append(body)
+        if "structured_outputs" in body:
+            return web.json_response({"error": {"message": "structured_outputs: regex not supported"}}, status=400)
+        return web.json_response({"choices": [{"message": {"role": "assistant", "content": oracle(body["messages"])}}]})
+
+    async def go():
+        app = web.Application()
+        app.router.add_get("/v1/models", models)
+        app.router.add_post("/v1/chat/completions", chat)
+        async with TestServer(app) as server:
+            judge = HTTPJudge(str(server.make_url("/v1")), "judge", max_tokens=400)
+            return judge, await judge_groups(judge, [(TASK, ["3", "8"])] * 2, "group", RUBRIC, concurrency=1)
+
+    judge, verdicts = asyncio.run(go())
+    assert [v.scores for v in verdicts] == [{0: 0.3, 1: 0.8}] * 2 and judge.mode == "json_schema"
+    assert bodies[0]["structured_outputs"] == {"regex": strict_regex(2, bounded_chars(2, 400, slack=SEPARATOR_SLACK))}
+    assert [("structured_outputs" in b, "response_format" in b) for b in bodies] == [
+        (True, False),
+        (False, True),
+        (False, True),
+    ]
