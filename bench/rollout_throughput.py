@@ -2,6 +2,7 @@
 
     python bench/rollout_throughput.py --env tool_use --episodes 64
     python bench/rollout_throughput.py --env alfworld_lite --episodes 16     # also webshop_lite, swe, math
+    python bench/rollout_throughput.py --env math --preset smollm2_logic      # the real model
 
 One process, the env's training preset (model, context, budgets), an env pool of 2 workers. First the agent loop
 plays `episodes` episodes (after a warm-up round); then every assistant turn it sampled is replayed as one raw
@@ -33,6 +34,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 class Args:
     env: str = "tool_use"
     """An env with a training preset: tool_use, webshop_lite, alfworld_lite, swe (or math: the default config)."""
+    preset: str | None = None
+    """The preset whose model, budgets and env kwargs to use (e.g. smollm2_logic: the real model); default: the env's."""
     episodes: int = 64
     warmup: int = 8
     seed: int = 0
@@ -68,7 +71,7 @@ def main(args: Args) -> None:
     from nanosky.rollout.engine import Engine
     from nanosky.rollout.envpool import make_pool
 
-    cfg = PRESETS[args.env if args.env in PRESETS else "default"]()
+    cfg = PRESETS[args.preset or (args.env if args.env in PRESETS else "default")]()
     cfg.env = args.env
     info = dist.init_distributed()
     path = resolve_model_path(cfg.model.path)

@@ -23,6 +23,7 @@ def main() -> None:
     ap.add_argument("--nproc", type=int, default=2)
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--model", default="tiny")
+    ap.add_argument("--prompts", type=int, default=32, help="prompts a step (x 8 samples), 2 micro-batches a rank")
     ap.add_argument("--shape", choices=sorted(SYSTEM), default="math")
     ap.add_argument("--packing", choices=["prefix", "flat", "none"], default="prefix")
     ap.add_argument("--algo", default="grpo")
@@ -50,6 +51,10 @@ def main() -> None:
         str(MAX_TOTAL[args.shape]),
         "--engine.max-model-len",
         "512",
+        "--rollout.prompts-per-step",
+        str(args.prompts),
+        "--optim.micro-batch-size",
+        str(args.prompts * 8 // (2 * args.nproc)),  # 2 a rank, as TRL's gradient_accumulation_steps=2
         *(["--lora.rank", "8"] if args.lora else []),
         *args.extra,
     ]
@@ -63,7 +68,7 @@ def main() -> None:
         return statistics.median(vals)
 
     print(
-        f"shape: {args.shape}, {args.nproc} ranks, 32 prompts x 8 samples x 32 new tokens, {args.algo}"
+        f"model {args.model}, shape: {args.shape}, {args.nproc} ranks, {args.prompts} prompts x 8 samples x 32 new tokens, {args.algo}"
         f"{' + LoRA' if args.lora else ''}, packing {args.packing}, steps {args.steps} (first dropped)"
     )
     for tag in (

@@ -1,6 +1,6 @@
 """Reference benchmark: TRL's GRPOTrainer on the same shape as `make bench`, the bundled model, CPU.
 
-    torchrun --standalone --nproc_per_node 2 bench/trl_grpo.py [--steps 6] [--shape math|agent]
+    torchrun --standalone --nproc_per_node 2 bench/trl_grpo.py [--steps 6] [--shape math|agent] [--model smollm2-135m]
 
 Needs `pip install trl==1.16.0` (not a project dependency; it only adds datasets/pandas/pyarrow & co.).
 Prints the median seconds per optimizer step over the steps after the first and, as its last line,
@@ -40,9 +40,9 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback  #
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
 from envs import text_math  # noqa: E402
-from nanosky.tiny import ensure_tiny_model  # noqa: E402
+from nanosky.bundled import resolve_model_path  # noqa: E402
 
-PROMPTS, GROUP, NEW_TOKENS, MICRO = 32, 8, 32, 64
+GROUP, NEW_TOKENS = 8, 32
 
 
 class StepTimer(TrainerCallback):
@@ -82,6 +82,10 @@ def math_reward(completions, answer, **kwargs) -> list[float]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument(
+        "--prompts", type=int, default=32, help="prompts a step (x 8 samples); bench/step_time.py's --prompts"
+    )
+    ap.add_argument("--model", default="tiny", help="a bundled name (tiny, smollm2-135m), a .gguf or an HF folder")
     ap.add_argument("--vllm", action="store_true", help="use_vllm=True, vllm_mode='colocate' (expected to fail on CPU)")
     ap.add_argument("--shape", choices=sorted(SYSTEM), default="math")
     ap.add_argument(
@@ -89,12 +93,13 @@ def main() -> None:
     )
     args = ap.parse_args()
     world = int(os.environ.get("WORLD_SIZE", 1))
-    if (PROMPTS * GROUP) % (MICRO * 2 * world):
-        sys.exit(f"world size {world}: {PROMPTS}x{GROUP} completions do not split into 2 micro-batches of {MICRO}")
+    PROMPTS = args.prompts
+    if (PROMPTS * GROUP) % (2 * world):
+        sys.exit(f"world size {world}: {PROMPTS}x{GROUP} completions do not split into 2 micro-batches a rank")
     # Like nanosky.dist: ranks share the cores, one intra-op thread each or they fight over them.
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(os.environ.get("LOCAL_WORLD_SIZE", world))))
 
-    path = str(ensure_tiny_model())
+    path = resolve_model_path(args.model)  # (a GGUF: converted once, under a file lock)
     tok = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     problems = [text_math.train_problem(seed) for seed in range(PROMPTS * (args.steps + 1))]
@@ -113,7 +118,8 @@ def main() -> None:
     cfg = GRPOConfig(
         output_dir="/tmp/nanosky-trl-bench",  # nothing is saved (save_strategy="no")
         max_steps=args.steps,
-        # 64 completions per micro-batch per rank × 2 accumulation steps × world 2 = 256 = 32 prompts × 8 samples.
+        # 64 completions per micro-batch per rank × 2 accumulation steps × world 2 = 256 = 32 prompts × 8 samples
+        # (bench/step_time.py's micro-batch: the same 2 a rank).
         per_device_train_batch_size=PROMPTS * GROUP // (2 * world),
         gradient_accumulation_steps=2,
         num_generations=GROUP,
@@ -164,7 +170,7 @@ def main() -> None:
         times, rollout = timer.times[1:] or timer.times, trainer.rollout_s[1:] or trainer.rollout_s
         train = [t - r for t, r in zip(times, rollout)]
         print(
-            f"shape: {args.shape}, {world} ranks, {PROMPTS} prompts x {GROUP} samples x {NEW_TOKENS} new tokens, TRL GRPOTrainer "
+            f"model {args.model}, shape: {args.shape}, {world} ranks, {PROMPTS} prompts x {GROUP} samples x {NEW_TOKENS} new tokens, TRL GRPOTrainer "
             f"({'colocated vLLM' if args.vllm else 'HF generate'}, {'bf16' if args.bf16 else 'fp32'}), steps {args.steps} (first dropped)"
         )
         print("per-step s: " + " ".join(f"{t:.3f}" for t in timer.times))
