@@ -58,8 +58,8 @@ class BaseEvalConfig:
     max_new_tokens: int = 128
     """Tokens per assistant turn."""
     precision: Literal["auto", "fp32", "bf16"] = "auto"
-    """--ckpt: the engine's precision, decided as a training run's --precision is (auto: bf16 on CUDA and on an AMX
-    CPU, fp32 elsewhere), so an eval of a checkpoint samples as the run's own evals of it did."""
+    """--ckpt: the engine's precision, decided as a training run's --precision is (auto: bf16 on CUDA and on a CPU
+    with bf16 units, fp32 elsewhere), so an eval of a checkpoint samples as the run's own evals of it did."""
     max_model_len: int = 512
     """--ckpt: context length the engine serves (prompt + all turns; step-wise: one turn's prompt + response)."""
     history_window: int | None = None

