@@ -6,7 +6,8 @@ takes minutes per step: there, bf16's numerics are checked at the smallest size 
 a few tokens a step), the rest of the bf16 e2e matrix (`SKIPPED`) is left to the unit-level checks of the same
 numerics (the mixed-precision policy, the once-rounded merge, the probe's calibration: tests/unit/test_precision.py,
 test_lora.py, test_probe.py), and pytest's header says so (tests/conftest.py). `NANOSKY_TEST_NO_BF16=1` takes the
-emulated CPU's path on any machine (to check the scaled tests themselves)."""
+emulated CPU's path on any machine (to check the scaled tests themselves). A whole AVX2-only box, runs included:
+`NANOSKY_CPU_FLAGS=avx2 ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 make test` (bf16 matmuls then emulated)."""
 
 import os
 

@@ -100,3 +100,18 @@ def test_a_run_asking_for_bf16_where_it_is_emulated_starts_with_the_warning(monk
     assert preflight.bf16_warning(parse_args(["--precision", "auto"], console=False)) is None  # auto: fp32 there
     monkeypatch.setattr(precision, "cpu_flags", lambda: AMX)
     assert preflight.bf16_warning(parse_args(["--precision", "bf16"], console=False)) is None
+
+
+def test_the_cpu_flags_can_be_those_of_another_cpu(monkeypatch):
+    """NANOSKY_CPU_FLAGS stands in for /proc/cpuinfo's flags (read once a process): an AVX2-only box's path here."""
+    try:
+        monkeypatch.setenv("NANOSKY_CPU_FLAGS", "avx2 fma")
+        precision.cpu_flags.cache_clear()
+        assert precision.cpu_flags() == {"avx2", "fma"} and not precision.has_bf16_units()
+        assert precision.decide("auto", "cpu").name == "fp32"
+        monkeypatch.setenv("NANOSKY_CPU_FLAGS", "avx2 avx512f avx512_bf16")
+        precision.cpu_flags.cache_clear()
+        assert precision.decide("auto", "cpu").name == "bf16"
+    finally:
+        monkeypatch.delenv("NANOSKY_CPU_FLAGS")
+        precision.cpu_flags.cache_clear()  # this machine's again, for the tests after
