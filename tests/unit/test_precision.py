@@ -113,5 +113,4 @@ def test_the_cpu_flags_can_be_those_of_another_cpu(monkeypatch):
         precision.cpu_flags.cache_clear()
         assert precision.decide("auto", "cpu").name == "bf16"
     finally:
-        monkeypatch.delenv("NANOSKY_CPU_FLAGS")
-        precision.cpu_flags.cache_clear()  # this machine's again, for the tests after
+        precision.cpu_flags.cache_clear()  # read again after monkeypatch restores the environment: the tests after
