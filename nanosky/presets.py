@@ -80,7 +80,9 @@ def smollm2_logic() -> TrainConfig:
     Zero-shot the model sits at 7 % held-out here at T = 0.7 (greedy 12 %): asked "Which is larger, 12 or 11?" it
     talks about common divisors, and it rarely names one of the options. The model's own answer format ("The
     answer is: N", `answer_format last`). 64 new tokens: its replies run to ~80, and the budget is part of what it
-    learns. lr 2e-5: at 5e-6 (`smollm2_math`) 20 steps did not move it."""
+    learns. lr 2e-5: at 5e-6 (`smollm2_math`) 20 steps did not move it. Measured (fp32, 2 seeds): held-out
+    0.095 -> 0.455 and 0.027 -> 0.511 in 9-10 min; bf16 0.087 -> 0.447. Mostly by answering with one of the
+    options: a guess scores 0.444 (docs/experiments/real_model.md)."""
     return TrainConfig(
         env="math",
         env_kwargs={"answer_format": "last", "kinds": '["logic"]'},
