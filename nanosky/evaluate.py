@@ -4,6 +4,7 @@ evaluator = Evaluator(cfg, rollout, log, rank)
 acc0 = evaluator.initial(version)                          # step 0 (a dry run without evals: skipped)
 if evaluator.due(step): acc = evaluator(step, version)     # --eval.every k
 acc = evaluator.final(version, acc0)                       # the run's end
+teacher_heldout(run)                                       # --algo distill: the teacher's own, at step 0
 
 With `--reward.judge`, the held-out episodes are judged too (`eval/judge_score`, the samples of an episode as a
 group); for an env without a checker (`Env.checker`) that is the headline, and `eval/accuracy` is NaN.
@@ -16,6 +17,8 @@ from typing import TYPE_CHECKING
 import envs
 from nanosky import dist
 from nanosky.seeds import derive_seed
+from nanosky.sync import sync_weights
+from nanosky.train.lora import base_model
 
 if TYPE_CHECKING:
     from nanosky.collect import Rollout
@@ -79,9 +82,10 @@ class Evaluator:
         every = self.cfg.eval.every
         return bool(every) and step % every == 0 and step != self.cfg.steps
 
-    def __call__(self, step: int, version: int) -> float:
+    def __call__(self, step: int, version: int, prefix: str = "eval/") -> float:
         """Evaluate, log `eval/*` and the eval rollouts at `step`; returns the headline: the accuracy (mean@n
-        success), or the judge's mean score for an env without a checker."""
+        success), or the judge's mean score for an env without a checker. Another `prefix` (a teacher's eval:
+        "distill/teacher_") logs the metrics under it, and no rollouts."""
         cfg = self.cfg
 
         def rollout_fn(seeds: list[int]) -> list:
@@ -101,7 +105,57 @@ class Evaluator:
         m, trajs = evaluate(
             rollout_fn, cfg.eval.limit, cfg.eval.n_samples, judge_fn if self.rollout.judging is not None else None
         )
+        m = {prefix + k.removeprefix("eval/"): v for k, v in m.items()}
         self.log.scalars(step, m)
-        self.log.rollouts(step, trajs, self.rollout.tok, cfg.log.eval_samples, tag="eval")
-        self.log.print(f"step {step}: eval {self.headline.replace('_', ' ')} {m['eval/' + self.headline]:.3f}")
-        return m["eval/" + self.headline]
+        if prefix == "eval/":
+            self.log.rollouts(step, trajs, self.rollout.tok, cfg.log.eval_samples, tag="eval")
+        who = "eval" if prefix == "eval/" else "the teacher's eval"
+        self.log.print(f"step {step}: {who} {self.headline.replace('_', ' ')} {m[prefix + self.headline]:.3f}")
+        return m[prefix + self.headline]
+
+
+# what fixes a model's parameter names and shapes: a teacher that matches these loads into the student's engine
+SHAPE_KEYS = (
+    "model_type",
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "tie_word_embeddings",
+    "num_experts",
+    "moe_intermediate_size",
+)
+
+
+def shape_difference(student_config, teacher_config) -> str | None:
+    """The first config field where the two models' weights differ in shape, as "key: student vs teacher"."""
+    for key in SHAPE_KEYS:
+        a, b = getattr(student_config, key, None), getattr(teacher_config, key, None)
+        if a != b:
+            return f"{key} {a} (student) vs {b} (teacher)"
+    return None
+
+
+def teacher_heldout(run) -> float | None:
+    """`--algo distill`: the teacher's own held-out accuracy at step 0 (`distill/teacher_*`), the mark the student is
+    distilled towards. The run's engine serves the student's architecture: a teacher of the same shapes is pushed
+    into it (`run`: the trainer's Run), evaluated exactly as the student is (the same episodes and sampling seeds),
+    and the student pushed back, both pushes probed: the number is the teacher's, and the run goes on with the
+    student. Returns the headline, or None: no teacher, a dry run without evals, or another architecture (one line
+    names the difference and the command that evaluates it)."""
+    teacher, policy, evaluator = run.teacher, run.policy, run.evaluator
+    if teacher is None or not (evaluator.cfg.eval.every or not evaluator.cfg.dry_run):  # as `Evaluator.initial`
+        return None
+    if why := shape_difference(base_model(policy).config, base_model(teacher).config):
+        run.log.print(
+            f"distill: the teacher's held-out accuracy is not computed in-run ({why}; the engine serves the "
+            f"student's shapes): `python -m evals.<env> --ckpt {evaluator.cfg.teacher.path}` gives it"
+        )
+        return None
+    sync_weights(teacher, run.engine, run.version, run.probe)  # probed: the engine serves the teacher
+    acc = evaluator(0, run.version, prefix="distill/teacher_")
+    sync_weights(policy, run.engine, run.version, run.probe)  # probed: the student again, before its own step-0 eval
+    return acc

@@ -26,7 +26,7 @@ from nanosky.agent.player import Rollouts
 from nanosky.bundled import resolve_model_path
 from nanosky.collect import Rollout, collect
 from nanosky.config import TrainConfig
-from nanosky.evaluate import Evaluator
+from nanosky.evaluate import Evaluator, teacher_heldout
 from nanosky.logger import RunLogger, command
 from nanosky.metrics import NoSignalWatch, Phases, step_metrics
 from nanosky.rollout.chat import load_tokenizer
@@ -229,7 +229,8 @@ def train(cfg: TrainConfig) -> dict:
         run = build(cfg, resources)
         ph = Phases(cfg.run_dir, run.info.rank)
         if run.acc0 is None:
-            with ph(0, "eval"):
+            with ph(0, "eval"):  # --algo distill: the teacher's own held-out accuracy first, for reference
+                teacher_heldout(run)
                 run.acc0 = run.evaluator.initial(run.version)
         acc, step_times = run.acc0, []
         for step in range(run.step + 1, cfg.steps + 1):

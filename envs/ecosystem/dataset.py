@@ -5,11 +5,14 @@
     torchrun --nproc_per_node 2 run.py --env dataset --env-data rows.jsonl --env-kwargs.reward my_rewards:fn
 
 The reward is `math` (the default: math-verify on the reply's last \\boxed{}, else its last number, against the row's
-ground truth; envs/ecosystem/mathreward.py) or `MODULE:FN`, a TRL reward function
+ground truth, else its solution's "#### N" or \\boxed{}; envs/ecosystem/mathreward.py) or `MODULE:FN`, a TRL reward function
 `fn(prompts, completions, **columns) -> list[float | None]`, called once per group with every column of the rows
 (TRL's convention: a string prompt gives string completions, a chat prompt chat completions). `None` leaves an
 episode unscored (success unknown, as for an env without a checker); a function that raises or returns the wrong
 length masks its group (`nanosky/env_rewards.py` applies it, and counts `env/reward_errors`).
+
+`--algo sft` trains on each train row's own solution (TRL's `completion`, the last assistant turn of `messages`,
+verl's `extra_info.answer`, `response`, MATH's `solution`, a GSM8K `answer`, or `--env-kwargs.solution-key COL`).
 
 The test split is `--env-kwargs.test-data FILE` (its "test" split for a saved DatasetDict folder), else the rows
 whose prompt hashes below `--env-kwargs.test-fraction` (0.1): the same rows on every run and machine, and a prompt
@@ -26,7 +29,7 @@ import sys
 from collections.abc import Callable
 
 from envs.base import Env, Message, StepResult
-from envs.ecosystem.mathreward import gold_answer, math_reward
+from envs.ecosystem.mathreward import gold_answer, last_boxed, math_reward
 from envs.ecosystem.rows import DataError, Task, split_tasks, to_task
 
 TEST_FRACTION = 0.1
@@ -40,6 +43,7 @@ def load_split(
     test_fraction: float = TEST_FRACTION,
     prompt_key: str | None = None,
     answer_key: str | None = None,
+    solution_key: str | None = None,
 ) -> tuple[Task, ...]:
     """The split's tasks (cached per process: an env is made per episode). Every row must read."""
     return split_tasks(
@@ -47,7 +51,7 @@ def load_split(
         split,
         test_data,
         test_fraction,
-        functools.partial(to_task, prompt_key=prompt_key, answer_key=answer_key),
+        functools.partial(to_task, prompt_key=prompt_key, answer_key=answer_key, solution_key=solution_key),
     )
 
 
@@ -82,6 +86,7 @@ class DatasetEnv(Env):
         data_path: str | None = None,
         prompt_key: str | None = None,
         answer_key: str | None = None,
+        solution_key: str | None = None,
         reward: str = "math",
         test_data: str | None = None,
         test_fraction: float = TEST_FRACTION,
@@ -93,21 +98,30 @@ class DatasetEnv(Env):
         if not 0.0 < float(test_fraction) < 1.0:
             raise DataError(f"test_fraction must be in (0, 1), got {test_fraction}")
         rows = load_split(
-            str(data_path), split, test_data and str(test_data), float(test_fraction), prompt_key, answer_key
+            str(data_path),
+            split,
+            test_data and str(test_data),
+            float(test_fraction),
+            prompt_key,
+            answer_key,
+            solution_key,
         )
         self.task, self.n_rows = rows[seed % len(rows)], len(rows)
         self.reward_spec, self.success_at = reward, float(success_at)
         if reward == "math":
-            if self.task.answer is None:
+            answer, sol = self.task.answer, self.task.solution
+            if answer is None and sol is not None and ("####" in sol or last_boxed(sol) is not None):
+                answer = sol  # an SFT file's rows (TRL's prompt-completion): the solution's own final answer
+            if answer is None:
                 raise DataError(
                     f"{data_path}: no answer column for the math reward (looked for "
                     "reward_model.ground_truth, answer, solution, ...; name yours with "
                     f"--env-kwargs.answer-key); columns found: {', '.join(self.task.columns)}"
                 )
-            self.gold = gold_answer(self.task.answer)
+            self.gold = gold_answer(answer)
         else:
             import_reward(reward)  # fails at the first episode (and at start-up), not after the rollout
-        self.system_prompt, self.split, self.seed = system_prompt, split, seed
+        self.system_prompt, self.split, self.seed, self.data_path = system_prompt, split, seed, data_path
 
     @classmethod
     def group_scorer(cls, split: str = "train", **kwargs) -> GroupReward | None:
@@ -118,6 +132,19 @@ class DatasetEnv(Env):
     def reset(self) -> list[Message]:
         head = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
         return head + [dict(m) for m in self.task.prompt]
+
+    def expert_action(self) -> str:
+        """The row's own solution (`--algo sft`'s demonstration: envs/ecosystem/rows.py says which column). The test
+        split is never demonstrated."""
+        if self.split != "train":
+            raise DataError("dataset: no demonstration on the test split (its rows are held out)")
+        if self.task.solution is None:
+            raise DataError(
+                f"{self.data_path}: no solution column to demonstrate (looked for completion, messages, "
+                "extra_info.answer, response, solution, and a GSM8K answer with '####'; name yours with "
+                f"--env-kwargs.solution-key); columns found: {', '.join(self.task.columns)}"
+            )
+        return self.task.solution
 
     def step(self, action: str) -> StepResult:
         if self.reward_spec != "math":  # scored with its group once every episode is done
@@ -143,6 +170,7 @@ class GroupReward:
             float(k.get("test_fraction", TEST_FRACTION)),
             k.get("prompt_key"),
             k.get("answer_key"),
+            k.get("solution_key"),
         )  # the split's rows as `DatasetEnv` reads them (cached per process)
 
     def __call__(self, seeds: list[int], replies: list[str]) -> tuple[list[float | None], list[bool | None]]:

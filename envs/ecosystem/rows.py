@@ -6,7 +6,9 @@
 
 Layouts: verl (`prompt` a chat list, `reward_model.ground_truth`, `data_source`, `extra_info`), TRL (`prompt` a
 string or chat list, any other columns), GSM8K raw (`question`, `answer` ending in "#### N"), MATH (`problem`,
-`solution` with \\boxed{}). `prompt_key` / `answer_key` name other columns (a dotted key reads inside a struct:
+`solution` with \\boxed{}), TRL's conversational `messages` (the last turn, an assistant's, is the reply). A row's
+demonstration, which `--algo sft` trains on, is its `completion` (TRL), `extra_info.answer` (verl's GSM8K rows),
+`response`, `solution` (MATH) or a GSM8K `answer`. `prompt_key` / `answer_key` / `solution_key` name other columns (a dotted key reads inside a struct:
 `reward_model.ground_truth`). Files: parquet, jsonl / json, csv, or a folder written by `Dataset.save_to_disk`
 (a `DatasetDict`'s "test" split serves the test split).
 """
@@ -25,6 +27,10 @@ from envs.ecosystem import require
 
 PROMPT_KEYS = ("prompt", "question", "problem", "query", "instruction")
 ANSWER_KEYS = ("reward_model.ground_truth", "answer", "solution", "ground_truth", "final_answer", "target")
+# a row's demonstration for --algo sft, in this order: TRL's prompt-completion, verl's GSM8K rows (the full solution
+# beside reward_model's bare number), an SFT file's response, MATH's solution; GSM8K's `answer` only when it holds a
+# worked solution ("... #### N"): a bare gold answer is not a demonstration unless named (--env-kwargs.solution-key)
+SOLUTION_KEYS = ("completion", "extra_info.answer", "response", "solution")
 BUILDERS = {".parquet": "parquet", ".jsonl": "json", ".json": "json", ".csv": "csv"}
 
 
@@ -39,6 +45,7 @@ class Task:
     source: str  # the row's data_source, else the layout ("verl", "trl", "gsm8k", "math")
     columns: dict[str, Any] = field(default_factory=dict)  # the row as read, for reward functions and extras
     raw_prompt: Any = None  # the prompt as the file holds it (a string or a chat list: TRL passes it so)
+    solution: str | None = None  # the row's demonstration, the reply SFT trains on (None: the row has none)
 
 
 def _builder(p: Path) -> str:
@@ -151,7 +158,50 @@ def layout(row: dict, pkey: str, akey: str | None) -> str:
     return "verl" if akey == "reward_model.ground_truth" else "trl"
 
 
-def to_task(row: dict, prompt_key: str | None = None, answer_key: str | None = None) -> Task:
+def reply(value, key: str) -> str:
+    """A solution cell as the assistant's reply: a string, or TRL's conversational completion (a chat list of one
+    assistant turn)."""
+    if isinstance(value, str) and value.strip():
+        return value
+    if isinstance(value, (list, tuple)) and len(value) == 1 and isinstance(value[0], dict):
+        m = value[0]
+        if m.get("role") == "assistant" and isinstance(m.get("content"), str) and m["content"].strip():
+            return m["content"]
+    raise DataError(
+        f"column {key!r}: expected a reply string or one assistant turn [{{role: assistant, content}}], got "
+        f"{type(value).__name__} {str(value)[:80]!r}"
+    )
+
+
+def solution_of(row: dict, solution_key: str | None) -> str | None:
+    """The row's demonstration (`--algo sft`'s target reply), or None when it has none."""
+    if solution_key is not None:
+        if not _has(row, solution_key):
+            raise DataError(f"no column {solution_key!r} (--env-kwargs.solution-key); columns found: {columns_of(row)}")
+        return reply(_get(row, solution_key), solution_key)
+    if key := next((k for k in SOLUTION_KEYS if _has(row, k)), None):
+        return reply(_get(row, key), key)
+    answer = row.get("answer")
+    return answer if isinstance(answer, str) and "####" in answer else None
+
+
+def split_messages(row: dict) -> tuple[list[dict], str]:
+    """TRL's conversational rows (`messages`, no prompt column): the turns before the last as the prompt, the last,
+    an assistant's, as the solution."""
+    msgs = chat(row["messages"], "messages")
+    if len(msgs) < 2 or msgs[-1]["role"] != "assistant":
+        raise DataError("column 'messages': expected a chat ending in an assistant turn (the reply to train on)")
+    return msgs[:-1], msgs[-1]["content"]
+
+
+def to_task(
+    row: dict, prompt_key: str | None = None, answer_key: str | None = None, solution_key: str | None = None
+) -> Task:
+    if prompt_key is None and "messages" in row and not any(k in row for k in PROMPT_KEYS):
+        prompt, solution = split_messages(row)
+        answer = None if (akey := answer_key_of(row, answer_key)) is None else _get(row, akey)
+        solution = solution_of(row, solution_key) if solution_key is not None else solution
+        return Task(prompt, None if answer is None else str(answer), "trl", dict(row), prompt, solution)
     pkey = prompt_key_of(row, prompt_key)
     akey = answer_key_of(row, answer_key)
     answer = None if akey is None else _get(row, akey)
@@ -161,6 +211,7 @@ def to_task(row: dict, prompt_key: str | None = None, answer_key: str | None = N
         layout(row, pkey, akey),
         dict(row),
         _get(row, pkey),
+        solution_of(row, solution_key),
     )
 
 

@@ -106,6 +106,11 @@ def check_demonstrations(cfg: TrainConfig) -> None:
             f"--algo sft: env {cfg.env!r} has no scripted expert to demonstrate it (Env.expert_action); "
             f"envs with one: {having}"
         )
+    if cfg.demonstrations and cfg.env == "dataset":  # a file's own solutions: one without any is refused here
+        try:
+            envs.make(cfg.env, split="train", seed=0, **cfg.env_args()).expert_action()
+        except ValueError as e:
+            raise UsageError(f"--algo sft: {' '.join(str(e).split())}") from None
 
 
 def check_ecosystem_env(cfg: TrainConfig) -> None:

@@ -80,3 +80,21 @@ def test_a_held_out_task_is_never_demonstrated_and_a_task_without_an_expert_is_a
     [t] = _play([NoExpert(envs.make("math", "train", seed=0))], tok).trajs
     assert t.stop_reason == "env_error" and "no expert" in t.error
     assert not envs.has_expert("tool_use") and envs.has_expert("math") and envs.has_expert("alfworld_lite")
+
+
+def test_a_dataset_rows_solution_is_demonstrated_through_the_loop_with_only_its_tokens_trained(tmp_path):
+    """`--algo sft --env dataset`: a file's solution column is the demonstration, rendered and masked as the RL
+    episode of the same row would be (the prompt at mask 0, the solution and its end-of-turn token at mask 1)."""
+    import json
+
+    rows = [{"prompt": f"What is {i} + 2?", "completion": f"{i} + 2 = {i + 2}\n#### {i + 2}"} for i in range(8)]
+    path = tmp_path / "rows.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    tok = load_tokenizer(resolve_model_path("tiny"))
+    out = _play([EnvTask.make("dataset", "train", seed=s, data_path=str(path)) for s in (0, 1)], tok)
+    for s, t in enumerate(out.trajs):
+        env = envs.make("dataset", "train", seed=s, data_path=str(path))
+        assert t.stop_reason == "done" and t.reward == 1.0, (t.stop_reason, t.error)  # math-verify on the gold
+        assert t.messages[:-1] == env.reset() and t.messages[-1]["content"] == env.task.solution
+        assert _trained_runs(t) == [encode(tok, env.task.solution) + [tok.eos_token_id]]
+        assert t.loss_mask[: t.prompt_len] == [0] * t.prompt_len

@@ -97,6 +97,76 @@ def test_dataset_layouts_trl_gsm8k_math_and_named_columns(tmp_path):
     assert envs.make("dataset", "train", 5, data_path=str(folder)).task.prompt[0]["content"] == "a?"
 
 
+def test_dataset_demonstrations_are_each_rows_own_solution_in_every_layout(tmp_path):
+    """`--algo sft --env dataset`: the expert is the row's solution column (TRL's completion, string or chat, the
+    last assistant turn of TRL's `messages`, verl's extra_info.answer, MATH's solution, a GSM8K answer, a named
+    column); a bare gold answer is no demonstration, and the test split is never demonstrated."""
+    n = 12
+
+    def demo(rows, split="train", **kw):
+        path = _jsonl(tmp_path / f"d{len(list(tmp_path.iterdir()))}.jsonl", rows)
+        env = envs.make("dataset", split, 3, data_path=path, **kw)
+        return env, env.expert_action()
+
+    trl = [{"prompt": f"What is {i} + 1?", "completion": f"{i} + 1 = {i + 1}", "answer": str(i + 1)} for i in range(n)]
+    env, got = demo(trl)  # the row's own completion, beside its own prompt
+    assert (
+        env.reset()[-1]["content"] == f"What is {int(env.gold) - 1} + 1?"
+        and got == f"{int(env.gold) - 1} + 1 = {env.gold}"
+    )
+    chat_rows = [
+        {
+            "prompt": [{"role": "user", "content": f"q{i}"}],
+            "completion": [{"role": "assistant", "content": f"so \\boxed{{{i}}}"}],
+            "answer": str(i),
+        }
+        for i in range(n)
+    ]
+    env, got = demo(chat_rows)
+    assert got == f"so \\boxed{{{env.gold}}}" and env.step(got).reward == 1.0  # the demonstration solves its row
+    msgs = [
+        {
+            "messages": [{"role": "user", "content": f"q{i}"}, {"role": "assistant", "content": f"a{i}"}],
+            "answer": f"{i}",
+        }
+        for i in range(n)
+    ]
+    env, got = demo(msgs)
+    assert env.reset() == [{"role": "user", "content": f"q{env.gold}"}] and got == f"a{env.gold}"
+    verl = [
+        {
+            "prompt": [{"role": "user", "content": f"q{i}"}],
+            "reward_model": {"ground_truth": str(i)},
+            "extra_info": {"answer": f"work\n#### {i}"},
+        }
+        for i in range(n)
+    ]
+    env, got = demo(verl)
+    assert got == f"work\n#### {env.gold}" and env.step(got).reward == 1.0
+    env, got = demo([{"question": f"q{i}", "answer": f"{i} = {i}\n#### {i}"} for i in range(n)])
+    assert got == env.task.answer and got.endswith(f"#### {env.gold}")
+    env, got = demo([{"problem": f"p{i}", "solution": f"so \\boxed{{{i}}}"} for i in range(n)])
+    assert got == f"so \\boxed{{{env.gold}}}"
+    env, got = demo(
+        [{"q": f"q{i}", "gold": str(i), "why": f"because {i}"} for i in range(n)],
+        prompt_key="q",
+        answer_key="gold",
+        solution_key="why",
+    )
+    assert got == f"because {env.gold}"
+
+    with pytest.raises(DataError, match=r"no solution column to demonstrate .* columns found: question, answer"):
+        demo([{"question": f"q{i}", "answer": str(i)} for i in range(n)])  # a bare gold answer
+    with pytest.raises(DataError, match=r"no column 'why' \(--env-kwargs.solution-key\)"):
+        demo([{"question": f"q{i}", "answer": str(i)} for i in range(n)], solution_key="why")
+    with pytest.raises(DataError, match=r"column 'completion': expected a reply string or one assistant turn"):
+        demo([{"prompt": f"q{i}", "completion": [{"role": "user", "content": "x"}], "answer": "1"} for i in range(n)])
+    with pytest.raises(DataError, match="expected a chat ending in an assistant turn"):
+        demo([{"messages": [{"role": "user", "content": f"q{i}"}], "answer": "1"} for i in range(n)])
+    with pytest.raises(DataError, match="no demonstration on the test split"):
+        demo(chat_rows, split="test")
+
+
 def test_dataset_bad_input_is_one_line_naming_what_was_found(tmp_path):
     path = _jsonl(tmp_path / "x.jsonl", [{"text": f"hi {i}", "label": i} for i in range(4)])
     with pytest.raises(DataError, match=r"no prompt column .* columns found: text, label"):

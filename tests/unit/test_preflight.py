@@ -269,6 +269,26 @@ def test_sft_needs_an_env_with_an_expert_and_a_run_dir_is_a_model_path(tmp_path)
         _cfg(tmp_path, "--algo", "sft", "--env", "tool_use"), r"--algo sft: env 'tool_use' has no scripted expert.*math"
     )
     preflight.check(_cfg(tmp_path, "--algo", "sft", "--env", "math"), world=1)
+    bare = tmp_path / "bare.jsonl"  # a dataset env demonstrates its rows' solutions: a file with none is refused
+    bare.write_text("".join(f'{{"question": "q{i}?", "answer": "{i}"}}\n' for i in range(8)))
+    _fails(
+        _cfg(tmp_path, "--algo", "sft", "--env", "dataset", "--env-data", str(bare)),
+        r"--algo sft: .*bare.jsonl: no solution column to demonstrate .*solution-key",
+    )
+    preflight.check(
+        _cfg(
+            tmp_path,
+            "--algo",
+            "sft",
+            "--env",
+            "dataset",
+            "--env-data",
+            str(bare),
+            "--env-kwargs.solution-key",
+            "answer",
+        ),
+        world=1,
+    )
     from nanosky.bundled import resolve_model_path
 
     run = tmp_path / "sft_run"
