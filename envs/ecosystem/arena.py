@@ -10,6 +10,9 @@ own observation ("You attempted an invalid move ..."), never an exception. The e
 reward at the end (`close()`), on the last step; success is a reward of 1 or more (a win). A game the policy
 leaves unfinished (the turn or token budget ran out) scores 0.
 
+`--algo sft` trains on a scripted player's games where one is written (`EXPERTS`: GuessTheNumber's binary search on
+the game's hints).
+
 Games that need a download (nltk's word lists), an API key (OpenRouter opponents) or files TextArena does not
 ship, multi-player games, and games that do not import on this Python are refused at start-up, in one line that
 says which.
@@ -45,6 +48,7 @@ NLTK_GAMES = tuple(
 )
 """Games that load nltk's word list when imported: without the corpus on disk they are refused before their import,
 which would try to download it."""
+EXPERTS = ("GuessTheNumber-v0", "GuessTheNumber-v0-hardcore")  # games with a scripted player (`expert_action`)
 KEY_GAMES = ("Debate", "GuessWho", "ScenarioPlanning", "TwentyQuestions")  # an OpenRouter model plays a part
 
 
@@ -166,6 +170,22 @@ class TextArenaEnv(Env):
         if note:
             info["note"] = note
         return StepResult([], reward, True, info)
+
+    def expert_action(self) -> str:
+        """A scripted player's next move (`--algo sft`'s demonstration), for the games that have one:
+        GuessTheNumber, a binary search on the game's own hints ("higher" / "lower" after each guess). The test
+        split is never demonstrated; another game is refused in one line."""
+        if self.split != "train":
+            raise ValueError("textarena: no expert on the test split (its games are held out)")
+        game = self.env
+        if not self.game.startswith("GuessTheNumber"):
+            raise ValueError(f"textarena: no scripted expert for {self.game!r}; games with one: {', '.join(EXPERTS)}")
+        if game is None:
+            raise ValueError("textarena: expert_action before reset")
+        lo, hi = game.min_number, game.max_number
+        for guess, hint in game.state.game_state["guess_history"]:  # what the player was told, nothing more
+            lo, hi = (guess + 1, hi) if hint == "higher" else (lo, guess - 1)
+        return f"[{(lo + hi) // 2}]"
 
     def close(self) -> None:
         self.env = None

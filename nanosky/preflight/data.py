@@ -106,9 +106,12 @@ def check_demonstrations(cfg: TrainConfig) -> None:
             f"--algo sft: env {cfg.env!r} has no scripted expert to demonstrate it (Env.expert_action); "
             f"envs with one: {having}"
         )
-    if cfg.demonstrations and cfg.env == "dataset":  # a file's own solutions: one without any is refused here
-        try:
-            envs.make(cfg.env, split="train", seed=0, **cfg.env_args()).expert_action()
+    if cfg.demonstrations and cfg.env in ("dataset", "textarena"):  # a file without solutions, a game without an
+        try:  # expert: refused here, not at step 1
+            env = envs.make(cfg.env, split="train", seed=0, **cfg.env_args())
+            env.reset()
+            env.expert_action()
+            env.close()
         except ValueError as e:
             raise UsageError(f"--algo sft: {' '.join(str(e).split())}") from None
 

@@ -233,6 +233,29 @@ def _guess(env) -> list:
         lo, hi = (g + 1, hi) if "higher" in r.observations[0]["content"] else (lo, g - 1)
 
 
+def test_textarena_guess_the_number_has_a_scripted_expert_on_its_train_games_only():
+    """`--algo sft --env textarena`: GuessTheNumber's expert, a binary search on the hints the game gave, wins every
+    train game within ceil(log2(20)) = 5 guesses, each a bracketed move the game takes; the test split and a game
+    without an expert are refused in one line."""
+    for seed in range(12):
+        env = envs.make("textarena", "train", seed, game="GuessTheNumber-v0")
+        env.reset()
+        moves = []
+        while not env.done:
+            moves.append(env.expert_action())
+            r = env.step(moves[-1])
+        assert r.reward == 1.0 and len(moves) <= 5 and len(set(moves)) == len(moves), moves
+        assert all(m.startswith("[") and m.endswith("]") for m in moves)
+    env = envs.make("textarena", "test", 0, game="GuessTheNumber-v0")
+    env.reset()
+    with pytest.raises(ValueError, match="no expert on the test split"):
+        env.expert_action()
+    env = envs.make("textarena", "train", 0, game="TowerOfHanoi-v0")
+    env.reset()
+    with pytest.raises(ValueError, match="no scripted expert for 'TowerOfHanoi-v0'; games with one: GuessTheNumber"):
+        env.expert_action()
+
+
 def test_textarena_game_plays_to_its_end_and_an_invalid_move_is_an_observation():
     results = _guess(envs.make("textarena", "train", 3, game="GuessTheNumber-v0"))
     assert results[-1].reward == 1.0 and results[-1].info["success"] and results[-1].observations == []

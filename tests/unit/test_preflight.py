@@ -269,6 +269,10 @@ def test_sft_needs_an_env_with_an_expert_and_a_run_dir_is_a_model_path(tmp_path)
         _cfg(tmp_path, "--algo", "sft", "--env", "tool_use"), r"--algo sft: env 'tool_use' has no scripted expert.*math"
     )
     preflight.check(_cfg(tmp_path, "--algo", "sft", "--env", "math"), world=1)
+    _fails(  # a game without a scripted player
+        _cfg(tmp_path, "--algo", "sft", "--env", "textarena", "--env-kwargs.game", "TowerOfHanoi-v0"),
+        r"--algo sft: textarena: no scripted expert for 'TowerOfHanoi-v0'",
+    )
     bare = tmp_path / "bare.jsonl"  # a dataset env demonstrates its rows' solutions: a file with none is refused
     bare.write_text("".join(f'{{"question": "q{i}?", "answer": "{i}"}}\n' for i in range(8)))
     _fails(
