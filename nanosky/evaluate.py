@@ -131,7 +131,7 @@ SHAPE_KEYS = (
 
 
 def shape_difference(student_config, teacher_config) -> str | None:
-    """The first config field where the two models' weights differ in shape, as "key: student vs teacher"."""
+    """The first config field where the two models' weights differ in shape, as "key A (student) vs B (teacher)"."""
     for key in SHAPE_KEYS:
         a, b = getattr(student_config, key, None), getattr(teacher_config, key, None)
         if a != b:
