@@ -51,6 +51,9 @@ class GenerationResult:
     prompt_tokens: int
     completion_tokens: int
     versions: list[int] | None = None  # per sampled token, the weight version that sampled it (engine backend)
+    # the reply was not drawn under the request's choices (a demonstration the env does not list, e.g. webshop_lite's
+    # expert searching a product's title): its turn is trained without the constraint's mask
+    unconstrained: bool = False
 
 
 class BackendError(RuntimeError):

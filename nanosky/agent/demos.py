@@ -26,14 +26,17 @@ from nanosky.agent.trajectory import Trajectory
 
 class Expert:
     """One episode's backend: its task's expert's next reply, as text (the runner tokenises it and appends the
-    end-of-turn token, as for a server that returns no ids). No logprobs: nothing sampled it."""
+    end-of-turn token, as for a server that returns no ids). No logprobs: nothing sampled it. A move the turn's
+    choices do not list (webshop_lite's expert may search a product's title; the policy is offered only the
+    instruction's search) is trained without the choices' mask, as an unconstrained turn."""
 
     def __init__(self, task: Task):
         self.task = task
 
     async def generate(self, req: Request) -> GenerationResult:
         text = await self.task.expert_action()
-        return GenerationResult(text, None, None, "stop", prompt_tokens=0, completion_tokens=0)
+        off_list = req.choices is not None and text not in req.choices
+        return GenerationResult(text, None, None, "stop", prompt_tokens=0, completion_tokens=0, unconstrained=off_list)
 
     async def aclose(self) -> None:
         pass

@@ -363,7 +363,7 @@ class AgentRunner:
         if ids is None:  # the documented fallback: a server that does not return ids → re-tokenise its text
             ids = encode(self.tok, g.text) + ([eos] if g.finish_reason == "stop" else [])
         lps = g.logprobs if g.logprobs is not None and len(g.logprobs) == len(ids) else [0.0] * len(ids)
-        rule = rule if isinstance(rule, str) or rule is None else list(rule)
+        rule = None if g.unconstrained else rule if isinstance(rule, str) or rule is None else list(rule)
         if rule and ids:
             t.constraints.append((len(t.ids), rule))
         if g.versions is not None and len(g.versions) == len(ids):  # which weights sampled each id

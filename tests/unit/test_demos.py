@@ -98,3 +98,37 @@ def test_a_dataset_rows_solution_is_demonstrated_through_the_loop_with_only_its_
         assert t.messages[:-1] == env.reset() and t.messages[-1]["content"] == env.task.solution
         assert _trained_runs(t) == [encode(tok, env.task.solution) + [tok.eos_token_id]]
         assert t.loss_mask[: t.prompt_len] == [0] * t.prompt_len
+
+
+def test_an_expert_move_the_env_does_not_list_is_trained_without_the_choices_mask():
+    """With constrained actions each demonstrated turn keeps the env's choices as its mask, except a move those
+    choices do not list: webshop_lite's expert, failing to find the product in 5 pages, searches its title (train
+    seed 74407), a search the policy is never offered. That turn trains unconstrained; before, its mask refused the
+    expert's own tokens and stopped the run."""
+    tok = load_tokenizer(resolve_model_path("tiny-agent"))
+    kw = {"show_actions": True, "invalid_penalty": 0.0, "page_size": 3}
+    [t] = _play([EnvTask.make("webshop_lite", "train", seed=74407, **kw)], tok, constrain_actions=True).trajs
+    assert t.stop_reason == "done" and t.success, (t.stop_reason, t.error)
+    replies = [m["content"] for m in t.messages if m["role"] == "assistant"]
+    off = [i for i, r in enumerate(replies) if r.startswith("search[") and i > 0]
+    assert off and replies[off[0]] == "search[calloway storage shelves solid wood desk]"
+    starts = [s for s, _ in t.constraints]
+    turn_starts = [s for s, run in _turn_starts(t)]
+    assert len(turn_starts) == len(replies) and starts == [s for i, s in enumerate(turn_starts) if i not in off]
+    for s, rule in t.constraints:  # every kept mask allows its turn's move
+        assert replies[turn_starts.index(s)] in rule
+
+
+def _turn_starts(t) -> list[tuple[int, int]]:
+    """(start, length) of each contiguous run of trained ids."""
+    out, k = [], 0
+    while k < len(t.loss_mask):
+        if t.loss_mask[k]:
+            n = 0
+            while k + n < len(t.loss_mask) and t.loss_mask[k + n]:
+                n += 1
+            out.append((k, n))
+            k += n
+        else:
+            k += 1
+    return out
