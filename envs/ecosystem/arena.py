@@ -8,7 +8,9 @@ game's prompt. The game runs as TextArena registers it under `<game>-raw` (no ob
 re-send the whole history as one string every turn, which a chat already holds). An invalid move is the game's
 own observation ("You attempted an invalid move ..."), never an exception. The episode's reward is the game's
 reward at the end (`close()`), on the last step; success is a reward of 1 or more (a win). A game the policy
-leaves unfinished (the turn or token budget ran out) scores 0.
+leaves unfinished (the turn or token budget ran out) scores 0. `--env-kwargs.reward win` pays a win 1 and anything
+else 0: some games pay partial credit that RL learns to farm (GuessTheNumber pays an invalid move the closeness of
+the last guess; docs/experiments/warm_starts.md).
 
 `--algo sft` trains on a scripted player's games where one is written (`EXPERTS`: GuessTheNumber's binary search on
 the game's hints).
@@ -124,6 +126,7 @@ class TextArenaEnv(Env):
         game: str | None = None,
         max_turns: int = MAX_TURNS,
         system_prompt: str | None = None,
+        reward: str = "game",
     ):
         if not game:
             raise ValueError("textarena needs --env-kwargs.game ID, e.g. GuessTheNumber-v0")
@@ -131,7 +134,11 @@ class TextArenaEnv(Env):
             if why == "unknown game":
                 raise ValueError(f"textarena: unknown game {game!r}; single-player games here: {', '.join(OFFLINE)}")
             raise ValueError(f"textarena game {game!r} {why}")
-        self.game, self.max_turns, self.system_prompt = game, int(max_turns), system_prompt
+        if reward not in ("game", "win"):
+            raise ValueError(
+                f"textarena: reward {reward!r}: expected 'game' (the game's own) or 'win' (1 a win, else 0)"
+            )
+        self.game, self.max_turns, self.system_prompt, self.reward = game, int(max_turns), system_prompt, reward
         self.game_seed = seed if split == "train" else 1_000_000_000 + seed
         self.split, self.seed, self.env, self.done, self.steps = split, seed, None, False, 0
 
@@ -161,9 +168,12 @@ class TextArenaEnv(Env):
         except Exception:  # noqa: BLE001
             rewards, game_info = {}, {}
         reward = 0.0 if error else float((rewards or {}).get(0, 0.0))
+        success = reward >= 1.0
+        if self.reward == "win":  # no partial credit: GuessTheNumber pays an invalid move the last guess's closeness
+            reward = float(success)
         mine = (game_info or {}).get(0, {})
         info = {
-            "success": reward >= 1.0,
+            "success": success,
             "game_info": {k: v for k, v in mine.items() if isinstance(v, (str, int, float, bool))},
             "env_metrics": {"invalid_move": float(bool(mine.get("invalid_move"))), "turns": float(self.steps)},
         }

@@ -246,6 +246,17 @@ def test_textarena_guess_the_number_has_a_scripted_expert_on_its_train_games_onl
             r = env.step(moves[-1])
         assert r.reward == 1.0 and len(moves) <= 5 and len(set(moves)) == len(moves), moves
         assert all(m.startswith("[") and m.endswith("]") for m in moves)
+    # the game's own reward pays an invalid move (a repeated guess) the last guess's closeness; reward "win" pays 0
+    for reward, want in (("game", lambda r: 0.5 < r < 1.0), ("win", lambda r: r == 0.0)):
+        env = envs.make("textarena", "train", 3, game="GuessTheNumber-v0", reward=reward)
+        env.reset()
+        first = env.expert_action()
+        env.step(first)
+        env.step(first)  # the same guess again: invalid (the game lets one pass)
+        r = env.step(first)  # and again: the game over
+        assert r.done and not r.info["success"] and want(r.reward), (reward, r)
+    with pytest.raises(ValueError, match="reward 'nope': expected 'game'"):
+        envs.make("textarena", "train", 0, game="GuessTheNumber-v0", reward="nope")
     env = envs.make("textarena", "test", 0, game="GuessTheNumber-v0")
     env.reset()
     with pytest.raises(ValueError, match="no expert on the test split"):
