@@ -8,8 +8,8 @@ Layouts: verl (`prompt` a chat list, `reward_model.ground_truth`, `data_source`,
 string or chat list, any other columns), GSM8K raw (`question`, `answer` ending in "#### N"), MATH (`problem`,
 `solution` with \\boxed{}), TRL's conversational `messages` (the last turn, an assistant's, is the reply). A row's
 demonstration, which `--algo sft` trains on, is its `completion` (TRL), `extra_info.answer` (verl's GSM8K rows),
-`response`, `solution` (MATH) or a GSM8K `answer`. `prompt_key` / `answer_key` / `solution_key` name other columns (a dotted key reads inside a struct:
-`reward_model.ground_truth`). Files: parquet, jsonl / json, csv, or a folder written by `Dataset.save_to_disk`
+`response`, `solution` (MATH) or a GSM8K `answer`. `prompt_key` / `answer_key` / `solution_key` name other columns
+(a dotted key reads inside a struct: `reward_model.ground_truth`). Files: parquet, jsonl / json, csv, or a folder written by `Dataset.save_to_disk`
 (a `DatasetDict`'s "test" split serves the test split).
 """
 
@@ -180,7 +180,10 @@ def solution_of(row: dict, solution_key: str | None) -> str | None:
             raise DataError(f"no column {solution_key!r} (--env-kwargs.solution-key); columns found: {columns_of(row)}")
         return reply(_get(row, solution_key), solution_key)
     if key := next((k for k in SOLUTION_KEYS if _has(row, k)), None):
-        return reply(_get(row, key), key)
+        try:
+            return reply(_get(row, key), key)
+        except DataError:  # a column of that name that holds no reply: no demonstration (RL reads the row as ever)
+            return None
     answer = row.get("answer")
     return answer if isinstance(answer, str) and "####" in answer else None
 

@@ -159,8 +159,12 @@ def test_dataset_demonstrations_are_each_rows_own_solution_in_every_layout(tmp_p
         demo([{"question": f"q{i}", "answer": str(i)} for i in range(n)])  # a bare gold answer
     with pytest.raises(DataError, match=r"no column 'why' \(--env-kwargs.solution-key\)"):
         demo([{"question": f"q{i}", "answer": str(i)} for i in range(n)], solution_key="why")
-    with pytest.raises(DataError, match=r"column 'completion': expected a reply string or one assistant turn"):
-        demo([{"prompt": f"q{i}", "completion": [{"role": "user", "content": "x"}], "answer": "1"} for i in range(n)])
+    odd = [{"prompt": f"q{i}", "response": {"score": i}, "answer": str(i)} for i in range(n)]  # not a reply
+    with pytest.raises(DataError, match=r"no solution column to demonstrate"):
+        demo(odd)  # found by name only, it is no demonstration; RL reads the rows as ever
+    assert envs.make("dataset", "train", 0, data_path=_jsonl(tmp_path / "odd.jsonl", odd)).reset()
+    with pytest.raises(DataError, match=r"column 'response': expected a reply string or one assistant turn"):
+        demo(odd, solution_key="response")  # named: its cell must be a reply
     with pytest.raises(DataError, match="expected a chat ending in an assistant turn"):
         demo([{"messages": [{"role": "user", "content": f"q{i}"}], "answer": "1"} for i in range(n)])
     with pytest.raises(DataError, match="no demonstration on the test split"):
