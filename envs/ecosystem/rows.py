@@ -113,11 +113,16 @@ def columns_of(row: dict) -> str:
     return ", ".join(row) or "(none)"
 
 
+def named(row: dict, key: str, flag: str) -> str:
+    """A column the user named (`--env-kwargs.<flag>`): it must be in the row (one line naming what was found)."""
+    if not _has(row, key):
+        raise DataError(f"no column {key!r} (--env-kwargs.{flag}); columns found: {columns_of(row)}")
+    return key
+
+
 def prompt_key_of(row: dict, prompt_key: str | None) -> str:
     if prompt_key is not None:
-        if not _has(row, prompt_key):
-            raise DataError(f"no column {prompt_key!r} (--env-kwargs.prompt-key); columns found: {columns_of(row)}")
-        return prompt_key
+        return named(row, prompt_key, "prompt-key")
     if key := next((k for k in PROMPT_KEYS if k in row), None):
         return key
     raise DataError(
@@ -128,9 +133,7 @@ def prompt_key_of(row: dict, prompt_key: str | None) -> str:
 
 def answer_key_of(row: dict, answer_key: str | None) -> str | None:
     if answer_key is not None:
-        if not _has(row, answer_key):
-            raise DataError(f"no column {answer_key!r} (--env-kwargs.answer-key); columns found: {columns_of(row)}")
-        return answer_key
+        return named(row, answer_key, "answer-key")
     return next((k for k in ANSWER_KEYS if _has(row, k)), None)
 
 
@@ -176,9 +179,7 @@ def reply(value, key: str) -> str:
 def solution_of(row: dict, solution_key: str | None) -> str | None:
     """The row's demonstration (`--algo sft`'s target reply), or None when it has none."""
     if solution_key is not None:
-        if not _has(row, solution_key):
-            raise DataError(f"no column {solution_key!r} (--env-kwargs.solution-key); columns found: {columns_of(row)}")
-        return reply(_get(row, solution_key), solution_key)
+        return reply(_get(row, named(row, solution_key, "solution-key")), solution_key)
     if key := next((k for k in SOLUTION_KEYS if _has(row, k)), None):
         try:
             return reply(_get(row, key), key)
