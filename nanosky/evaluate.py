@@ -69,9 +69,14 @@ class Evaluator:
         # Same sampling seeds at every eval (common random numbers): accuracy changes come from the weights.
         self.sample_seed = derive_seed(cfg.seed, "eval", rank)
 
+    @property
+    def at_start(self) -> bool:
+        """Whether the run evaluates at step 0: always, but in a dry run without evals."""
+        return bool(self.cfg.eval.every or not self.cfg.dry_run)
+
     def initial(self, version: int) -> float:
         """The held-out headline before training (step 0); a dry run without evals skips it (0.0)."""
-        return self(0, version) if self.cfg.eval.every or not self.cfg.dry_run else 0.0
+        return self(0, version) if self.at_start else 0.0
 
     def final(self, version: int, initial: float) -> float:
         """The headline at the end of the run (the last step's eval); a dry run or a run of no steps keeps `initial`."""
@@ -147,7 +152,7 @@ def teacher_heldout(run) -> float | None:
     student. Returns the headline, or None: no teacher, a dry run without evals, or another architecture (one line
     names the difference and the command that evaluates it)."""
     teacher, policy, evaluator = run.teacher, run.policy, run.evaluator
-    if teacher is None or not (evaluator.cfg.eval.every or not evaluator.cfg.dry_run):  # as `Evaluator.initial`
+    if teacher is None or not evaluator.at_start:
         return None
     if why := shape_difference(base_model(policy).config, base_model(teacher).config):
         run.log.print(
