@@ -15,6 +15,8 @@ if __name__ == "__main__":
     from nanosky.sync import BuildRefused
     from nanosky.trainer import train
 
+    dist.freeze_heap()  # the imports' objects leave every collection's scan (vLLM's engine start runs three)
+
     dist.init_distributed(timeout_s=cfg.dist.timeout_s)
     try:
         train(cfg)

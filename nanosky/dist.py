@@ -201,16 +201,28 @@ def shutdown() -> None:
     _INFO = None
 
 
+def freeze_heap() -> None:
+    """Take every object alive now out of the collector's scans: called once the imports are done and before any
+    model loads, it freezes the modules of torch and transformers (~400k objects) and nothing large. vLLM's engine
+    start runs three full collections; each then scans only what the run allocated since (0.17 s instead of 0.38 s a
+    collection, a rank, on the 2-core CPU)."""
+    import gc
+
+    gc.freeze()
+
+
 def exit_now(code: int = 0) -> None:
     """End a process whose run has closed everything it opened (pools, endpoint, logger, process group): run the
     atexit handlers (vLLM's engine shutdown, logging's flush, a plugin's own), then leave without the interpreter's
     teardown. With torch, vLLM and transformers loaded that teardown is ~2 s of CPU a rank, spent freeing a heap the
-    OS frees anyway, and vLLM's shutdown hook spends ~0.9 s more in two full `gc.collect()`s; `gc.freeze()` leaves
-    them only what is new. Only buffered writes to files never closed would be lost: nanosky closes its own."""
+    OS frees anyway. vLLM's shutdown hook unfreezes the heap and collects it twice (~0.4 s each a rank): collections
+    are made no-ops first, as nothing they would free outlives `os._exit`. Only buffered writes to files never closed
+    would be lost: nanosky closes its own."""
     import atexit
     import gc
 
-    gc.freeze()
+    gc.disable()
+    gc.collect = lambda generation=2: 0
     sys.stdout.flush()
     sys.stderr.flush()
     atexit._run_exitfuncs()
