@@ -3,8 +3,6 @@ packed vs unpacked forwards, trainer vs engine logprobs before and after a weigh
 FAMILIES; and each family in REFUSED is refused at start-up by name. What it proves is the README's
 supported-architectures table."""
 
-import gc
-
 import pytest
 import torch
 from cpu import FP32
@@ -67,8 +65,7 @@ def test_family_trains_packs_and_syncs_exactly(family, dist_info, tmp_path):
             with pytest.raises(AttributeError, match="do_not_compile"):  # what they would have done without
                 unprotected(input_ids=x)
     finally:
-        del engine
-        gc.collect()
+        del engine  # its shutdown unfreezes the heap and collects it in full: a collection here would be a third
     RESULTS[family] = {"kinds": sorted(set(kinds)), "window": window, "packed": packed_diff, "sync": after}
     print(
         f"{family}: packed {packed_diff:.2e} trainer-engine {before['rollout/logprob_diff_max']:.2e} "
