@@ -92,6 +92,7 @@ def open_model(cfg: BaseEvalConfig, log_path: str | None = None) -> tuple[Any, A
     from nanosky import dist, precision
     from nanosky.rollout.engine import Engine, EngineConfig
 
+    dist.freeze_heap()  # the imports' objects leave every collection's scan (vLLM's engine start runs three)
     info = dist.init_distributed()
     prec = precision.decide(cfg.precision, info.device.type)  # the one rule a training run's engine follows
     if warning := precision.emulation_warning(prec, "auto"):
