@@ -26,9 +26,10 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 @pytest.fixture(autouse=True)
 def _frozen_heap():
     """Each test starts with the heap frozen (as run.py freezes it after its imports): a collection then scans only
-    what the test allocated. Each vLLM engine runs six full collections, three at its start, two at its shutdown and one
-    the tests add, ~0.5 s each in this process with torch, transformers and vLLM loaded: 40 % of the integration
-    tests' time. Its shutdown unfreezes the heap first, so what earlier tests left is freed there."""
+    what the test allocated. Each vLLM engine runs five full collections, three at its start and two at its shutdown,
+    ~0.5 s each in this process with torch, transformers and vLLM loaded: with the one test_families added, they were
+    40 % of the integration tests' time. Its shutdown unfreezes the heap first, so what earlier tests left is freed
+    there."""
     gc.freeze()
 
 
