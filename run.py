@@ -7,22 +7,23 @@ python run.py --help                                              # every flag
 
 import sys
 
-from nanosky import dist, startup
+from nanosky import dist, process, startup
 
 if __name__ == "__main__":
-    cfg = startup.start()  # flags, paths, data, resume, run dir, disk: a bad one is one line, printed once, exit 2
+    # flags, paths, data, resume, run dir, disk: a bad one is one line, printed once, exit 2; the models' folders
+    cfg, folders = startup.start()
     # the trainer's imports (transformers, DTensor, peft: ~2 s a rank) after the checks: a bad flag fails fast
     from nanosky.sync import BuildRefused
     from nanosky.trainer import train
 
-    dist.freeze_heap()  # the imports' objects leave every collection's scan (vLLM's engine start runs three)
+    process.freeze_heap()  # the imports' objects leave every collection's scan (vLLM's engine start runs three)
 
     dist.init_distributed(timeout_s=cfg.dist.timeout_s)
     try:
-        train(cfg)
+        train(cfg, folders)
     except BuildRefused as e:  # the engine does not compute the trainer's model: one line, every rank exits 2
-        print(f"nanosky: {e}", file=sys.stderr, flush=True) if dist.launch_rank() == 0 else None
+        print(f"nanosky: {e}", file=sys.stderr, flush=True) if process.launch().rank == 0 else None
         sys.exit(2)
     finally:
         dist.shutdown()
-    dist.exit_now(0)  # a finished run skips the interpreter's ~2 s teardown a rank
+    process.exit_now(0)  # a finished run skips the interpreter's ~2 s teardown a rank

@@ -14,7 +14,7 @@ from algos import advantages as _advantages, policy_losses as _policy_losses  # 
 from algos.advantages import scale_negative
 from algos.agg import AGG_MODES, agg_loss, agg_scale
 from algos.config import PRESETS, AlgoConfig, preset
-from algos.correction import correction_rule, mismatch_metrics, rollout_correction
+from algos.correction import ORIGINS, correction_rule, mismatch_by_origin, mismatch_metrics, rollout_correction
 from algos.distill import reverse_kl_sums, teacher_advantages
 from algos.gigpo import (
     GIGPO_MODES,
@@ -42,6 +42,7 @@ from algos.value import explained_variance, value_loss
 __all__ = [
     "AGG_MODES",
     "GIGPO_MODES",
+    "ORIGINS",
     "PRESETS",
     "AlgoConfig",
     "StepInfo",
@@ -62,6 +63,7 @@ __all__ = [
     "kl_penalty",
     "masked_mean",
     "masked_whiten",
+    "mismatch_by_origin",
     "mismatch_metrics",
     "overlong_penalty",
     "policy_loss_names",

@@ -31,9 +31,6 @@ class AlgoConfig:
     policy_loss: str = "ppo"
     """Policy loss, a registry name: ppo, gspo, sapo, cispo, or one added with @algos.register_policy_loss in a module
     named by --plugins."""
-    distill: bool = False
-    """On-policy distillation (`--algo distill`): each token's advantage is a teacher's log-ratio log π_T − log π_S
-    (`algos/distill.py`; the teacher is `--teacher.path`), plus `--distill.reward-weight` times this estimator's."""
     loss_agg_mode: str = "token-mean"
     """How per-token losses are reduced over the global mini-batch: token-mean, seq-mean-token-mean,
     seq-mean-token-sum, seq-mean-token-sum-norm."""
@@ -203,10 +200,10 @@ PRESETS: dict[str, AlgoConfig] = {
     # SFT in the same loop: the env's expert's episodes (a player that replays them), every assistant token at
     # advantage 1 under a plain NLL; token-mean over the demonstrations' tokens, as TRL's SFTTrainer
     "sft": AlgoConfig(adv_estimator="demo", policy_loss="nll", loss_agg_mode="token-mean"),
-    # On-policy distillation (`--teacher.path`): the advantage is the teacher's per-token log-ratio (algos/distill.py),
-    # plus `--distill.reward-weight` times this estimator's on the env's reward; PPO's clip at r = 1 is the plain
-    # policy gradient of one on-policy pass
-    "distill": AlgoConfig(adv_estimator="grpo", policy_loss="ppo", loss_agg_mode="token-mean", distill=True),
+    # On-policy distillation's preset (`--distill.teacher` is the switch): the advantage is the teacher's per-token
+    # log-ratio (algos/distill.py), plus `--distill.reward-weight` times this estimator's on the env's reward; PPO's
+    # clip at r = 1 is the plain policy gradient of one on-policy pass
+    "distill": AlgoConfig(adv_estimator="grpo", policy_loss="ppo", loss_agg_mode="token-mean"),
 }
 
 for _name, _cfg in PRESETS.items():

@@ -3,7 +3,7 @@
 The sampler (vLLM) and the trainer compute slightly different log-probs for the same tokens (kernels, bf16,
 stale weights), so the data are off-policy by ρ = π_old(trainer) / π_vllm. Healthy bf16 runs show a mean
 |Δlogp| of ~0.01–0.02; ~0.2 means the sampler's weights are stale. `mismatch_metrics` is meant to be logged every
-step, correction on or off.
+step, correction on or off; `mismatch_by_origin` splits it by the weights that sampled each token (partial rollouts).
 """
 
 from __future__ import annotations
@@ -42,6 +42,29 @@ def mismatch_metrics(
         # k3 with log_prob = vLLM (the sampler), ref = trainer: exp(old − vllm) − (old − vllm) − 1.
         "mismatch_k3": float(masked_mean(kl_penalty(rollout_log_prob.float(), old_log_prob.float(), "k3"), m)),
     }
+
+
+ORIGINS = ("fresh", "stale")
+"""Where a token's sampler stood (`mismatch_by_origin`): at the weights `old_log_prob` comes from, or behind them."""
+
+
+@torch.no_grad()
+def mismatch_by_origin(
+    old_log_prob: torch.Tensor, rollout_log_prob: torch.Tensor, response_mask: torch.Tensor, lag: torch.Tensor
+) -> tuple[dict[str, float], dict[str, int]]:
+    """`mismatch_metrics` over each origin of the valid tokens (`fresh_abs_mean`, ..., `stale_k3`), and each origin's
+    token count. `lag` [B, T]: the weight versions between a token's sampler and the weights of `old_log_prob`
+    (negative: not known, in neither). Fresh (lag 0): one set of weights on both sides, so the gap is numerics alone,
+    and a sync that failed shows there. Stale (lag > 0, partial rollouts): the gap also holds the policy's drift
+    since the token was sampled, which the IS weight corrects; one number for both would hide the first in the
+    second. NaN for an origin with no token."""
+    valid = response_mask.bool()  # [B, T]
+    metrics, counts = {}, {}
+    for origin, on in zip(ORIGINS, (valid & (lag == 0), valid & (lag > 0)), strict=True):
+        m = mismatch_metrics(old_log_prob, rollout_log_prob, on)
+        metrics |= {origin + k.removeprefix("mismatch"): v for k, v in m.items()}
+        counts[origin] = int(on.sum())
+    return metrics, counts
 
 
 @torch.no_grad()

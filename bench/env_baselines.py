@@ -12,7 +12,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from envs import alfworld_lite, webshop_lite  # noqa: E402
+import envs  # noqa: E402
+from envs.base import run_policy  # noqa: E402
 
 
 def main() -> None:
@@ -22,19 +23,19 @@ def main() -> None:
     seeds = range(args.episodes)
     print("| env | policy | success rate | mean reward | mean steps |")
     print("|---|---|---|---|---|")
-    for name, mod, kw in (
-        ("webshop_lite", webshop_lite, {}),
-        ("webshop_lite (page_size 3)", webshop_lite, {"page_size": 3}),
-        ("alfworld_lite", alfworld_lite, {}),
+    for label, name, kw in (
+        ("webshop_lite", "webshop_lite", {}),
+        ("webshop_lite (page_size 3)", "webshop_lite", {"page_size": 3}),
+        ("alfworld_lite", "alfworld_lite", {}),
     ):
         rng = random.Random(0)
         for policy, fn in (
             ("expert", lambda env: env.expert_action()),
             ("random valid action", lambda env, rng=rng: rng.choice(env.available_actions())),
         ):
-            r = mod.evaluate_policy(fn, split="test", seeds=seeds, **kw)
+            r = run_policy(lambda seed, name=name, kw=kw: envs.make(name, "test", seed, **kw), fn, seeds)
             print(
-                f"| {name} | {policy} | {r['success_rate']:.3f} | {r['mean_reward']:.3f} | {r['mean_steps']:.1f} |",
+                f"| {label} | {policy} | {r['success_rate']:.3f} | {r['mean_reward']:.3f} | {r['mean_steps']:.1f} |",
                 flush=True,
             )
 

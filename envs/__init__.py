@@ -55,7 +55,7 @@ def get_env_factory(name: str) -> Callable[..., Env]:
 
 
 def env_class(name: str) -> type[Env]:
-    """Env `name`'s class, for its class-level hooks (`checker`, `group_scorer`, `aggregate_metrics`); a registered
+    """Env `name`'s class, for its class-level hooks (`checker`, `has_expert`, `group_scorer`, ...); a registered
     factory that is not an `Env` subclass (a function) has `Env`'s defaults."""
     factory = get_env_factory(name)
     return factory if isinstance(factory, type) and issubclass(factory, Env) else Env
@@ -66,9 +66,10 @@ def has_checker(name: str) -> bool:
     return env_class(name).checker
 
 
-def has_expert(name: str) -> bool:
-    """Whether env `name` has a scripted expert (`expert_action()`), whose episodes SFT trains on (`--algo sft`)."""
-    return callable(getattr(env_class(name), "expert_action", None))
+def has_expert(name: str, **kwargs) -> bool:
+    """`Env.has_expert` of env `name`: whether its episodes, built with `kwargs`, have a scripted expert, whose
+    episodes SFT trains on (`--algo sft`)."""
+    return env_class(name).has_expert(**kwargs)
 
 
 def group_scorer(name: str, split: str = "train", **kwargs):
@@ -97,6 +98,7 @@ __all__ = [
     "get_env_factory",
     "env_class",
     "has_checker",
+    "has_expert",
     "group_scorer",
     "aggregate_metrics",
 ]

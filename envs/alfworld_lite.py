@@ -22,9 +22,8 @@ done when the goal holds (`info["won"]`); the episode also ends at `max_steps` (
     result = env.step(env.expert_action())  # the scripted expert solves every task within the step cap
 
 The expert explores like a person would (visits receptacles in the listed order, opening closed ones) and only
-uses what it has seen, so its demonstrations are learnable (`expert_demo(split, seed)` returns one as chat
-messages). `evaluate_policy(policy_fn, split, seeds)` gives mean reward and success rate of
-`policy_fn(env) -> action`. `n_receptacles=(lo, hi)` sizes the rooms; the default step cap covers the expert.
+uses what it has seen, so its demonstrations are learnable (`envs.base.expert_episode(env)` returns one as chat
+messages; `envs.base.run_policy` scores a policy over seeds). `n_receptacles=(lo, hi)` sizes the rooms; the default step cap covers the expert.
 `invalid_penalty=p` makes a command that does nothing cost p (verl-agent's invalid-action penalty: a dense
 signal while successes are rare; success is still `info["won"]`). `progress_reward=p` pays p the first time each
 subgoal of the task is reached in an episode (`subgoals()`: an object of the task's type in hand; that object hot,
@@ -40,7 +39,6 @@ task kinds in households never drawn for training) instead of the unseen task ki
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
 
 from envs.alfworld.world import APPLIANCE, LAMP, OPENABLE, STATE, VERB, Layout, kind, make_layout
 from envs.base import (
@@ -48,9 +46,7 @@ from envs.base import (
     Message,
     StepResult,
     admissible_actions_text,
-    expert_episode,
     extract_action,
-    run_policy,
 )
 
 SYSTEM_PROMPT = (
@@ -393,19 +389,3 @@ class AlfWorldEnv(Env):
         if loc is None:
             return f"go to {next(iter(self.contents))}"
         return f"open {loc}" if loc in self.closed else f"move {held} to {loc}"
-
-
-def evaluate_policy(
-    policy_fn: Callable[[AlfWorldEnv], str],
-    split: str = "test",
-    seeds: Iterable[int] = range(100),
-    **env_kwargs,
-) -> dict:
-    """Run `policy_fn(env) -> action` for one episode per seed; mean reward, success rate and mean steps."""
-    return run_policy(lambda seed: AlfWorldEnv(split=split, seed=seed, **env_kwargs), policy_fn, seeds)
-
-
-def expert_demo(split: str, seed: int, **env_kwargs) -> list[Message]:
-    """The expert's whole episode as a chat (system, user, then assistant action / user observation turns), e.g.
-    for a warm start by imitation."""
-    return expert_episode(AlfWorldEnv(split=split, seed=seed, **env_kwargs))

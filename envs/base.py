@@ -15,6 +15,10 @@ from typing import Any
 Message = dict[str, Any]  # {"role": "system"|"user"|"assistant"|"tool", "content": str, ...}
 
 
+class NoExpert(ValueError):
+    """An env, its kwargs or its split has no scripted expert to demonstrate it (`--algo sft`)."""
+
+
 @dataclass
 class StepResult:
     observations: list[Message]  # messages to append to the conversation (empty when done)
@@ -63,6 +67,12 @@ class Env:
         choices = self.action_choices()
         return choices if choices is not None else self.action_grammar()
 
+    def expert_action(self) -> str:
+        """A scripted expert's next reply, the demonstration `--algo sft` trains on (`nanosky/agent/demos.py`). Envs
+        with an expert override it; where there is none (this default, a held-out split, a file without solutions)
+        it raises a `ValueError` in one line (`NoExpert` here)."""
+        raise NoExpert(f"env {self.name!r} has no scripted expert to demonstrate it")
+
     # ---- class-level hooks: what the trainer asks of the env's kind, before or after any episode -------------------
     @classmethod
     def group_scorer(cls, split: str = "train", **kwargs):
@@ -70,6 +80,22 @@ class Env:
         reward None: unscored; it raises when it cannot score the group), or None, the default: each episode scores
         itself in `step`. `--env dataset` with a TRL reward function returns one (`envs/ecosystem/dataset.py`)."""
         return None
+
+    @classmethod
+    def expert_refusal(cls, **kwargs) -> str | None:
+        """Why the episodes built with constructor `kwargs` (the run's --env-kwargs and --env-data) would have no
+        scripted expert, in one line; None when they have one. Without kwargs it answers for the env's kind (the
+        list `--algo sft` offers). Default: an expert where the class overrides `expert_action`. Envs whose expert
+        depends on their kwargs (a file's solutions, a game's scripted player) override it, so that start-up can
+        answer without playing an episode."""
+        if cls.expert_action is Env.expert_action:
+            return f"env {cls.name!r} has no scripted expert to demonstrate it"
+        return None
+
+    @classmethod
+    def has_expert(cls, **kwargs) -> bool:
+        """Whether the episodes built with `kwargs` have a scripted expert (`expert_refusal` says why not)."""
+        return cls.expert_refusal(**kwargs) is None
 
     @staticmethod
     def aggregate_metrics(metrics: list[dict]) -> dict[str, float]:

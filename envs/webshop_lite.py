@@ -21,25 +21,22 @@ the reply's first non-empty line (see `extract_action`). `buy now` ends the epis
     messages = env.reset()
     result = env.step(env.expert_action())  # the scripted expert solves every goal within the step cap
 
-`evaluate_policy(policy_fn, split, seeds)` gives mean reward and success rate of `policy_fn(env) -> action`;
-`expert_demo(split, seed)` returns an expert episode as chat messages. `page_size` (default 10, as in WebShop)
-shortens result pages for small contexts. `show_actions=True` ends every observation with the valid actions;
-`state_key()` (also `info["state_key"]`) names the page state canonically for GiGPO's anchor groups.
+`envs.base.run_policy` scores a policy over seeds; `envs.base.expert_episode(env)` returns an expert episode as chat
+messages. `page_size` (default 10, as in WebShop) shortens result pages for small contexts. `show_actions=True`
+ends every observation with the valid actions; `state_key()` (also `info["state_key"]`) names the page state
+canonically for GiGPO's anchor groups.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
 
 from envs.base import (
     Env,
     Message,
     StepResult,
     admissible_actions_text,
-    expert_episode,
     extract_action,
-    run_policy,
 )
 from envs.webshop.catalog import Goal, Product, catalogue, make_goal, products_by_asin, satisfies
 from envs.webshop.engine import score_purchase, search
@@ -253,19 +250,3 @@ class WebShopEnv(Env):
             if self.chosen.get(axis) != value:
                 return f"click[{value}]"
         return "click[buy now]"
-
-
-def evaluate_policy(
-    policy_fn: Callable[[WebShopEnv], str],
-    split: str = "test",
-    seeds: Iterable[int] = range(100),
-    **env_kwargs,
-) -> dict:
-    """Run `policy_fn(env) -> action` for one episode per seed; mean reward, success rate and mean steps."""
-    return run_policy(lambda seed: WebShopEnv(split=split, seed=seed, **env_kwargs), policy_fn, seeds)
-
-
-def expert_demo(split: str, seed: int, **env_kwargs) -> list[Message]:
-    """The expert's whole episode as a chat (system, user, then assistant action / user observation turns), e.g.
-    for a warm start by imitation."""
-    return expert_episode(WebShopEnv(split=split, seed=seed, **env_kwargs))

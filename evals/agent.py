@@ -27,7 +27,7 @@ from envs.tool_use import NUDGE
 from envs.tool_use import SYSTEM_PROMPT as TOOL_PROMPT  # the prompt the bundled model saw in tool demos
 from envs.tools import get_tool, parse_tool_calls, run_tool_call
 from evals import common, models
-from nanosky import dist
+from nanosky import process
 
 SHIPPED = {"hle_sample": common.DATA_DIR / "hle_sample.jsonl"}
 CONFIDENCE_PROMPT = " Then state your confidence as Confidence: N%."
@@ -327,4 +327,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 if __name__ == "__main__":
     main()
-    dist.exit_now(0)  # a finished eval skips the interpreter's ~2 s teardown (torch, vLLM and transformers loaded)
+    process.exit_now(0)  # a finished eval skips the interpreter's ~2 s teardown (torch, vLLM and transformers loaded)

@@ -37,91 +37,48 @@ def _choices(rng: random.Random, right: str, wrong: list[str]) -> tuple[str, str
 def build(seed: int = 0) -> list[dict]:
     rng = random.Random(f"nanosky/hle_sample/{seed}")
     w = pages()
-    page = lambda title: w[title.lower()]  # noqa: E731
     countries, cities, people = _by_kind("country"), _by_kind("city"), _by_kind("person")
     inventions = _by_kind("invention")
     rows: list[tuple[str, str, str, str, str]] = []  # (question, answer, type, category, rationale)
 
-    for c in countries[:PER_KIND]:
-        cap = page(c.facts["Capital"])
-        rows.append(
-            (
-                f"What is the population of the capital of {c.title}?",
-                cap.facts["Population"],
-                "exactMatch",
-                "wiki multi-hop",
-                f"{c.title} -> capital {cap.title} -> population",
+    def hops(entities: list[Page], link: str, question: str, answer, why: str, category: str) -> None:
+        """An exactMatch row per entity `e`, two lookups deep: `e`'s page, then the page `h` its fact `link` names.
+        `question` and `why` are formatted with both titles; `answer(e, h)` reads the facts."""
+        for e in entities:
+            h = w[e.facts[link].lower()]
+            rows.append(
+                (question.format(e=e.title), answer(e, h), "exactMatch", category, why.format(e=e.title, h=h.title))
             )
-        )
-    for c in countries[PER_KIND : 2 * PER_KIND]:
-        cap = page(c.facts["Capital"])
-        rows.append(
-            (
-                f"Who is the mayor of the capital of {c.title}?",
-                cap.facts["Mayor"],
-                "exactMatch",
-                "wiki multi-hop",
-                f"{c.title} -> capital {cap.title} -> mayor",
-            )
-        )
-    for inv in inventions[:PER_KIND]:
-        who = page(inv.facts["Inventor"])
-        rows.append(
-            (
-                f"In what year was the inventor of the {inv.title} born?",
-                who.facts["Born"],
-                "exactMatch",
-                "wiki multi-hop",
-                f"{inv.title} -> inventor {who.title} -> born",
-            )
-        )
-    for p in [p for p in people if "Birthplace" in p.facts][:PER_KIND]:
-        city = page(p.facts["Birthplace"])
-        rows.append(
-            (
-                f"In which country was {p.title} born?",
-                city.facts["Country"],
-                "exactMatch",
-                "wiki multi-hop",
-                f"{p.title} -> birthplace {city.title} -> country",
-            )
-        )
-    for city in cities[:PER_KIND]:
-        country = page(city.facts["Country"])
-        rows.append(
-            (
-                f"What language is spoken in the country where {city.title} is?",
-                country.facts["Language"],
-                "exactMatch",
-                "wiki multi-hop",
-                f"{city.title} -> country {country.title} -> language",
-            )
-        )
-    for inv in inventions[PER_KIND : 2 * PER_KIND]:
-        who = page(inv.facts["Inventor"])
-        age = int(inv.facts["Year"]) - int(who.facts["Born"])
-        rows.append(
-            (
-                f"How old was the inventor of the {inv.title} in the year it was invented?",
-                str(age),
-                "exactMatch",
-                "wiki + python",
-                f"{inv.title} year - {who.title} born",
-            )
-        )
-    for c in countries[2 * PER_KIND : 3 * PER_KIND]:
-        cap = page(c.facts["Capital"])
-        gap = abs(int(cap.facts["Founded"]) - int(c.facts["Founded"]))
-        rows.append(
-            (
-                f"How many years apart were the founding of {c.title} and the founding of its capital?",
-                str(gap),
-                "exactMatch",
-                "wiki + python",
-                f"|{cap.title} founded - {c.title} founded|",
-            )
-        )
-    for a, b in zip(cities[PER_KIND : 2 * PER_KIND], cities[2 * PER_KIND : 3 * PER_KIND]):
+
+    def multi_hop(entities: list[Page], link: str, question: str, asked: str) -> None:
+        """The answer is the second page's fact `asked`."""
+        why = f"{{e}} -> {link.lower()} {{h}} -> {asked.lower()}"
+        hops(entities, link, question, lambda e, h: h.facts[asked], why, "wiki multi-hop")
+
+    k = PER_KIND
+    multi_hop(countries[:k], "Capital", "What is the population of the capital of {e}?", "Population")
+    multi_hop(countries[k : 2 * k], "Capital", "Who is the mayor of the capital of {e}?", "Mayor")
+    multi_hop(inventions[:k], "Inventor", "In what year was the inventor of the {e} born?", "Born")
+    born_in = [p for p in people if "Birthplace" in p.facts]
+    multi_hop(born_in[:k], "Birthplace", "In which country was {e} born?", "Country")
+    multi_hop(cities[:k], "Country", "What language is spoken in the country where {e} is?", "Language")
+    hops(
+        inventions[k : 2 * k],
+        "Inventor",
+        "How old was the inventor of the {e} in the year it was invented?",
+        lambda e, h: str(int(e.facts["Year"]) - int(h.facts["Born"])),
+        "{e} year - {h} born",
+        "wiki + python",
+    )
+    hops(
+        countries[2 * k : 3 * k],
+        "Capital",
+        "How many years apart were the founding of {e} and the founding of its capital?",
+        lambda e, h: str(abs(int(h.facts["Founded"]) - int(e.facts["Founded"]))),
+        "|{h} founded - {e} founded|",
+        "wiki + python",
+    )
+    for a, b in zip(cities[k : 2 * k], cities[2 * k : 3 * k]):
         total = int(a.facts["Population"]) + int(b.facts["Population"])
         rows.append(
             (
@@ -132,7 +89,7 @@ def build(seed: int = 0) -> list[dict]:
                 f"{a.title} + {b.title} populations",
             )
         )
-    for c in countries[3 * PER_KIND : 4 * PER_KIND]:
+    for c in countries[3 * k : 4 * k]:
         inside = [x for x in cities if x.facts["Country"] == c.title]
         outside = [x.title for x in cities if x.facts["Country"] != c.title]
         right = rng.choice(inside).title
@@ -146,8 +103,8 @@ def build(seed: int = 0) -> list[dict]:
                 f"{right} is in {c.title}",
             )
         )
-    pool = [p for p in people[: 4 * PER_KIND] if "Born" in p.facts]
-    for i in range(PER_KIND):
+    pool = [p for p in people[: 4 * k] if "Born" in p.facts]
+    for i in range(k):
         trio = pool[3 * i : 3 * i + 3]
         if len({p.facts["Born"] for p in trio}) < 3:
             continue  # a tie would make two options right

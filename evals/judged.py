@@ -22,7 +22,7 @@ from pathlib import Path
 
 import envs
 from evals import common, models
-from nanosky import dist
+from nanosky import process
 from nanosky.agent.trajectory import success_rate
 from nanosky.config.reward import RewardConfig
 from nanosky.judge.rewards import Judging
@@ -116,4 +116,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 if __name__ == "__main__":
     main()
-    dist.exit_now(0)  # a finished eval skips the interpreter's ~2 s teardown (torch, vLLM and transformers loaded)
+    process.exit_now(0)  # a finished eval skips the interpreter's ~2 s teardown (torch, vLLM and transformers loaded)

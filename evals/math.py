@@ -23,7 +23,7 @@ from envs.base import Env, Message, StepResult
 from envs.ecosystem.mathreward import last_boxed  # one \boxed{} reader for the evals and the dataset env
 from envs.text_math import SYSTEM_PROMPT  # the prompt the bundled model was warm-started with
 from evals import common, models
-from nanosky import dist
+from nanosky import process
 
 SHIPPED = {
     "text_math": None,  # generated: envs.text_math.test_problems()
@@ -319,4 +319,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 if __name__ == "__main__":
     main()
-    dist.exit_now(0)  # a finished eval skips the interpreter's ~2 s teardown (torch, vLLM and transformers loaded)
+    process.exit_now(0)  # a finished eval skips the interpreter's ~2 s teardown (torch, vLLM and transformers loaded)

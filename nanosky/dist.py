@@ -1,8 +1,9 @@
-"""Distributed setup: the one module that reads torchrun's environment variables.
+"""Distributed setup: the process group, and the rank's facts every other module asks for.
 
 `init_distributed()` joins the process group (nccl on CUDA, one device per rank; gloo on CPU) before anything else
 is built — vLLM's `external_launcher` backend reuses this group, so it must exist before the engine. `python run.py`
-is a world of 1 with the same code path (we create a 1-rank group ourselves).
+is a world of 1 with the same code path (we create a 1-rank group ourselves). The launch environment it joins from
+is read by `nanosky.process`.
 """
 
 from __future__ import annotations
@@ -10,15 +11,15 @@ from __future__ import annotations
 import datetime
 import os
 import random
-import shutil
 import socket
-import sys
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 import torch.distributed as dist
+
+from nanosky import process
 
 
 @dataclass(frozen=True)
@@ -52,19 +53,19 @@ def init_distributed(timeout_s: float = 600.0) -> DistInfo:
     global _INFO
     if _INFO is not None:
         return _INFO
-    if "RANK" not in os.environ:  # plain `python run.py`: a world of one, same code path as torchrun
+    if not process.launch().ranked:  # plain `python run.py`: a world of one, same code path as torchrun
         os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1")
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
         os.environ.setdefault("MASTER_PORT", str(_free_port()))
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    launch = process.launch()
+    rank, world, local_rank = launch.rank, launch.world, launch.local_rank
     if torch.cuda.is_available():
         device, backend = torch.device("cuda", local_rank), "nccl"
         torch.cuda.set_device(device)
     else:
         device, backend = torch.device("cpu"), "gloo"
         # Two ranks on two cores: one intra-op thread each, or they fight over the cores.
-        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+        local_world = launch.local_world or world
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // local_world))
     # In-process vLLM engine core: colocation needs the engine in this process, and it keeps vLLM from spawning.
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
@@ -78,57 +79,6 @@ def init_distributed(timeout_s: float = 600.0) -> DistInfo:
         )
     _INFO = DistInfo(rank, world, local_rank, device, backend)
     return _INFO
-
-
-def launch_rank() -> int:
-    """This process's rank as set by the launcher (0 for plain `python`), readable before the group exists."""
-    return int(os.environ.get("RANK", 0))
-
-
-_LAUNCH: dict[str, str | None] = {}
-
-
-def record_launch() -> None:
-    """Keep the launch as it was at start-up: torchrun's LOCAL_WORLD_SIZE, and the launcher's own command line.
-    vLLM's CPU platform overwrites LOCAL_WORLD_SIZE when the engine starts, and the resume command printed at a
-    graceful stop was then `torchrun --nproc_per_node 1` for a 2-rank job. run.py calls this first; later calls
-    change nothing."""
-    _LAUNCH.setdefault("LOCAL_WORLD_SIZE", os.environ.get("LOCAL_WORLD_SIZE"))
-    _LAUNCH.setdefault("launcher", launcher_argv())
-
-
-def launcher_argv() -> list[str] | None:
-    """The command that started this process, up to the script, as the user typed it: the torchrun agent's argv
-    (this process's parent, read from /proc) with every rendezvous flag (`--standalone`, `--nnodes`, ...); for plain
-    python, the interpreter as typed (`.venv/bin/python`). None where it cannot be read."""
-    if "TORCHELASTIC_RUN_ID" not in os.environ:  # not under torchrun
-        return [getattr(sys, "orig_argv", [sys.executable])[0]]
-    try:
-        with open(f"/proc/{os.getppid()}/cmdline", "rb") as f:
-            parent = [a.decode() for a in f.read().split(b"\0")[:-1]]
-    except OSError:
-        return None
-    tail = len(sys.argv)  # the parent's argv ends with ours: the script, then its flags
-    if len(parent) <= tail or parent[-tail:][1:] != sys.argv[1:]:
-        return None
-    head = parent[:-tail]
-    if len(head) > 1 and os.path.basename(head[1]).startswith("torchrun"):
-        # `python /path/torchrun ...` is how the kernel runs the torchrun script: show the script
-        head = head[1:]
-        if shutil.which("torchrun") == os.path.abspath(head[0]):
-            head[0] = "torchrun"  # the one on PATH: as typed
-    return head
-
-
-def launch_command() -> list[str] | None:
-    """`launcher_argv()` as recorded at start-up."""
-    return _LAUNCH["launcher"] if "launcher" in _LAUNCH else launcher_argv()
-
-
-def launch_local_world() -> int | None:
-    """The number of ranks torchrun started on this node (None for plain `python`), as recorded at start-up."""
-    n = _LAUNCH["LOCAL_WORLD_SIZE"] if "LOCAL_WORLD_SIZE" in _LAUNCH else os.environ.get("LOCAL_WORLD_SIZE")
-    return int(n) if n else None
 
 
 def is_initialized() -> bool:
@@ -199,33 +149,3 @@ def shutdown() -> None:
     if dist.is_initialized():
         dist.destroy_process_group()
     _INFO = None
-
-
-def freeze_heap() -> None:
-    """Take every object alive now out of the collector's scans: called once the imports are done and before any
-    model loads, it freezes the modules of torch and transformers (~400k objects) and nothing large. vLLM's engine
-    start runs three full collections; each then scans only what the run allocated since (0.17 s instead of 0.38 s a
-    collection, a rank, on the 2-core CPU)."""
-    import gc
-
-    gc.freeze()
-
-
-def exit_now(code: int = 0) -> None:
-    """End a process whose run has closed everything it opened (pools, endpoint, logger, process group): run the
-    atexit handlers (vLLM's engine shutdown, logging's flush, a plugin's own), then leave without the interpreter's
-    teardown. With torch, vLLM and transformers loaded that teardown is ~2 s of CPU a rank, spent freeing a heap the
-    OS frees anyway. vLLM's shutdown hook unfreezes the heap and collects it twice (~0.4 s each a rank): collections
-    are made no-ops first, as nothing they would free outlives `os._exit`. Only buffered writes to files never closed
-    would be lost: nanosky closes its own."""
-    import atexit
-    import gc
-
-    gc.disable()
-    gc.collect = lambda generation=2: 0
-    sys.stdout.flush()
-    sys.stderr.flush()
-    atexit._run_exitfuncs()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)

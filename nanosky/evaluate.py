@@ -1,10 +1,9 @@
 """Held-out evaluation during training (`eval/*` tags; `Evaluator` decides when), played by the run's player.
 
-evaluator = Evaluator(cfg, rollout, log, rank)
+evaluator = Evaluator(cfg, rollout, log, rank, player=heldout)   # `collect.players`: the policy's player
 acc0 = evaluator.initial(version)                          # step 0 (a dry run without evals: skipped)
 if evaluator.due(step): acc = evaluator(step, version)     # --eval.every k
 acc = evaluator.final(version, acc0)                       # the run's end
-teacher_heldout(run)                                       # --algo distill: the teacher's own, at step 0
 
 With `--reward.judge`, the held-out episodes are judged too (`eval/judge_score`, the samples of an episode as a
 group); for an env without a checker (`Env.checker`) that is the headline, and `eval/accuracy` is NaN.
@@ -17,10 +16,9 @@ from typing import TYPE_CHECKING
 import envs
 from nanosky import dist
 from nanosky.seeds import derive_seed
-from nanosky.sync import sync_weights
-from nanosky.train.lora import base_model
 
 if TYPE_CHECKING:
+    from nanosky.agent.player import Player
     from nanosky.collect import Rollout
     from nanosky.config import TrainConfig
     from nanosky.logger import RunLogger
@@ -60,10 +58,11 @@ def evaluate(rollout_fn, limit: int, n_samples: int, judge_fn=None) -> tuple[dic
 
 
 class Evaluator:
-    """The held-out eval of a training run: `limit` test episodes × `n_samples`, split across ranks."""
+    """The held-out eval of a training run: `limit` test episodes × `n_samples`, split across ranks, played by
+    `player` (the policy's; None: the rollout's own)."""
 
-    def __init__(self, cfg: TrainConfig, rollout: Rollout, log: RunLogger, rank: int):
-        self.cfg, self.rollout, self.log = cfg, rollout, log
+    def __init__(self, cfg: TrainConfig, rollout: Rollout, log: RunLogger, rank: int, player: Player | None = None):
+        self.cfg, self.rollout, self.log, self.player = cfg, rollout, log, player
         # the headline: accuracy where the env checks its episodes, else the judge's score
         self.headline = "accuracy" if envs.has_checker(cfg.env) else "judge_score"
         # Same sampling seeds at every eval (common random numbers): accuracy changes come from the weights.
@@ -87,10 +86,12 @@ class Evaluator:
         every = self.cfg.eval.every
         return bool(every) and step % every == 0 and step != self.cfg.steps
 
-    def __call__(self, step: int, version: int, prefix: str = "eval/") -> float:
-        """Evaluate, log `eval/*` and the eval rollouts at `step`; returns the headline: the accuracy (mean@n
-        success), or the judge's mean score for an env without a checker. Another `prefix` (a teacher's eval:
-        "distill/teacher_") logs the metrics under it, and no rollouts."""
+    def __call__(
+        self, step: int, version: int, *, prefix: str = "eval/", label: str = "eval", rollouts: bool = True
+    ) -> float:
+        """Evaluate, log the metrics under `prefix` (`eval/*`) and, with `rollouts`, the eval episodes at `step`;
+        returns the headline: the accuracy (mean@n success), or the judge's mean score for an env without a
+        checker. `label` names the eval in its line (a teacher's: `nanosky/distill.py`)."""
         cfg = self.cfg
 
         def rollout_fn(seeds: list[int]) -> list:
@@ -102,6 +103,7 @@ class Evaluator:
                 version=version,
                 sample_seed=self.sample_seed,
                 temperature=cfg.eval.temperature,
+                player=self.player,
             ).trajs
 
         def judge_fn(trajs: list) -> tuple[float, float, float]:
@@ -112,55 +114,7 @@ class Evaluator:
         )
         m = {prefix + k.removeprefix("eval/"): v for k, v in m.items()}
         self.log.scalars(step, m)
-        if prefix == "eval/":
+        if rollouts:
             self.log.rollouts(step, trajs, self.rollout.tok, cfg.log.eval_samples, tag="eval")
-        who = "eval" if prefix == "eval/" else "the teacher's eval"
-        self.log.print(f"step {step}: {who} {self.headline.replace('_', ' ')} {m[prefix + self.headline]:.3f}")
+        self.log.print(f"step {step}: {label} {self.headline.replace('_', ' ')} {m[prefix + self.headline]:.3f}")
         return m[prefix + self.headline]
-
-
-# what fixes a model's parameter names and shapes: a teacher that matches these loads into the student's engine
-SHAPE_KEYS = (
-    "model_type",
-    "vocab_size",
-    "hidden_size",
-    "intermediate_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-    "num_key_value_heads",
-    "head_dim",
-    "tie_word_embeddings",
-    "num_experts",
-    "moe_intermediate_size",
-)
-
-
-def shape_difference(student_config, teacher_config) -> str | None:
-    """The first config field where the two models' weights differ in shape, as "key A (student) vs B (teacher)"."""
-    for key in SHAPE_KEYS:
-        a, b = getattr(student_config, key, None), getattr(teacher_config, key, None)
-        if a != b:
-            return f"{key} {a} (student) vs {b} (teacher)"
-    return None
-
-
-def teacher_heldout(run) -> float | None:
-    """`--algo distill`: the teacher's own held-out accuracy at step 0 (`distill/teacher_*`), the mark the student is
-    distilled towards. The run's engine serves the student's architecture: a teacher of the same shapes is pushed
-    into it (`run`: the trainer's Run), evaluated exactly as the student is (the same episodes and sampling seeds),
-    and the student pushed back, both pushes probed: the number is the teacher's, and the run goes on with the
-    student. Returns the headline, or None: no teacher, a dry run without evals, or another architecture (one line
-    names the difference and the command that evaluates it)."""
-    teacher, policy, evaluator = run.teacher, run.policy, run.evaluator
-    if teacher is None or not evaluator.at_start:
-        return None
-    if why := shape_difference(base_model(policy).config, base_model(teacher).config):
-        run.log.print(
-            f"distill: the teacher's held-out accuracy is not computed in-run ({why}; the engine serves the "
-            f"student's shapes): `python -m evals.<env> --ckpt {evaluator.cfg.teacher.path}` gives it"
-        )
-        return None
-    sync_weights(teacher, run.engine, run.version, run.probe)  # probed: the engine serves the teacher
-    acc = evaluator(0, run.version, prefix="distill/teacher_")
-    sync_weights(policy, run.engine, run.version, run.probe)  # probed: the student again, before its own step-0 eval
-    return acc

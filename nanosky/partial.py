@@ -10,7 +10,7 @@ waits for its slowest episode. The rule (docs/partial_rollouts.md):
   finish: the phase waits for it. Nothing is dropped, nothing is trained twice.
 - A step at which a checkpoint is due (and the last step) drains: it starts only what completes its share, and
   every started group finishes, so no episode spans a checkpoint.
-- The run's player plays the carried episodes (`Player.start_episode`, each episode's calls through the gate),
+- The run's player plays the carried episodes (`Carrier.start_episode`, each episode's calls through the gate),
   whichever it is: nanosky's loop, or an external agent (`--rollout.agent`) on the run's endpoint, where a call cut
   at a phase's end is answered in the next phase, a call made between phases waits for it, and the agent's clock
   stops between phases (`Gate.held_s`). The carry never asks which.
@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from nanosky.agent.backends import EngineBackend, GenerationResult, Request
-from nanosky.agent.player import Player, Rollouts, tail_s
+from nanosky.agent.player import Carrier, Episode, Rollouts, tail_s
 from nanosky.agent.task import Task
 from nanosky.config import RolloutConfig
 from nanosky.seeds import derive_seed
@@ -98,9 +98,9 @@ class Group:
 
 class Carry:
     def __init__(
-        self, cfg: RolloutConfig, backend: EngineBackend, world: int, rank: int, *, player: Player, hold=False
+        self, cfg: RolloutConfig, backend: EngineBackend, world: int, rank: int, *, player: Carrier, hold=False
     ):
-        """`player`: the run's, which plays the carried episodes (`Player.start_episode`, its calls through the
+        """`player`: the run's, which plays the carried episodes (`Carrier.start_episode`, its calls through the
         gate) and settles them once trained. `hold`: `--debug.hold-extra-groups` (testing only): the groups started
         beyond the share `Hold`."""
         self.backend, self.gate, self.hold, self.player = backend, Gate(backend), hold, player
@@ -108,8 +108,6 @@ class Carry:
         self.share = cfg.prompts_per_step // world  # groups this rank trains per step
         self.target = math.ceil(cfg.oversample * self.share)  # groups in flight at a phase's start
         self.groups: list[Group] = []  # started, not yet trained, oldest first
-        self.started: list[int] = []  # every group id started, in order (the ledger's)
-        self.trained: list[int] = []  # every group id trained, in order
 
     @property
     def most_episodes(self) -> int:
@@ -141,7 +139,6 @@ class Carry:
                 for i in range(self.n)
             ]
             self.groups.append(Group(gid, eps, step, version))
-            self.started.append(gid)
         live = [e for g in self.groups for e in g.episodes]
         ends: list[float] = []  # seconds into the phase at which each live episode ended (0.0: before it began)
         for e in live:
@@ -161,7 +158,6 @@ class Carry:
                 raise e.exception()
         trained = [g for g in self.groups if g.done][: self.share]
         self.groups = [g for g in self.groups if g not in trained]
-        self.trained += [g.gid for g in trained]
         trajs = self.player.settle([e.result() for g in trained for e in g.episodes])
         end = time.perf_counter()
         lag = [version - v for t in trajs for v in t.sampled_versions()]  # per sampled token, in versions
@@ -183,9 +179,7 @@ class Carry:
         self, task: Task, index: int, gid: int, env_seed: int, sample_seed: int, held: asyncio.Event | None
     ) -> asyncio.Task:
         via = self.gate if held is None else Hold(self.gate, held)
-        return self.player.start_episode(
-            task, index=index, group=gid, env_seed=env_seed, sample_seed=sample_seed, via=via
-        )
+        return self.player.start_episode(task, Episode(index, gid, env_seed, sample_seed), via=via)
 
     def _ready(self, version: int, drain: bool) -> bool:
         """The phase may end: its share of groups complete, none at the staleness bound unfinished (a draining

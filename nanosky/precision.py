@@ -25,10 +25,11 @@ bf16 is emulated and ~100x slower than fp32.
 from __future__ import annotations
 
 import functools
-import os
 from dataclasses import dataclass
 
 import torch
+
+from nanosky import process
 
 NAMES = ("auto", "fp32", "bf16")
 BF16_UNITS = ("amx_bf16", "avx512_bf16")
@@ -47,8 +48,8 @@ both sides on a 7B-shaped model), and a deep model's own rounding above it is al
 def cpu_flags() -> frozenset[str]:
     """This CPU's feature flags (/proc/cpuinfo; empty where there is none). `NANOSKY_CPU_FLAGS` (space-separated)
     replaces them: another CPU's path on this one, e.g. "avx2" with `ONEDNN_MAX_CPU_ISA=AVX2` for an AVX2-only box."""
-    if (forced := os.environ.get("NANOSKY_CPU_FLAGS")) is not None:
-        return frozenset(forced.split())
+    if (forced := process.launch().cpu_flags) is not None:
+        return forced
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:

@@ -1,7 +1,7 @@
 """run.py's start: parse the flags and run the start-up checks on every rank, before any model or engine exists. A bad
 input is one line, printed once, and every rank exits with status 2.
 
-    cfg = startup.start()      # or: "nanosky: --rollout.group-size must be >= 2 ..." on stderr, exit 2
+    cfg, folders = startup.start()   # or: "nanosky: --rollout.group-size must be >= 2 ..." on stderr, exit 2
 
 Under torchrun every rank checks the same flags and files, so every rank fails alike, and whichever exits first
 makes torchrun kill the rest: a rank-0-prints rule alone would lose the line whenever another rank won that race.
@@ -13,31 +13,32 @@ and only after a barrier does any rank exit. torchrun then adds its own report o
 
 from __future__ import annotations
 
-import os
 import sys
 
-from nanosky import dist, preflight
+from nanosky import dist, preflight, process
+from nanosky.bundled import Folders
 from nanosky.cli import flag_names, parse_args
 from nanosky.config import TrainConfig
 
 
-def check(argv: list[str] | None, world: int, console: bool) -> TrainConfig:
-    """Parse and check: the config, or a UsageError naming the flag. `world`: the launch's world size."""
+def check(argv: list[str] | None, world: int, console: bool) -> tuple[TrainConfig, Folders]:
+    """Parse and check: the config and its model folders, resolved (what the trainer loads), or a UsageError naming
+    the flag. `world`: the launch's world size."""
     cfg = parse_args(argv, console=console)
     try:
         cfg.validate_for_world(world)
     except ValueError as e:
         raise preflight.UsageError(flag_names(str(e))) from None
-    preflight.check(cfg, world)
-    return cfg
+    return cfg, preflight.check(cfg, world)
 
 
-def start(argv: list[str] | None = None) -> TrainConfig:
-    dist.record_launch()  # the launch geometry, before the engine can change the environment
-    rank, world = dist.launch_rank(), int(os.environ.get("WORLD_SIZE", "1"))
-    error, cfg = None, None
+def start(argv: list[str] | None = None) -> tuple[TrainConfig, Folders]:
+    process.record_launch()  # the launch geometry, before the engine can change the environment
+    launch = process.launch()
+    rank, world = launch.rank, launch.world
+    error, cfg, folders = None, None, None
     try:
-        cfg = check(argv, world, console=rank == 0)
+        cfg, folders = check(argv, world, console=rank == 0)
     except preflight.UsageError as e:
         error = str(e)
     except SystemExit as e:  # --help (0), or a parse failure tyro printed itself on rank 0 (2)
@@ -67,4 +68,4 @@ def start(argv: list[str] | None = None) -> TrainConfig:
             print(f"nanosky: moved the earlier run in {cfg.run_dir} to {moved} (--log.overwrite)", flush=True)
         if world > 1:
             dist.barrier()
-    return cfg
+    return cfg, folders

@@ -23,7 +23,7 @@ import sys
 import threading
 import time
 
-from nanosky import dist
+from nanosky import dist, process
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -94,7 +94,7 @@ class GracefulStop:
 def _local_rank_died() -> bool:
     """Whether a sibling worker of this torchrun agent is gone: torchrun then SIGTERMs the others, which may be
     blocked in a collective with the dead rank and could never finish their step."""
-    n = dist.launch_local_world() or 1
+    n = process.recorded().local_world or 1
     if n <= 1 or not os.path.isdir("/proc"):
         return False
     parent, alive = os.getppid(), 0
@@ -122,10 +122,10 @@ def resume_command(argv: list[str] | None = None) -> str:
         elif not a.startswith("--resume="):
             args.append(a)
     script = shlex.quote(sys.argv[0] if sys.argv and sys.argv[0] else "run.py")
-    launcher = dist.launch_command() if argv is None else None
+    launcher = process.launch_command() if argv is None else None
     if launcher:
         launch = " ".join([*map(shlex.quote, launcher), script])
     else:  # no /proc, or flags given by a caller: the geometry alone
-        nproc = dist.launch_local_world()
+        nproc = process.recorded().local_world
         launch = f"torchrun --nproc_per_node {nproc} {script}" if nproc else f"python {script}"
     return " ".join([launch, *map(shlex.quote, args), "--resume", "latest"])

@@ -20,13 +20,14 @@ from transformers.utils import logging as hf_logging
 
 import algos
 from algos.registry import ADV_ESTIMATORS
-from nanosky import dist, precision, trace
+from nanosky import dist, precision, process, trace
 from nanosky.agent import EngineBackend
 from nanosky.agent.player import Rollouts
-from nanosky.bundled import resolve_model_path
-from nanosky.collect import Rollout, collect
+from nanosky.bundled import Folders, resolve_folders
+from nanosky.collect import Rollout, collect, players
 from nanosky.config import TrainConfig
-from nanosky.evaluate import Evaluator, teacher_heldout
+from nanosky.distill import Distillation
+from nanosky.evaluate import Evaluator
 from nanosky.logger import RunLogger, command
 from nanosky.metrics import NoSignalWatch, Phases, step_metrics
 from nanosky.rollout.chat import load_tokenizer
@@ -38,7 +39,6 @@ from nanosky.train.batch import Batch, compute_advantages, split_groups, to_batc
 from nanosky.train.checkpointer import Checkpointer
 from nanosky.train.constrain import ChoiceMasker
 from nanosky.train.critic import Critic, CriticUpdate, forward_values, load_critic
-from nanosky.train.distill import load_teacher, teacher_signal
 from nanosky.train.lora import adapters_off, check_platform, load_policy, load_reference
 from nanosky.train.plan import Plan, decide
 from nanosky.train.policy import checkpoint_dtype
@@ -69,7 +69,7 @@ class Run:
     probe: Probe  # the sync check: a fixed sequence, its tolerance calibrated at the build sync
     ckpt: Checkpointer | None = None
     ref: torch.nn.Module | None = None
-    teacher: torch.nn.Module | None = None  # --algo distill: frozen, sharded, scores the student's sampled tokens
+    distill: Distillation | None = None  # --distill.teacher: the teacher's log-ratio is the advantage source
     critic: Critic | None = None
     critic_update: CriticUpdate | None = None
     version: int = 0
@@ -81,18 +81,16 @@ class Run:
     no_signal: NoSignalWatch = dataclasses.field(default_factory=NoSignalWatch)  # every advantage 0, 3 steps on
 
 
-def build(cfg: TrainConfig, resources: contextlib.ExitStack) -> Run:
+def build(cfg: TrainConfig, resources: contextlib.ExitStack, folders: Folders | None = None) -> Run:
     """Every component of the run; what holds processes, threads, sockets or files is closed by `resources` when the
-    run ends, however it ends (torchtitan's one close in a finally)."""
-    # run.py may have joined already; train(cfg) alone must too
-    info = dist.init_distributed(cfg.dist.timeout_s)
+    run ends, however it ends (torchtitan's one close in a finally). `folders`: the models start-up resolved."""
+    info = dist.init_distributed(cfg.dist.timeout_s)  # run.py may have joined already; train(cfg) alone must too
     cfg.validate_for_world(info.world)
     hf_logging.disable_progress_bar()  # transformers' load / save bars, per model and checkpoint, broke into ours
     dist.seed_everything(cfg.seed + info.rank)
-    if info.is_main:  # build the bundled model once, before other ranks look for it
-        resolve_model_path(cfg.model.path)
-    dist.barrier()
-    path = resolve_model_path(cfg.model.path)
+    # train(cfg) alone resolves them here, the main rank first (a GGUF file converts once)
+    folders = folders or resolve_folders(cfg.model.path, cfg.distill.teacher, main_first=info.is_main)
+    path = folders.model
     tok = load_tokenizer(path, cfg.model.chat_template)  # --model.chat-template replaces the model's own
     check_platform(cfg.lora, info.device.type)  # e.g. QLoRA on CPU fails here, not at step 1
     prec = precision.decide(cfg.precision, info.device.type)  # engine dtype and trainer compute, decided once
@@ -101,19 +99,21 @@ def build(cfg: TrainConfig, resources: contextlib.ExitStack) -> Run:
     # place when it starts, and the trainer's models hold private copies of theirs (`private_classes`).
     ref = load_reference(path, cfg.lora, info, policy, precision=prec) if cfg.algorithm.needs_ref else None
     critic = load_critic(path, info, precision=prec) if cfg.algorithm.needs_critic else None
-    teacher = load_teacher(resolve_model_path(cfg.teacher.path), info, precision=prec) if cfg.teacher.path else None
+    distill = Distillation.load(cfg.distill, folders.teacher, info, precision=prec) if cfg.distill.on else None
     # the engine starts with placeholder weights: the build sync below pushes the trainer's (one read of the checkpoint)
     engine = Engine(
         cfg.engine, path, info, log_path=os.path.join(cfg.run_dir, "engine.log"), weights="pushed", precision=prec
     )
     pool = make_pool(cfg.envpool.workers, cfg.envpool.step_timeout_s)
     resources.callback(pool.shutdown)
-    rollout = Rollout.from_config(cfg, EngineBackend(engine, tok), pool, tok)  # SFT: the expert plays train episodes
-    resources.callback(rollout.close)  # the player (the endpoint), then the rank's event loop
+    backend = EngineBackend(engine, tok)
+    player, heldout = players(cfg, backend, tok)  # SFT: the expert plays the training episodes, the policy the evals
+    rollout = Rollout.from_config(cfg, backend, pool, tok, player)
+    resources.callback(rollout.close, heldout)  # the players (the endpoint), then the rank's event loop
     log = RunLogger(cfg.run_dir, info.is_main, cfg.steps, cfg.log.tqdm)
     resources.callback(log.close)
     # what the models can do (the chunked head, packing and its attention), checked on them: a value, cfg untouched
-    plan = decide(cfg.optim, prec, policy, (ref, teacher), critic, log.print)
+    plan = decide(cfg.optim, prec, policy, (ref, distill and distill.teacher), critic, log.print)
     optim = plan.optim(cfg.optim)
     tracer = Tracer(cfg.log.samples_per_step, on=info.is_main)  # the update's traced rows, for the viewer
     run = Run(
@@ -126,10 +126,10 @@ def build(cfg: TrainConfig, resources: contextlib.ExitStack) -> Run:
         pool=pool,
         rollout=rollout,
         log=log,
-        evaluator=Evaluator(cfg, rollout, log, info.rank),
+        evaluator=Evaluator(cfg, rollout, log, info.rank, player=heldout),
         probe=build_probe(cfg, tok, policy.config),
         ref=ref,
-        teacher=teacher,
+        distill=distill,
         critic=critic,
         critic_update=CriticUpdate(optim, cfg.algorithm, critic) if critic is not None else None,
         masker=ChoiceMasker(tok, policy.config.vocab_size) if cfg.rollout.constrain_actions else None,
@@ -168,10 +168,9 @@ def build(cfg: TrainConfig, resources: contextlib.ExitStack) -> Run:
 
 
 def prepare(run: Run, rollouts: Rollouts) -> tuple[Batch, dict[str, float], list | None]:
-    """This rank's whole groups (step-wise: its share of the turns) as a padded batch, with the logprobs and values
-    the update needs, and advantages. Returns it, a step-level estimator's metrics (GiGPO's anchors) and its rows'
-    trajectories (None when step-wise: its rows are turns). The rows' layout is what the player said
-    it produced (`Rollouts.layout`), never guessed from the data."""
+    """This rank's whole groups (step-wise: its share of the turns) as a padded batch, with the logprobs, values and
+    advantages the update needs. Returns it, the advantage source's metrics (GiGPO's anchors, distillation's KL) and
+    its rows' trajectories (None when step-wise: rows are turns, as the player said: `Rollouts.layout`)."""
     info, a, optim = run.info, run.cfg.algorithm, run.update.optim  # cfg.optim as the plan runs it
     meta = ADV_ESTIMATORS.meta(a.adv_estimator)
     trajs, stepwise = rollouts.trajs, rollouts.layout == "stepwise"
@@ -203,10 +202,10 @@ def prepare(run: Run, rollouts: Rollouts) -> tuple[Batch, dict[str, float], list
             m = anchor_metrics(steps, [t.group for t in local], a.gamma, a.step_adv_mode)
             metrics = dict(zip(m, (v / info.world for v in dist.all_reduce_sum(list(m.values())))))
         compute_advantages(batch, a, rewards, steps)
-    # --algorithm.neg-adv-scale; the critic's returns keep the estimator's values
-    batch.advantages = algos.scale_negative(batch.advantages, a.neg_adv_scale)
-    if run.teacher is not None:  # on-policy distillation: the teacher's log-ratio is the advantage (+ the env's)
-        metrics |= teacher_signal(run.teacher, run.policy, batch, optim, run.cfg.distill.reward_weight)
+    batch.advantages = algos.scale_negative(batch.advantages, a.neg_adv_scale)  # the returns keep the estimator's
+    if run.distill is not None:  # the advantage source beside the estimator: the teacher's log-ratio (+ w × it)
+        batch.advantages, batch.old_logprobs, m = run.distill.advantages(run.policy, batch, batch.advantages, optim)
+        metrics |= m
     elif a.ppo_epochs > 1 or a.mini_batches > 1:  # else the update's first forward is the behaviour policy
         batch.old_logprobs = forward_logprobs(run.policy, batch, optim, signal_only=run.update.skip)
     return batch, metrics, None if stepwise else local
@@ -216,21 +215,22 @@ def update(run: Run, batch: Batch, step: int) -> dict[str, float]:
     """The critic's steps, then the policy's (PPO: the policy waits `critic_warmup_steps` for the critic)."""
     out = run.critic_update(batch) if run.critic_update is not None else {}
     if run.critic_update is None or step > run.cfg.algorithm.critic_warmup_steps:
-        out |= run.update(batch)
+        out |= run.update(batch, version=run.version)
     return out
 
 
-def train(cfg: TrainConfig) -> dict:
-    dist.record_launch()  # (run.py did already; train(cfg) called alone must too, before the engine starts)
+def train(cfg: TrainConfig, folders: Folders | None = None) -> dict:
+    process.record_launch()  # (run.py did already; train(cfg) called alone must too, before the engine starts)
     cfg.finalize()
     # SIGINT / SIGTERM: finish the step, then stop. `resources` closes the run's pools, endpoint, loop and logger
     # once, on success, stop and exception alike.
-    with GracefulStop(announce=dist.launch_rank() == 0) as stop, contextlib.ExitStack() as resources:
-        run = build(cfg, resources)
+    with GracefulStop(announce=process.launch().rank == 0) as stop, contextlib.ExitStack() as resources:
+        run = build(cfg, resources, folders)
         ph = Phases(cfg.run_dir, run.info.rank)
         if run.acc0 is None:
-            with ph(0, "eval"):  # --algo distill: the teacher's own held-out accuracy first, for reference
-                teacher_heldout(run)
+            with ph(0, "eval"):  # distillation: the teacher's own held-out accuracy first, for reference
+                if run.distill is not None:
+                    run.distill.heldout(run)
                 run.acc0 = run.evaluator.initial(run.version)
         acc, step_times = run.acc0, []
         for step in range(run.step + 1, cfg.steps + 1):
@@ -247,11 +247,11 @@ def train(cfg: TrainConfig) -> dict:
                 batch, adv_m, local = prepare(run, rollouts)
             with ph(step, "train"):  # critic + policy optimizer steps
                 upd = update(run, batch, step)
-            # wake the weights → full tensors → vLLM, version += 1 → wake the cache → probe
+            # wake the weights → full tensors → vLLM, version += 1 → wake the cache → probe (--debug.skip-sync,
+            # testing only: a stale engine the probe must catch)
             with ph(step, "sync"):
                 run.version += 1
-                push = not cfg.debug.skip_sync  # testing only: a stale engine the probe must catch
-                sync_m = sync_weights(run.policy, run.engine, run.version, run.probe, push)
+                sync_m = sync_weights(run.policy, run.engine, run.version, run.probe, not cfg.debug.skip_sync)
             run.step = step
             step_times.append(time.perf_counter() - t0)
             times = {"step": step_times[-1]} | {k: ph.times[k] for k in ("generate", "logprob", "train", "sync")}

@@ -7,13 +7,15 @@
 `make test` runs all three, unit first, so a broken unit fails the run in seconds.
 """
 
-import gc
 import os
 import sys
 from pathlib import Path
 
+import cpu
 import pytest
 from cpu import FP32
+
+from nanosky import process
 
 TESTS = Path(__file__).resolve().parent
 sys.path.insert(0, str(TESTS))  # the shared helpers (spawn, helpers_envs) for every test folder
@@ -25,12 +27,11 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 @pytest.fixture(autouse=True)
 def _frozen_heap():
-    """Each test starts with the heap frozen (as run.py freezes it after its imports): a collection then scans only
-    what the test allocated. Each vLLM engine runs five full collections, three at its start and two at its shutdown,
-    ~0.5 s each in this process with torch, transformers and vLLM loaded: with the one test_families added, they were
-    40 % of the integration tests' time. Its shutdown unfreezes the heap first, so what earlier tests left is freed
-    there."""
-    gc.freeze()
+    """Each test starts with the heap frozen, as run.py freezes it after its imports: a collection then scans only
+    what the test allocated. Each vLLM engine runs full collections at its start and its shutdown, and with torch,
+    transformers and vLLM loaded in this process, scanning the whole heap each time was a large share of the
+    integration tests' time. Its shutdown unfreezes the heap first, so what earlier tests left is freed there."""
+    process.freeze_heap()
 
 
 @pytest.fixture(scope="session")
@@ -66,17 +67,23 @@ def kind_of(path: Path) -> str:
     return rel[0] if len(rel) > 1 and rel[0] in KINDS else "unit"
 
 
-def pytest_report_header(config) -> list[str]:
-    import cpu
+BF16_LINES = pytest.StashKey[list[str]]()
 
+
+def pytest_report_header(config) -> list[str]:
     return cpu.header()
+
+
+def pytest_report_collectionfinish(config, items) -> list[str]:
+    """The bf16 tests' lines under the header (they name collected tests, so they follow the collection)."""
+    lines = cpu.bf16_lines(items)
+    config.stash[BF16_LINES] = lines
+    return lines if config.get_verbosity() >= 0 else []  # shown where the header is
 
 
 def pytest_terminal_summary(terminalreporter) -> None:
     """The header's CPU lines again at the end (`make test` runs -q, which hides the header)."""
-    import cpu
-
-    for line in cpu.header():
+    for line in cpu.header() + terminalreporter.config.stash.get(BF16_LINES, []):
         terminalreporter.write_line(line)
 
 
@@ -84,5 +91,6 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if kind_of(item.path) == "e2e":
             item.add_marker(pytest.mark.slow)
+    cpu.skip_full_size(items)
     # a stable sort: unit, then integration, then e2e, each in its collected order
     items.sort(key=lambda item: KINDS.index(kind_of(item.path)))

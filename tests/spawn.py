@@ -9,6 +9,8 @@ import sys
 import time
 import warnings
 
+from nanosky.process import LAUNCHER_VARS
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPTS = os.path.join(ROOT, "tests", "scripts")
 
@@ -16,9 +18,8 @@ SCRIPTS = os.path.join(ROOT, "tests", "scripts")
 def child_env() -> dict:
     """This process's environment minus the launcher variables a 1-rank test process group left behind (a child
     run must start its own group, not join ours)."""
-    drop = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}
     # a rank that aborts (SIGABRT / SIGSEGV) prints its Python stack, so a rare crash says where it happened
-    return {k: v for k, v in os.environ.items() if k not in drop} | {"PYTHONFAULTHANDLER": "1"}
+    return {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS} | {"PYTHONFAULTHANDLER": "1"}
 
 
 # A rare abort of one gloo rank (about 1 run in 50–100 of the 2-rank scripts on this box, twice over two sessions'

@@ -13,7 +13,7 @@ else 0: some games pay partial credit that RL learns to farm (GuessTheNumber pay
 the last guess; docs/experiments/warm_starts.md).
 
 `--algo sft` trains on a scripted player's games where one is written (`EXPERTS`: GuessTheNumber's binary search on
-the game's hints).
+the game's hints, for each of its variants).
 
 Games that need a download (nltk's word lists), an API key (OpenRouter opponents) or files TextArena does not
 ship, multi-player games, and games that do not import on this Python are refused at start-up, in one line that
@@ -25,7 +25,7 @@ from __future__ import annotations
 import functools
 import os
 
-from envs.base import Env, Message, StepResult
+from envs.base import Env, Message, NoExpert, StepResult
 from envs.ecosystem import require
 
 MAX_TURNS = 30  # the policy's moves per game unless --rollout.max-turns says otherwise; games stop earlier
@@ -50,8 +50,25 @@ NLTK_GAMES = tuple(
 )
 """Games that load nltk's word list when imported: without the corpus on disk they are refused before their import,
 which would try to download it."""
-EXPERTS = ("GuessTheNumber-v0", "GuessTheNumber-v0-hardcore")  # games with a scripted player (`expert_action`)
 KEY_GAMES = ("Debate", "GuessWho", "ScenarioPlanning", "TwentyQuestions")  # an OpenRouter model plays a part
+
+
+def _guess_the_number(game) -> str:
+    """A binary search on the game's own hints ("higher" / "lower" after each guess): what the player was told,
+    nothing more."""
+    lo, hi = game.min_number, game.max_number
+    for guess, hint in game.state.game_state["guess_history"]:
+        lo, hi = (guess + 1, hi) if hint == "higher" else (lo, guess - 1)
+    return f"[{(lo + hi) // 2}]"
+
+
+EXPERTS = {"GuessTheNumber": _guess_the_number}
+"""Scripted players (`expert_action`), by game name: each plays every variant of its game (`-v0`, `-hardcore`)."""
+
+
+def _base(game: str) -> str:
+    """A game id's name without its version and variant: what `EXPERTS`, `NLTK_GAMES` and `KEY_GAMES` list."""
+    return game.split("-v")[0]
 
 
 def _registry() -> dict:
@@ -79,7 +96,7 @@ def refusal(game: str) -> str | None:
     """Why `game` cannot be played here, or None (a trial reset; cached per process)."""
     if game not in _registry():
         return "unknown game"
-    base = game.split("-v")[0]
+    base = _base(game)
     if base in NLTK_GAMES and not _nltk_words():
         return "needs an nltk download ('words'), which this machine cannot fetch"
     if base in KEY_GAMES and not os.environ.get("OPENROUTER_API_KEY"):
@@ -181,21 +198,24 @@ class TextArenaEnv(Env):
             info["note"] = note
         return StepResult([], reward, True, info)
 
+    @classmethod
+    def expert_refusal(cls, game: str | None = None, **kwargs) -> str | None:
+        """A game has a scripted player where `EXPERTS` lists its name."""
+        if game is None or _base(game) in EXPERTS:
+            return None
+        having = ", ".join(g for g in OFFLINE if _base(g) in EXPERTS)
+        return f"textarena: no scripted expert for {game!r}; games with one: {having}"
+
     def expert_action(self) -> str:
-        """A scripted player's next move (`--algo sft`'s demonstration), for the games that have one:
-        GuessTheNumber, a binary search on the game's own hints ("higher" / "lower" after each guess). The test
-        split is never demonstrated; another game is refused in one line."""
+        """The game's scripted player's next move (`--algo sft`'s demonstration). The test split is never
+        demonstrated; a game without a player is refused in one line."""
         if self.split != "train":
-            raise ValueError("textarena: no expert on the test split (its games are held out)")
-        game = self.env
-        if not self.game.startswith("GuessTheNumber"):
-            raise ValueError(f"textarena: no scripted expert for {self.game!r}; games with one: {', '.join(EXPERTS)}")
-        if game is None:
+            raise NoExpert("textarena: no expert on the test split (its games are held out)")
+        if (why := self.expert_refusal(game=self.game)) is not None:
+            raise NoExpert(why)
+        if self.env is None:
             raise ValueError("textarena: expert_action before reset")
-        lo, hi = game.min_number, game.max_number
-        for guess, hint in game.state.game_state["guess_history"]:  # what the player was told, nothing more
-            lo, hi = (guess + 1, hi) if hint == "higher" else (lo, guess - 1)
-        return f"[{(lo + hi) // 2}]"
+        return EXPERTS[_base(self.game)](self.env)
 
     def close(self) -> None:
         self.env = None

@@ -35,7 +35,6 @@ from envs.ecosystem.rows import DataError, Task, split_tasks, to_task
 TEST_FRACTION = 0.1
 
 
-@functools.lru_cache(maxsize=16)
 def load_split(
     data_path: str,
     split: str,
@@ -44,15 +43,26 @@ def load_split(
     prompt_key: str | None = None,
     answer_key: str | None = None,
     solution_key: str | None = None,
+    **_,
 ) -> tuple[Task, ...]:
-    """The split's tasks (cached per process: an env is made per episode). Every row must read."""
-    return split_tasks(
-        data_path,
+    """The split's tasks from `DatasetEnv`'s kwargs (those that do not choose rows, such as the reward, ignored).
+    Every row must read."""
+    return _read_split(
+        str(data_path),
         split,
-        test_data,
-        test_fraction,
-        functools.partial(to_task, prompt_key=prompt_key, answer_key=answer_key, solution_key=solution_key),
+        test_data and str(test_data),
+        float(test_fraction),
+        prompt_key,
+        answer_key,
+        solution_key,
     )
+
+
+@functools.lru_cache(maxsize=16)
+def _read_split(data_path, split, test_data, test_fraction, prompt_key, answer_key, solution_key) -> tuple[Task, ...]:
+    """Cached per process: an env is made per episode."""
+    parse = functools.partial(to_task, prompt_key=prompt_key, answer_key=answer_key, solution_key=solution_key)
+    return split_tasks(data_path, split, test_data, test_fraction, parse)
 
 
 def import_reward(spec: str) -> Callable:
@@ -98,13 +108,13 @@ class DatasetEnv(Env):
         if not 0.0 < float(test_fraction) < 1.0:
             raise DataError(f"test_fraction must be in (0, 1), got {test_fraction}")
         rows = load_split(
-            str(data_path),
+            data_path,
             split,
-            test_data and str(test_data),
-            float(test_fraction),
-            prompt_key,
-            answer_key,
-            solution_key,
+            test_data=test_data,
+            test_fraction=test_fraction,
+            prompt_key=prompt_key,
+            answer_key=answer_key,
+            solution_key=solution_key,
         )
         self.task, self.n_rows = rows[seed % len(rows)], len(rows)
         self.reward_spec, self.success_at = reward, float(success_at)
@@ -133,17 +143,20 @@ class DatasetEnv(Env):
         head = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
         return head + [dict(m) for m in self.task.prompt]
 
+    @classmethod
+    def expert_refusal(cls, data_path: str | None = None, **kwargs) -> str | None:
+        """A file demonstrates its rows' solutions: one whose first train row (seed 0's) has none is refused."""
+        if data_path is None:
+            return None
+        return _no_solution(data_path, load_split(data_path, "train", **kwargs)[0])
+
     def expert_action(self) -> str:
         """The row's own solution (`--algo sft`'s demonstration: envs/ecosystem/rows.py says which column). The test
         split is never demonstrated."""
         if self.split != "train":
             raise DataError("dataset: no demonstration on the test split (its rows are held out)")
-        if self.task.solution is None:
-            raise DataError(
-                f"{self.data_path}: no solution column to demonstrate (looked for completion, messages, "
-                "extra_info.answer, response, solution, and a GSM8K answer with '####'; name yours with "
-                f"--env-kwargs.solution-key); columns found: {', '.join(self.task.columns)}"
-            )
+        if why := _no_solution(self.data_path, self.task):
+            raise DataError(why)
         return self.task.solution
 
     def step(self, action: str) -> StepResult:
@@ -151,6 +164,16 @@ class DatasetEnv(Env):
             return StepResult([], 0.0, True, {"success": None, "source": self.task.source})
         reward, info = math_reward(action, self.gold)
         return StepResult([], reward, True, info | {"source": self.task.source})
+
+
+def _no_solution(data_path, task: Task) -> str | None:
+    if task.solution is not None:
+        return None
+    return (
+        f"{data_path}: no solution column to demonstrate (looked for completion, messages, "
+        "extra_info.answer, response, solution, and a GSM8K answer with '####'; name yours with "
+        f"--env-kwargs.solution-key); columns found: {', '.join(task.columns)}"
+    )
 
 
 class GroupReward:
@@ -162,16 +185,7 @@ class GroupReward:
         k = dict(kwargs)
         self.fn = import_reward(k["reward"])
         self.success_at = float(k.get("success_at", 1.0))
-        test_data = k.get("test_data")
-        self.rows = load_split(
-            str(k["data_path"]),
-            split,
-            test_data and str(test_data),
-            float(k.get("test_fraction", TEST_FRACTION)),
-            k.get("prompt_key"),
-            k.get("answer_key"),
-            k.get("solution_key"),
-        )  # the split's rows as `DatasetEnv` reads them (cached per process)
+        self.rows = load_split(split=split, **k)  # the split's rows as `DatasetEnv` reads them (cached per process)
 
     def __call__(self, seeds: list[int], replies: list[str]) -> tuple[list[float | None], list[bool | None]]:
         tasks = [self.rows[s % len(self.rows)] for s in seeds]  # the row `DatasetEnv(split, seed)` played

@@ -51,9 +51,6 @@ class GenerationResult:
     prompt_tokens: int
     completion_tokens: int
     versions: list[int] | None = None  # per sampled token, the weight version that sampled it (engine backend)
-    # the reply was not drawn under the request's choices (a demonstration the env does not list, e.g. webshop_lite's
-    # expert searching a product's title): its turn is trained without the constraint's mask
-    unconstrained: bool = False
 
 
 class BackendError(RuntimeError):
@@ -64,6 +61,20 @@ class BackendError(RuntimeError):
 
 class ContextLengthError(BackendError):
     """The conversation no longer fits the model's context (the runner stops with stop_reason="max_tokens")."""
+
+
+class Refused(BackendError):
+    """The server refused a part of the request it does not take, which a weaker request leaves out:
+    `part` is "constraint" (an HTTP 400 naming structured outputs, `response_format`, a regex or a schema) or
+    "tool_choice" (an error naming a tool choice: a vLLM server started without a tool-call parser)."""
+
+    def __init__(self, msg: str, status: int | None, part: Literal["constraint", "tool_choice"]):
+        super().__init__(msg, status)
+        self.part = part
+
+
+FORMS = ("regex", "json_schema", "plain")
+"""The forms a request's JSON constraint is sent in to a server, strongest first (`OpenAIBackend.constraint`)."""
 
 
 @runtime_checkable
@@ -221,7 +232,7 @@ class OpenAIBackend:
     (`return_token_ids`, a vLLM extension); `logprobs=True` asks for per-token logprobs (standard).
 
     A request's JSON constraint goes as the strongest form the server takes (`constraint`, found at the first
-    constrained request, then weakened once per refusal):
+    constrained request, then weakened once per `Refused`):
     - "regex": a vLLM server (its /models say `owned_by: vllm`) gets `Request.json_regex` as `structured_outputs`:
       its JSON mode lets a model write whitespace between any two tokens without end;
     - "json_schema": any other server gets `Request.json_schema` as `response_format`;
@@ -321,6 +332,23 @@ class OpenAIBackend:
             raise NotImplementedError(
                 "constrained actions (Request.choices / Request.grammar) need the in-process EngineBackend"
             )
+        # each refusal leaves this request a weaker form (or no tool choice), so one pass per form and one more ends it
+        for _ in range(len(FORMS) + 1):
+            body = await self._body(req)
+            sent = await self._constrain(req, body)
+            try:
+                return _parse_completion(await self._request("POST", "/chat/completions", body))
+            except Refused as e:
+                if e.part == "constraint" and sent:
+                    self._weaken(sent)
+                elif e.part == "tool_choice" and "tools" in body and "tool_choice" not in body:
+                    self.tool_choice = "none"  # the server cannot parse tool calls itself; the env parses the text
+                else:
+                    raise
+        raise AssertionError("unreachable")
+
+    async def _body(self, req: Request) -> dict:
+        """The chat completion's request body, before its JSON constraint (`_constrain`)."""
         tools = req.tools if self.tool_mode == "native" else None
         body = {
             "model": await self.resolve_model(),
@@ -340,24 +368,15 @@ class OpenAIBackend:
             body["logprobs"] = True
         if self.token_ids:
             body["return_token_ids"] = True
-        sent = await self._constrain(req, body)
-        try:
-            data = await self._request("POST", "/chat/completions", body)
-        except BackendError as e:
-            # (judged on what this request sent: concurrent requests all fail before the first one switches)
-            if (
-                sent
-                and e.status == 400
-                and any(k in str(e) for k in ("structured_output", "response_format", "regex", "schema"))
-            ):
-                if self.constraint == sent:  # a constraint this server refuses: the next weaker one from now on
-                    self.constraint = "json_schema" if sent == "regex" else "plain"
-                return await self.generate(req)
-            if not (tools and "tool_choice" not in body and "tool" in str(e) and "choice" in str(e)):
-                raise
-            self.tool_choice = "none"  # the server cannot parse tool calls itself; the env parses the text
-            return await self.generate(req)
-        return _parse_completion(data)
+        return body
+
+    def _weaken(self, refused: str) -> None:
+        """The server refused the constraint in form `refused`: the next weaker form from now on. Judged on what this
+        request sent, not on `constraint`: concurrent requests all fail before the first one switches, and a form
+        already weakened past stays where it is."""
+        weaker = FORMS[FORMS.index(refused) + 1]
+        if FORMS.index(self.constraint) < FORMS.index(weaker):
+            self.constraint = weaker
 
     async def _constrain(self, req: Request, body: dict) -> str | None:
         """Puts the request's JSON constraint into `body` in the strongest form this server takes; returns that
@@ -432,8 +451,15 @@ def _http_error(r) -> BackendError:
         msg = msg.get("message", msg) if isinstance(msg, dict) else msg
     except ValueError:
         msg = r.text[:500]
-    cls = ContextLengthError if r.status_code == 400 and "context length" in str(msg).lower() else BackendError
-    return cls(f"HTTP {r.status_code}: {msg}", status=r.status_code)
+    text, status = f"HTTP {r.status_code}: {msg}", r.status_code
+    if status == 400 and "context length" in str(msg).lower():
+        return ContextLengthError(text, status=status)
+    # a server names what it refuses only in its error's words: read here, once, into a typed refusal
+    if status == 400 and any(k in text for k in ("structured_output", "response_format", "regex", "schema")):
+        return Refused(text, status, "constraint")
+    if "tool" in text and "choice" in text:
+        return Refused(text, status, "tool_choice")
+    return BackendError(text, status=status)
 
 
 def _parse_completion(data: dict) -> GenerationResult:

@@ -7,7 +7,10 @@ trainer reads the layout instead of inspecting the data (as SkyRL's `GeneratorIn
     out.trajs       # one Trajectory per task, in order
     out.layout      # "concat": one row per episode; "stepwise": one row per `Step` of each episode
     player.metrics(trajs)   # the player's own scalars over a (gathered) batch, e.g. agent/* for external agents
-    player.start_episode(task, index=i, group=g, env_seed=e, sample_seed=s, via=gate)   # a carried one (partial.py)
+    player.start_episode(task, Episode(i, group=g, env_seed=e, sample_seed=s), via=gate)   # a Carrier's (partial.py)
+
+`Carrier` adds what partial rollouts need (an episode not bound to a phase); a player that cannot carry (SFT's
+`Demonstrator`) implements `Player` alone.
 """
 
 from __future__ import annotations
@@ -21,6 +24,26 @@ from nanosky.agent.task import Task
 from nanosky.agent.trajectory import Trajectory
 
 Layout = Literal["concat", "stepwise"]
+
+
+@dataclass(frozen=True)
+class Episode:
+    """One episode's identity in its phase: `index` (its place: the sampling seeds derive from it), the prompt
+    `group` it belongs to, the `env_seed` its task was made from, and the phase's `sample_seed` (None: unseeded)."""
+
+    index: int
+    group: int
+    env_seed: int = 0
+    sample_seed: int | None = None
+
+    @staticmethod
+    def of_phase(n: int, groups: list[int] | None, seeds: list[int] | None, sample_seed: int | None) -> list[Episode]:
+        """A phase's `n` episodes, as `Player.play`'s arguments give them (no groups: each episode its own)."""
+        return [Episode(i, groups[i] if groups else i, seeds[i] if seeds else 0, sample_seed) for i in range(n)]
+
+    def trajectory(self, task: Task, **fields) -> Trajectory:
+        """The episode's empty trajectory (its task's id, else its index)."""
+        return Trajectory(task_id=task.task_id or str(self.index), group=self.group, env_seed=self.env_seed, **fields)
 
 
 @dataclass
@@ -81,9 +104,16 @@ class Player(Protocol):
         returns it, and so does a partial-rollout phase over the player's carried episodes."""
         ...
 
-    def start_episode(
-        self, task: Task, *, index: int, group: int, env_seed: int, sample_seed: int | None, via
-    ) -> asyncio.Task:
+    async def aclose(self) -> None:
+        """Release what the player holds on the event loop (the endpoint's server)."""
+        ...
+
+
+@runtime_checkable
+class Carrier(Player, Protocol):
+    """A player whose episodes a partial rollout can carry from one phase into the next (`nanosky/partial.py`)."""
+
+    def start_episode(self, task: Task, episode: Episode, *, via) -> asyncio.Task:
         """One episode as a task on the running loop, not bound to a phase (a partial rollout carries it from one
         phase into the next: `nanosky/partial.py`), its calls through `via` (the carry's gate). Awaiting it gives
         the trajectory; an error that must stop the run is raised from it."""
@@ -92,8 +122,4 @@ class Player(Protocol):
     def settle(self, trajs: list[Trajectory]) -> list[Trajectory]:
         """Carried episodes that ended, whole groups, as the trainer takes them (an external agent's failed episodes
         masked, the engine's fatal error raised); nanosky's loop raises from the episode itself."""
-        ...
-
-    async def aclose(self) -> None:
-        """Release what the player holds on the event loop (the endpoint's server)."""
         ...

@@ -30,7 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from nanosky.agent.backends import Backend, BackendError, ContextLengthError, Request
 from nanosky.agent.dispatcher import STAGES, Dispatcher
-from nanosky.agent.player import Layout, Rollouts
+from nanosky.agent.player import Episode, Layout, Rollouts
 from nanosky.agent.task import EnvError, Task
 from nanosky.agent.trajectory import SCORED, Step, Trajectory, success_of
 from nanosky.agent.window import window
@@ -83,7 +83,6 @@ class AgentRunner:
         self.history_window, self.constrain_actions = history_window, constrain_actions
         self.last_dispatcher: Dispatcher | None = None  # inspect .peak after a run
         self.on_episode_done: Callable[[Trajectory], None] | None = None  # e.g. a progress bar's update
-        self.last_wall_s = 0.0
         self._carried: Dispatcher | None = None  # `start`'s episodes
 
     @classmethod
@@ -127,8 +126,8 @@ class AgentRunner:
 
     async def play(self, tasks: list[Task], *, groups=None, seeds=None, sample_seed=None, temperature=None) -> Rollouts:
         """The `Player` interface: every task's episode, with the rows they make (`layout`)."""
-        trajs = await self.arun(tasks, groups, seeds, sample_seed, temperature)
-        return Rollouts(trajs, self.layout(trajs), self.last_wall_s)
+        trajs, wall_s = await self._play(tasks, Episode.of_phase(len(tasks), groups, seeds, sample_seed), temperature)
+        return Rollouts(trajs, self.layout(trajs), wall_s)
 
     def metrics(self, trajs: list[Trajectory]) -> dict[str, float]:
         return {}  # the step's scalars (nanosky/metrics.py) already cover the built-in loop
@@ -142,24 +141,22 @@ class AgentRunner:
 
     async def arun(self, tasks, groups=None, seeds=None, sample_seed=None, temperature=None) -> list[Trajectory]:
         """`temperature` overrides the runner's for this call (the eval's)."""
+        return (await self._play(tasks, Episode.of_phase(len(tasks), groups, seeds, sample_seed), temperature))[0]
+
+    async def _play(
+        self, tasks: list[Task], episodes: list[Episode], temperature: float | None
+    ) -> tuple[list[Trajectory], float]:
+        """Every task's episode through one dispatcher; returns the trajectories and the wall time they took."""
         d = self.last_dispatcher = Dispatcher(self._limits(len(tasks)))
         temp = self.temperature if temperature is None else temperature
         t0 = time.perf_counter()
         try:
-            return await d.map(
-                lambda i, task: self._episode(
-                    d, i, task, groups[i] if groups else i, seeds[i] if seeds else 0, sample_seed, temp
-                ),
-                tasks,
-            )
+            trajs = await d.map(lambda i, task: self._episode(d, task, episodes[i], temp), tasks)
         except _Fatal as e:
             raise e.__cause__ from None
-        finally:
-            self.last_wall_s = time.perf_counter() - t0
+        return trajs, time.perf_counter() - t0
 
-    def start_episode(
-        self, task: Task, *, index: int, group: int, env_seed: int, sample_seed: int | None, via: Backend | None = None
-    ) -> asyncio.Task:
+    def start_episode(self, task: Task, episode: Episode, *, via: Backend | None = None) -> asyncio.Task:
         """One episode as a task on the running loop, not bound to a phase (a partial rollout carries it from one
         phase into the next: `nanosky/partial.py`). Its request k samples with derive_seed(sample_seed, index, k),
         through `via` (default: the runner's backend). Awaiting it gives the trajectory; an error that must stop the
@@ -167,14 +164,13 @@ class AgentRunner:
         if self._carried is None:  # one dispatcher for every carried episode: no bound, as in training
             self._carried = Dispatcher({s: 1 << 30 for s in STAGES} | self.stage_limits)
 
-        async def episode() -> Trajectory:
+        async def run() -> Trajectory:
             try:
-                temp = self.temperature
-                return await self._episode(self._carried, index, task, group, env_seed, sample_seed, temp, via)
+                return await self._episode(self._carried, task, episode, self.temperature, via)
             except _Fatal as e:
                 raise e.__cause__ from None
 
-        return asyncio.ensure_future(episode())
+        return asyncio.ensure_future(run())
 
     def settle(self, trajs: list[Trajectory]) -> list[Trajectory]:
         """Carried episodes as they are: a fatal error was raised from the episode itself (`start`)."""
@@ -184,11 +180,9 @@ class AgentRunner:
         bound = self.max_parallel_agents or max(n_tasks, 1)
         return {s: bound for s in STAGES} | self.stage_limits
 
-    async def _episode(
-        self, d: Dispatcher, i: int, task: Task, group: int, env_seed: int, sample_seed, temp: float, via=None
-    ) -> Trajectory:
+    async def _episode(self, d: Dispatcher, task: Task, ep: Episode, temp: float, via=None) -> Trajectory:
         t0 = time.perf_counter()
-        t = Trajectory(task_id=task.task_id or str(i), group=group, env_seed=env_seed)
+        t = ep.trajectory(task)
         try:
             async with d.stage("initialize"):
                 await task.initialize_runtime()
@@ -198,7 +192,7 @@ class AgentRunner:
             if self.tok is not None:
                 t.ids = prompt_ids(self.tok, t.messages, task.tools or None)
                 t.loss_mask, t.logprobs, t.prompt_len = [0] * len(t.ids), [0.0] * len(t.ids), len(t.ids)
-            loop = self._turns(d, i, task, t, sample_seed, temp, via or self.backend)
+            loop = self._turns(d, task, t, ep, temp, via or self.backend)
             t.stop_reason = await (asyncio.wait_for(loop, self.task_timeout_s) if self.task_timeout_s else loop)
         except _Fatal:
             raise
@@ -224,9 +218,7 @@ class AgentRunner:
             self.on_episode_done(t)
         return t
 
-    async def _turns(
-        self, d: Dispatcher, i: int, task: Task, t: Trajectory, sample_seed, temp: float, backend: Backend
-    ) -> str:
+    async def _turns(self, d: Dispatcher, task: Task, t: Trajectory, ep: Episode, temp: float, backend: Backend) -> str:
         """Generate / step until the task is done or a limit is hit; returns the stop reason. A turn: its prompt and
         token budget, one sample under the task's constraint, one env step, the stop rules, the observation's ids."""
         tools, max_turns = task.tools or None, self.max_turns or task.max_turns
@@ -239,8 +231,9 @@ class AgentRunner:
             if budget < 1:  # an opening that leaves no room to answer is skipped, not scored
                 return "prompt_too_long" if turn == 1 else "max_tokens"
             rule = await task.action_constraint() if self.constrain_actions else None
-            seed = None if sample_seed is None else derive_seed(sample_seed, i, turn - 1)
-            g = await self._generate(d, backend, self._request(shown, ids, tools, budget, temp, seed, rule), t)
+            seed = None if ep.sample_seed is None else derive_seed(ep.sample_seed, ep.index, turn - 1)
+            req = self._request(shown, ids, tools=tools, budget=budget, temp=temp, seed=seed, rule=rule)
+            g = await self._generate(d, backend, req, t)
             ended_at_eos = self._append_turn(t, g, ids if self.history_window else None, rule or None)
             res = await self._step(d, task, t, g.text, turn)
             t.state_keys.append(state)
@@ -266,7 +259,7 @@ class AgentRunner:
             return self.max_tokens_per_turn
         return min(self.max_tokens_per_turn, self.max_total_tokens - len(ids))
 
-    def _request(self, shown, ids, tools, budget: int, temp: float, seed, rule) -> Request:
+    def _request(self, shown, ids, *, tools, budget: int, temp: float, seed, rule) -> Request:
         """The turn's request; `rule`: the constraint, a list of choices or a grammar string."""
         choices, grammar = (None, rule) if isinstance(rule, str) else (rule, None)
         return Request(
@@ -363,7 +356,11 @@ class AgentRunner:
         if ids is None:  # the documented fallback: a server that does not return ids → re-tokenise its text
             ids = encode(self.tok, g.text) + ([eos] if g.finish_reason == "stop" else [])
         lps = g.logprobs if g.logprobs is not None and len(g.logprobs) == len(ids) else [0.0] * len(ids)
-        rule = None if g.unconstrained else rule if isinstance(rule, str) or rule is None else list(rule)
+        if rule is not None and not isinstance(
+            rule, str
+        ):  # a reply no sampler drew from the choices (a demonstration's move off
+            # the list: webshop_lite's title search) trains without their mask, which would refuse its tokens
+            rule = list(rule) if g.token_ids is not None or g.text in rule else None
         if rule and ids:
             t.constraints.append((len(t.ids), rule))
         if g.versions is not None and len(g.versions) == len(ids):  # which weights sampled each id

@@ -97,9 +97,7 @@ class EnvTask(Task):
         return await asyncio.to_thread(self.env.action_constraint)
 
     async def expert_action(self) -> str:
-        if not hasattr(self.env, "expert_action"):
-            return await super().expert_action()
-        try:  # as in a pool worker: what the env raises costs this episode (env_error), not the run
+        try:  # as in a pool worker: what the env raises (`NoExpert` too) costs this episode (env_error), not the run
             return await asyncio.to_thread(self.env.expert_action)
         except Exception as e:  # noqa: BLE001
             raise EnvError(f"env raised in expert_action: {e!r}"[:500]) from e

@@ -22,7 +22,7 @@ from typing import Literal
 import algos
 from algos import AlgoConfig
 from algos.registry import ADV_ESTIMATORS
-from nanosky.config.distill import DistillConfig, TeacherConfig
+from nanosky.config.distill import DistillConfig
 from nanosky.config.engine import EngineConfig
 from nanosky.config.model import ALL_LINEAR, LoraConfig, ModelConfig, OptimConfig
 from nanosky.config.reward import RewardConfig
@@ -43,7 +43,6 @@ __all__ = [
     "OptimConfig",
     "ProbeConfig",
     "RolloutConfig",
-    "TeacherConfig",
     "TrainConfig",
     "import_plugins",
 ]
@@ -84,7 +83,7 @@ class TrainConfig:
     algorithm: AlgoConfig = field(default_factory=lambda: algos.preset("grpo"))
     """The RL algorithm; `--algo NAME` replaces it with the preset NAME (grpo, dr_grpo, rloo, reinforce_pp, ppo, dapo,
     gspo, sapo, cispo, gigpo; sft: supervised on the env's expert's episodes; distill: on-policy distillation from
-    `--teacher.path`), and every field stays overridable
+    `--distill.teacher`), and every field stays overridable
     (`--algo dapo --algorithm.clip-high 0.3`)."""
     optim: OptimConfig = field(default_factory=OptimConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
@@ -94,7 +93,6 @@ class TrainConfig:
     lora: LoraConfig = field(default_factory=LoraConfig)
     debug: DebugConfig = field(default_factory=DebugConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)
-    teacher: TeacherConfig = field(default_factory=TeacherConfig)
     distill: DistillConfig = field(default_factory=DistillConfig)
     dry_run: bool = False
     """One step with the longest possible sequences (no eos), no eval, then exit: exposes OOM at step 0."""
@@ -110,14 +108,13 @@ class TrainConfig:
             raise ValueError(f"steps must be >= 0, got {self.steps}")
         if self.env not in envs.env_names():
             raise ValueError(f"env: unknown env {self.env!r}; valid: {', '.join(envs.env_names())}")
-        distills = self.algorithm.distill  # a group baseline is needed only for the env reward mixed in
-        if distills != (self.teacher.path is not None):
-            raise ValueError(
-                "--algo distill needs --teacher.path (the model whose log-probs are the signal)"
-                if distills
-                else "--teacher.path is for --algo distill or --algorithm.distill (a KL reference is the start)"
-            )
+        distills = self.distill.on
+        if self.algorithm.name == "distill" and not distills:
+            raise ValueError("--algo distill needs --distill.teacher (the model whose log-probs are the signal)")
+        if distills and self.demonstrations:
+            raise ValueError("--distill.teacher scores the student's own samples; --algo sft plays the expert's")
         grouped = ADV_ESTIMATORS.meta(self.algorithm.adv_estimator)["per_group"]
+        # a group baseline is needed only for the env reward mixed in
         if grouped and self.rollout.group_size < 2 and not (distills and not self.distill.reward_weight):
             raise ValueError(
                 f"rollout.group_size must be >= 2 for the group estimator "
@@ -128,12 +125,13 @@ class TrainConfig:
                 f"rollout.max_total_tokens ({self.rollout.max_total_tokens}) exceeds "
                 f"engine.max_model_len ({self.engine.max_model_len})"
             )
-        if self.demonstrations:
-            if self.rollout.partial:
-                raise ValueError(
-                    "rollout.max_staleness > 0 with demonstrations (--algo sft): nothing is sampled to carry"
-                )
-            self.rollout.group_size = 1  # the expert plays a prompt the same way every time: one episode a prompt
+        if self.demonstrations and self.rollout.partial:
+            raise ValueError("rollout.max_staleness > 0 with demonstrations (--algo sft): nothing is sampled to carry")
+        if self.demonstrations and self.rollout.group_size != 1:  # `--algo sft` sets 1 (nanosky/cli.py)
+            raise ValueError(
+                f"rollout.group_size must be 1 with demonstrations (--algo sft), got {self.rollout.group_size}: "
+                "the expert plays a prompt the same way every time"
+            )
         if self.rollout.partial and self.algorithm.dynamic_sampling:
             raise ValueError("rollout.max_staleness > 0 with algorithm.dynamic_sampling is not supported yet")
         if self.algorithm.overlong_cache_len >= self.rollout.max_new_tokens and self.algorithm.overlong_cache_len:

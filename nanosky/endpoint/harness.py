@@ -38,7 +38,7 @@ from pathlib import Path
 
 import httpx
 
-from nanosky.agent.player import Layout, Rollouts
+from nanosky.agent.player import Episode, Layout, Rollouts
 from nanosky.agent.task import EnvError, Task
 from nanosky.agent.trajectory import Trajectory
 from nanosky.config import RolloutConfig, import_plugins
@@ -111,7 +111,6 @@ class Harness:
         self.concurrency, self.live, self.peak = concurrency, 0, 0  # episodes running now / at most at once
         # the weight version each call records: the engine backend's (set by the phase)
         self.endpoint = Endpoint(backend, tok, sampling, version=lambda: getattr(backend, "version", None) or 0)
-        self.last_wall_s = 0.0
         self.on_episode_done: Callable[[Trajectory], None] | None = None
         self._loop: RankLoop | None = None  # `run`'s own loop, when used outside a training run
         self._carried: asyncio.Semaphore | None = None  # the bound on carried episodes (`start_episode`)
@@ -150,30 +149,15 @@ class Harness:
         sampling = self.sampling if temperature is None else replace(self.sampling, temperature=temperature)
         gate = asyncio.Semaphore(self.concurrency or max(len(tasks), 1))
         self.peak = 0
+        episodes = Episode.of_phase(len(tasks), groups, seeds, sample_seed)
         t0 = time.perf_counter()
-        try:
-            trajs = await asyncio.gather(
-                *(
-                    self._queued(
-                        gate,
-                        self._bound(
-                            task,
-                            i,
-                            group=groups[i] if groups else i,
-                            env_seed=seeds[i] if seeds else 0,
-                            sample_seed=0 if sample_seed is None else sample_seed,
-                            sampling=sampling,
-                        ),
-                    )
-                    for i, task in enumerate(tasks)
-                )
-            )
-            if hasattr(self.backend, "drain"):  # requests of timed-out episodes: the engine ends idle
-                await self.backend.drain()
-            trajs = self.settle(list(trajs))
-        finally:
-            self.last_wall_s = time.perf_counter() - t0
-        return Rollouts(trajs, self.layout(trajs), self.last_wall_s)
+        trajs = await asyncio.gather(
+            *(self._queued(gate, self._bound(task, e, sampling)) for task, e in zip(tasks, episodes))
+        )
+        if hasattr(self.backend, "drain"):  # requests of timed-out episodes: the engine ends idle
+            await self.backend.drain()
+        trajs = self.settle(list(trajs))
+        return Rollouts(trajs, self.layout(trajs), time.perf_counter() - t0)
 
     def settle(self, trajs: list[Trajectory]) -> list[Trajectory]:
         """Episodes that ended, whole groups, as the trainer takes them: the engine's fatal error (stale weights, a
@@ -187,9 +171,7 @@ class Harness:
         """Step-wise rows when any episode came back in several segments, else one row per episode."""
         return "stepwise" if any(len(t.steps) > 1 for t in trajs) else "concat"
 
-    def start_episode(
-        self, task: Task, *, index: int, group: int, env_seed: int, sample_seed: int | None, via
-    ) -> asyncio.Task:
+    def start_episode(self, task: Task, episode: Episode, *, via) -> asyncio.Task:
         """One episode as a task on the running loop, not bound to a phase (partial rollouts carry it from one phase
         into the next: `nanosky/partial.py`). Its calls go to the engine through `via`, the carry's gate, which
         holds them between phases; its time (`timeout_s`) counts only while the gate lets calls through, so the
@@ -197,30 +179,18 @@ class Harness:
         (apart from an eval's, which has its own bound: carried episodes waiting on the gate must not block it)."""
         if self._carried is None:
             self._carried = asyncio.Semaphore(self.concurrency or 1 << 30)
-        episode = self._bound(
-            task, index, group=group, env_seed=env_seed, sample_seed=sample_seed, sampling=self.sampling, via=via
-        )
+        bound = self._bound(task, episode, self.sampling, via=via)
 
         async def run() -> Trajectory:
             await self.start()
-            return await self._queued(self._carried, episode)
+            return await self._queued(self._carried, bound)
 
         return asyncio.get_running_loop().create_task(run())
 
-    def _bound(self, task: Task, index: int, *, group: int, env_seed: int, sample_seed: int, sampling, via=None):
+    def _bound(self, task: Task, episode: Episode, sampling, via=None):
         """One episode of `task`, ready to run (`play`'s and `start_episode`'s alike): its calls seeded by
-        derive_seed(sample_seed, index), through `via` (None: the engine directly)."""
-        return functools.partial(
-            self._episode,
-            self.endpoint,
-            index,
-            task,
-            group=group,
-            env_seed=env_seed,
-            seed=derive_seed(sample_seed, index),
-            sampling=sampling,
-            via=via,
-        )
+        derive_seed(sample_seed, index) (an unseeded phase: 0), through `via` (None: the engine directly)."""
+        return functools.partial(self._episode, self.endpoint, task, episode, sampling=sampling, via=via)
 
     def run(self, tasks: list[Task], groups=None, seeds=None, sample_seed=None, temperature=None):
         """Blocking `play` for use outside a training run (evals, benches, tests), on a loop of the harness's own
@@ -252,15 +222,14 @@ class Harness:
             finally:
                 self.live -= 1
 
-    async def _episode(
-        self, ep, i: int, task: Task, *, group: int, env_seed: int, seed: int, sampling, via=None
-    ) -> Trajectory:
+    async def _episode(self, ep, task: Task, episode: Episode, *, sampling, via=None) -> Trajectory:
         t0 = time.perf_counter()
-        t = Trajectory(task_id=task.task_id or str(i), group=group, env_seed=env_seed, stop_reason="done")
+        t = episode.trajectory(task, stop_reason="done")
+        seed = derive_seed(0 if episode.sample_seed is None else episode.sample_seed, episode.index)
         key = slot = at = None
         try:
             await task.initialize_runtime()
-            at = AgentTask(list(task.get_instruction()), list(task.tools or []), t.task_id, env_seed, task)
+            at = AgentTask(list(task.get_instruction()), list(task.tools or []), t.task_id, episode.env_seed, task)
             key = ep.open_episode(t.task_id, seed, sampling, backend=via)
             solve = self._solve(at, key)
             held = via.held_s if via is not None else None

@@ -7,7 +7,7 @@ the same), the scores combined with the env's rewards, masked groups given no gr
 reward = env reward + w · score (`--reward.judge-weight`), or the score alone (`--reward.judge-only`). Each
 trajectory keeps `info["judge"]` = {score, explanation} (or {error}) for rollouts.jsonl and the viewer; a
 self-judged one also the weight version that judged it (`--reward.judge-url self`: the rank's own engine, through
-`backend`, at temperature 0 under a strict JSON schema; nanosky/judge/self_judge.py).
+`backend`, at temperature 0 under a strict JSON schema; `Judge.engine` in nanosky/judge/__init__.py).
 """
 
 from __future__ import annotations
@@ -18,8 +18,7 @@ from collections.abc import Callable
 
 from nanosky import dist
 from nanosky.config.reward import RewardConfig
-from nanosky.judge import HTTPJudge, Verdict, judge_groups, rubric
-from nanosky.judge.self_judge import SelfJudge
+from nanosky.judge import Judge, Verdict, judge_groups, rubric
 
 
 def attempt_text(t) -> tuple[list[dict], str]:
@@ -62,14 +61,7 @@ class Judging:
     structured outputs is asked plainly from then on, since the judge lives as long as the run."""
 
     def __init__(self, cfg: RewardConfig, backend=None):
-        if cfg.judge_url == "self":
-            if backend is None:
-                raise ValueError("--reward.judge-url self needs the run's engine (an EngineBackend)")
-            self.judge: HTTPJudge | SelfJudge = SelfJudge(backend, cfg.judge_max_tokens)
-        else:
-            self.judge = HTTPJudge(
-                cfg.judge_url, cfg.judge_model, cfg.judge_key_env, cfg.judge_timeout_s, cfg.judge_max_tokens
-            )
+        self.judge = Judge.from_config(cfg, backend)
         self.cfg, self.rubric = cfg, rubric(cfg.rubric)
 
     def verdicts(self, groups: list[list], run: Callable) -> list[Verdict]:
@@ -79,13 +71,7 @@ class Judging:
         for members in groups:
             texts = [attempt_text(t) for t in members]
             asks.append((texts[0][0], [a for _, a in texts]))
-        cfg, judge = self.cfg, self.judge
-        # a server takes --reward.judge-concurrency calls at once; the self-judge all of them (the engine batches them)
-        limit = max(1, len(asks)) if isinstance(judge, SelfJudge) else cfg.judge_concurrency
-        out = run(judge_groups(judge, asks, cfg.judge, self.rubric, limit, 2.5 * cfg.judge_timeout_s))
-        for v in out:
-            v.version = getattr(judge, "version", None)
-        return out
+        return run(judge_groups(self.judge, asks, self.cfg.judge, self.rubric, 2.5 * self.cfg.judge_timeout_s))
 
     def step(self, trajs: list, run: Callable) -> dict[str, float]:
         """Judge the step's groups and fold the scores into `trajs` (in place, the same on every rank). `run(coro)`

@@ -12,9 +12,10 @@ for `keep_ckpts` checkpoints).
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING
 
+from nanosky import process
+from nanosky.bundled import Folders
 from nanosky.preflight.data import (
     check_agent,
     check_demonstrations,
@@ -58,20 +59,22 @@ if TYPE_CHECKING:
     from nanosky.config import TrainConfig
 
 
-def check(cfg: TrainConfig, world: int | None = None) -> None:
+def check(cfg: TrainConfig, world: int | None = None) -> Folders:
+    """Every check, in order; returns the run's model folders, resolved once here (what the trainer loads)."""
     # the run dir's checks first: they read a few files, where the model's load transformers (seconds)
     check_fresh_run_dir(cfg)
     check_run_dir(cfg.run_dir)
     if cfg.resume:
-        check_resume(cfg, int(os.environ.get("WORLD_SIZE", "1")) if world is None else world)
-    check_model("--model.path", cfg.model.path)
-    check_architecture(cfg)
-    check_context(cfg)
-    check_chat_template(cfg)
+        check_resume(cfg, process.launch().world if world is None else world)
+    folder = check_model("--model.path", cfg.model.path)
+    check_architecture(cfg, folder)
+    check_context(cfg, folder)
+    check_chat_template(cfg, folder)
     check_agent(cfg)
     check_env_data(cfg.env, cfg.env_data)
-    check_ecosystem_env(cfg)
+    check_ecosystem_env(cfg, folder)
     check_demonstrations(cfg)
-    check_teacher(cfg)
+    teacher = check_teacher(cfg, folder)
     check_judge(cfg)
-    check_disk(cfg)
+    check_disk(cfg, folder)
+    return Folders(folder, teacher)

@@ -13,7 +13,6 @@ if TYPE_CHECKING:
     from nanosky.config import TrainConfig
 
 from nanosky.preflight.errors import UsageError
-from nanosky.preflight.model import model_folder
 
 DATA_ROWS_CHECKED = 1000
 
@@ -97,26 +96,28 @@ ECOSYSTEM_ENVS = (*DATA_ENVS, "reasoning_gym", "textarena")
 
 def check_demonstrations(cfg: TrainConfig) -> None:
     """SFT (`--algo sft`) trains on the env's own expert: an env without one is refused by name, before any model
-    loads, with the envs that have one."""
+    loads, with the envs that have one; an env whose kwargs rule it out (a file without solutions, a game without a
+    scripted player) says why, in one line."""
+    if not cfg.demonstrations:
+        return
     import envs
 
-    if cfg.demonstrations and not envs.has_expert(cfg.env):
+    kind = envs.env_class(cfg.env)
+    if not kind.has_expert():
         having = ", ".join(n for n in envs.env_names() if envs.has_expert(n))
         raise UsageError(
             f"--algo sft: env {cfg.env!r} has no scripted expert to demonstrate it (Env.expert_action); "
             f"envs with one: {having}"
         )
-    if cfg.demonstrations and cfg.env in ("dataset", "textarena"):  # a file without solutions, a game without an
-        try:  # expert: refused here, not at step 1
-            env = envs.make(cfg.env, split="train", seed=0, **cfg.env_args())
-            env.reset()
-            env.expert_action()
-            env.close()
-        except ValueError as e:
-            raise UsageError(f"--algo sft: {' '.join(str(e).split())}") from None
+    try:
+        why = kind.expert_refusal(**cfg.env_args())
+    except ValueError as e:  # the kwargs do not build (a bad file): what check_ecosystem_env says
+        why = str(e)
+    if why:
+        raise UsageError(f"--algo sft: {' '.join(why.split())}")
 
 
-def check_ecosystem_env(cfg: TrainConfig) -> None:
+def check_ecosystem_env(cfg: TrainConfig, folder: str) -> None:
     """An ecosystem env (envs/ecosystem/) builds one train and one test episode from the run's env kwargs: a missing
     package (naming the extra), file or column, an unknown env class, task or game, a bad reward function or an
     unknown kwarg is one line here, not a traceback at step 1."""
@@ -131,10 +132,10 @@ def check_ecosystem_env(cfg: TrainConfig) -> None:
         msg = " ".join(str(e).split())
         raise UsageError(msg if msg.startswith(("--", cfg.env)) else f"--env {cfg.env}: {msg}") from None
     if cfg.env in DATA_ENVS:
-        check_prompt_lengths(cfg)
+        check_prompt_lengths(cfg, folder)
 
 
-def check_prompt_lengths(cfg: TrainConfig) -> None:
+def check_prompt_lengths(cfg: TrainConfig, folder: str) -> None:
     """A data file none of whose first rows' prompts leaves room for a reply under --rollout.max-total-tokens is
     refused (every episode would be skipped); rows that do not fit are skipped at run time, counted in
     `rollout/prompt_too_long`."""
@@ -142,7 +143,7 @@ def check_prompt_lengths(cfg: TrainConfig) -> None:
     from nanosky.rollout.chat import load_tokenizer, prompt_ids
 
     try:
-        tok = load_tokenizer(model_folder(cfg.model.path), cfg.model.chat_template)
+        tok = load_tokenizer(folder, cfg.model.chat_template)
     except Exception:  # noqa: BLE001 - a bundled model not built yet: the run's own load says so
         return
     limit, lengths, seed, n = cfg.rollout.max_total_tokens, [], 0, 1

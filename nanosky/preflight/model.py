@@ -1,4 +1,4 @@
-"""The model's checks: `--model.path` and `--teacher.path` exist (a folder with a config and weights, a run, a GGUF, a
+"""The model's checks: `--model.path` and `--distill.teacher` exist (a folder with a config and weights, a run, a GGUF, a
 name, a cached hub id), the CPU engine can run the architecture, the context fits its positions, the chat template
 renders and appends, and a teacher tokenizes as the student does."""
 
@@ -16,16 +16,18 @@ if TYPE_CHECKING:
 from nanosky.preflight.errors import UsageError
 
 
-def check_model(flag: str, path: str) -> None:
-    from nanosky.bundled import by_name, resolve_model_path
+def check_model(flag: str, path: str) -> str:
+    """The model's folder, resolved (a name, a GGUF file: converted here, once, under a lock; a run: its export), or
+    the path as given where it is a folder or a hub id; what the later checks and the run load."""
+    from nanosky.bundled import resolve_model_path
     from nanosky.gguf import GGUFError
 
-    if by_name(path):  # a bundled or real model by name, or a GGUF file (converted here, once, under a lock)
-        try:
-            resolve_model_path(path)
-        except (FileNotFoundError, GGUFError) as e:  # not built, not installed, or a run with no checkpoint yet
-            raise UsageError(f"{flag} {e}") from None
-        return
+    try:
+        folder = resolve_model_path(path)
+    except (FileNotFoundError, GGUFError) as e:  # not built, not installed, or a run with no checkpoint yet
+        raise UsageError(f"{flag} {e}") from None
+    if folder != path:  # a name, a GGUF file or a run: its folder was made or found
+        return folder
     p = Path(path).expanduser()
     if p.exists():
         if not p.is_dir():
@@ -34,16 +36,17 @@ def check_model(flag: str, path: str) -> None:
             raise UsageError(f"{flag} {path}: no config.json in that directory")
         if not _weight_files(p):
             raise UsageError(f"{flag} {path}: no weights in that directory (*.safetensors or pytorch_model*.bin)")
-        return
+        return path
     if path.startswith(("/", ".", "~")) or path.count("/") != 1:
         raise UsageError(f"{flag} {path}: no such directory (and not a hub id of the form org/name)")
     if _hub_cached(path):
-        return
+        return path
     if os.environ.get("HF_HUB_OFFLINE") == "1" or _connect("huggingface.co") is not None:
         raise UsageError(
             f"{flag} {path}: not a local directory, not in the Hugging Face cache, and the hub cannot be reached "
             "(no network); download it elsewhere and pass its directory"
         )
+    return path
 
 
 GDN = "its Gated DeltaNet linear-attention layers"
@@ -79,24 +82,10 @@ def cpu_refusal(conf: dict, dtype: str) -> str | None:
     return NOT_ON_CPU.get(kind)
 
 
-def model_folder(path: str) -> str:
-    """What the later checks read for `--model.path`: a named model's folder (bundled, real by name, a GGUF file's
-    conversion; `check_model` has made it), else the path as given. Never the name itself: a name is not a hub id,
-    and asking the hub for it stalls an offline start for a minute of retries."""
-    from nanosky.bundled import by_name, resolve_model_path
-
-    if not by_name(path):
-        return path
-    try:
-        return resolve_model_path(path)
-    except FileNotFoundError:  # check_model has said so (a bundled model not built, a run with no checkpoint yet)
-        return str(Path(path) / "missing")
-
-
-def check_architecture(cfg: TrainConfig) -> None:
+def check_architecture(cfg: TrainConfig, folder: str) -> None:
     """Refuse, by name, a local model the engine cannot run here (before a traceback from inside vLLM, or a run on
-    an engine that disagrees with the trainer)."""
-    p = Path(model_folder(cfg.model.path)).expanduser() / "config.json"
+    an engine that disagrees with the trainer). `folder`: the model's, as `check_model` resolved it."""
+    p = Path(folder).expanduser() / "config.json"
     if not p.is_file():
         return
 
@@ -126,12 +115,11 @@ def bf16_warning(cfg: TrainConfig) -> str | None:
     return emulation_warning(decide(cfg.precision, "cpu"), cfg.engine.dtype)
 
 
-def check_context(cfg: TrainConfig) -> None:
+def check_context(cfg: TrainConfig, folder: str) -> None:
     """--engine.max-model-len within the model's positions (config.json's max_position_embeddings), before vLLM
     refuses it from inside the engine with a traceback. A config that scales its positions (rope_scaling) is left to
     vLLM, which knows each scaling's rule."""
-
-    p = Path(model_folder(cfg.model.path)).expanduser() / "config.json"
+    p = Path(folder).expanduser() / "config.json"
     if not p.is_file():
         return
     conf = json.loads(p.read_text())
@@ -144,7 +132,7 @@ def check_context(cfg: TrainConfig) -> None:
         )
 
 
-def check_chat_template(cfg: TrainConfig) -> None:
+def check_chat_template(cfg: TrainConfig, folder: str) -> None:
     """The chat template the run will use renders the roles, and appends turns as concat mode needs."""
     from nanosky.rollout.chat import TemplateError, check_template, load_tokenizer
 
@@ -152,8 +140,8 @@ def check_chat_template(cfg: TrainConfig) -> None:
     if file and not Path(file).is_file():
         raise UsageError(f"--model.chat-template {file}: no such file")
     try:
-        tok = load_tokenizer(model_folder(cfg.model.path), file)
-    except Exception:  # noqa: BLE001 - a bundled model not built yet, or a tokenizer only the build can fetch
+        tok = load_tokenizer(folder, file)
+    except Exception:  # noqa: BLE001 - a tokenizer only the build can fetch (a hub id)
         return
     # an external agent's calls that a template does not extend append-only become new segments (step-wise rows)
     external = cfg.rollout.agent or cfg.rollout.agent_cmd
@@ -163,24 +151,26 @@ def check_chat_template(cfg: TrainConfig) -> None:
         raise UsageError(f"--model.path {cfg.model.path}: {e}") from None
 
 
-def check_teacher(cfg: TrainConfig) -> None:
-    """`--algo distill`: the teacher exists (a folder, a run, a GGUF or a name, as `--model.path`) and tokenizes as
-    the student does. The teacher scores the student's token ids, so one id must be one string under both; another
-    tokenizer is refused in one line, before any model loads."""
-    if cfg.teacher.path is None:
-        return
-    check_model("--teacher.path", cfg.teacher.path)
+def check_teacher(cfg: TrainConfig, student_folder: str) -> str | None:
+    """`--distill.teacher`: the teacher exists (a folder, a run, a GGUF or a name, as `--model.path`) and tokenizes
+    as the student does. The teacher scores the student's token ids, so one id must be one string under both;
+    another tokenizer is refused in one line, before any model loads. Returns the teacher's folder (None: no
+    teacher)."""
+    if cfg.distill.teacher is None:
+        return None
+    folder = check_model("--distill.teacher", cfg.distill.teacher)
     from nanosky.rollout.chat import load_tokenizer
 
-    student = load_tokenizer(model_folder(cfg.model.path)).get_vocab()
-    teacher = load_tokenizer(model_folder(cfg.teacher.path)).get_vocab()
+    student = load_tokenizer(student_folder).get_vocab()
+    teacher = load_tokenizer(folder).get_vocab()
     if teacher != student:
         moved = sum(teacher.get(t) != i for t, i in student.items())
         raise UsageError(
-            f"--teacher.path {cfg.teacher.path}: its tokenizer is not the student's ({cfg.model.path}): vocabularies "
+            f"--distill.teacher {cfg.distill.teacher}: its tokenizer is not the student's ({cfg.model.path}): vocabularies "
             f"of {len(teacher)} and {len(student)} tokens, {moved} of the student's with another id or none; "
             "distillation scores the student's token ids under the teacher, so both need one tokenizer"
         )
+    return folder
 
 
 def _weight_files(p: Path) -> list[Path]:

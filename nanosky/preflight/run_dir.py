@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from nanosky.config import TrainConfig
 
 from nanosky.preflight.errors import UsageError
-from nanosky.preflight.model import _weight_files, model_folder
+from nanosky.preflight.model import _weight_files
 
 CKPT_BYTES_PER_PARAM = 16  # fp32 weights (4) + AdamW moments (8) + the HF export (4)
 
@@ -78,9 +78,10 @@ def check_resume(cfg: TrainConfig, world: int) -> None:
         raise UsageError(str(e) if str(e).startswith("--resume") else f"--resume {cfg.resume}: {e}") from None
 
 
-def check_disk(cfg: TrainConfig, free_bytes: int | None = None) -> None:
-    """Room for keep_ckpts checkpoints, plus the one being written before the oldest is pruned."""
-    need = (cfg.log.keep_ckpts + 1) * CKPT_BYTES_PER_PARAM * _param_estimate(model_folder(cfg.model.path))
+def check_disk(cfg: TrainConfig, folder: str, free_bytes: int | None = None) -> None:
+    """Room for keep_ckpts checkpoints, plus the one being written before the oldest is pruned (`folder`: the
+    model's, resolved)."""
+    need = (cfg.log.keep_ckpts + 1) * CKPT_BYTES_PER_PARAM * _param_estimate(folder)
     free = shutil.disk_usage(cfg.run_dir).free if free_bytes is None else free_bytes
     if need > free:
         raise UsageError(

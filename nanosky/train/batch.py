@@ -54,6 +54,7 @@ class Batch:
     choice_pos: torch.Tensor | None = None  # [N, 2] (row, t) of constrained positions (nanosky/train/constrain.py)
     choice_bits: torch.Tensor | None = None  # [N, ceil(V/32)] int32: the tokens allowed at each of them
     row_id: torch.Tensor | None = None  # [B] each row's index in the rank's batch, kept through slices (the trace)
+    versions: torch.Tensor | None = None  # [B, L-1] long: the weight version that sampled each token (-1: none known)
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
@@ -100,12 +101,14 @@ def to_batch(trajs: list[Trajectory | None], pad_id: int, device, masker=None) -
     att = torch.zeros((B, L), dtype=torch.long)
     mask = torch.zeros((B, L), dtype=torch.float32)
     lps = torch.zeros((B, L), dtype=torch.float32)
+    versions = torch.full((B, L), -1, dtype=torch.long)
     for i, t in enumerate(trajs):
         n = len(t.ids)
         ids[i, :n] = torch.tensor(t.ids)
         att[i, :n] = 1
         mask[i, :n] = torch.tensor(t.loss_mask, dtype=torch.float32)
         lps[i, :n] = torch.tensor(t.logprobs, dtype=torch.float32)
+        versions[i, :n] = torch.tensor(t.token_versions(), dtype=torch.long)
     batch = Batch(
         input_ids=ids.to(device),
         attention_mask=att.to(device),
@@ -115,6 +118,7 @@ def to_batch(trajs: list[Trajectory | None], pad_id: int, device, masker=None) -
         group_index=torch.tensor([t.group for t in trajs], dtype=torch.long, device=device),
         row_mask=row_mask,
         row_id=torch.arange(B, device=device),
+        versions=versions[:, 1:].to(device),
     )
     if masker is not None:
         masker.attach(batch, trajs)  # padding rows have no constrained turns

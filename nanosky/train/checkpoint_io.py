@@ -41,7 +41,8 @@ from torch.distributed.checkpoint.state_dict import (
     set_state_dict,
 )
 
-LATEST = "latest"
+from nanosky.exports import LATEST, read_latest
+
 COMPLETE = "COMPLETE"
 _STEP_RE = re.compile(r"^step_(\d+)$")
 # Frozen parameters are reloaded from the model path, so a LoRA checkpoint holds only the adapter. Loading is
@@ -240,7 +241,7 @@ def _point_latest(root: str, name: str) -> None:
 def _prune(root: str, keep: int) -> None:
     """Drop all but the newest `keep` complete checkpoints and leftovers of crashed saves. Renamed out of the
     step_* namespace before deletion, so a crash mid-delete never leaves a half-deleted "complete" checkpoint."""
-    latest = _read_latest(root)
+    latest = read_latest(root)
     doomed = [p for _, p in list_checkpoints(root)[:-keep]] if keep else []
     doomed = [p for p in doomed if os.path.basename(p) != latest]
     doomed += [os.path.join(root, n) for n in os.listdir(root) if n.startswith((".tmp-", ".trash-"))]
@@ -254,19 +255,11 @@ def _prune(root: str, keep: int) -> None:
 
 
 # ---- resolve + load ---------------------------------------------------------------------------------------------
-def _read_latest(root: str) -> str | None:
-    try:
-        with open(os.path.join(root, LATEST)) as f:
-            return f.read().strip() or None
-    except FileNotFoundError:
-        return None
-
-
 def resolve_checkpoint(root: str, resume: str) -> str:
     """The checkpoint directory `--resume` names: "latest" (what root/latest points to) or a PATH. Raises
     FileNotFoundError rather than ever returning nothing: a requested resume never silently starts from scratch."""
     if resume == "latest":
-        name = _read_latest(root)
+        name = read_latest(root)
         if name is None:
             raise FileNotFoundError(f"--resume latest requested but no complete checkpoint under {root}")
         path = os.path.join(root, name)

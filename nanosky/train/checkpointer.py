@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from nanosky.train.checkpoint_io import (
@@ -144,32 +143,3 @@ class Checkpointer:
         if self.cfg.lora.enabled:
             save_adapter(self.policy, os.path.join(d, "adapter"))
         save_merged(self.policy, self.tok, d, self.export_dtype)  # gathered in turn; rank 0 writes
-
-
-def find_export(path: str) -> str:
-    """The HF model folder a user means by `path`: the folder itself (it holds config.json), a checkpoint
-    (`checkpoints/step_N`: its `export/`), or a run dir (its latest checkpoint's `export/`). Raises
-    FileNotFoundError with one line that says what it found instead."""
-    from nanosky.train.checkpoint_io import _read_latest
-
-    p = Path(path).expanduser()
-    if not p.is_dir():
-        raise FileNotFoundError(f"{path}: no such directory")
-    if (p / "config.json").is_file() and not (p / "checkpoints").is_dir():  # a run dir has its own config.json
-        return str(p)
-    if (p / "export" / "config.json").is_file():
-        return str(p / "export")
-    root = p / "checkpoints"
-    if root.is_dir():
-        latest = _read_latest(str(root))
-        steps = sorted(c.name for c in root.glob("step_*") if (c / "export" / "config.json").is_file())
-        name = latest if latest in steps else (steps[-1] if steps else None)
-        if name is None:
-            raise FileNotFoundError(f"{path}: a run dir with no complete checkpoint in checkpoints/ yet")
-        return str(root / name / "export")
-    seen = sorted(x.name + "/" * x.is_dir() for x in p.iterdir())
-    shown = ", ".join(seen[:6]) + (f", … ({len(seen)} entries)" if len(seen) > 6 else "") if seen else "nothing"
-    raise FileNotFoundError(
-        f"{path}: not a model folder (config.json), a checkpoint (export/) or a run dir (checkpoints/); "
-        f"it holds {shown}"
-    )

@@ -47,6 +47,7 @@ def samples(trajs: list[Trajectory]) -> list[Trajectory]:
                     ids=s.prompt_ids + s.ids,
                     loss_mask=[0] * n + (s.loss_mask if s.loss_mask is not None else [1] * len(s.ids)),
                     logprobs=[0.0] * n + list(s.logprobs),
+                    versions=[-1] * n + s.versions if s.versions is not None else [],
                     prompt_len=n,
                     reward=t.reward,
                     turn_rewards=[rewards[k]],

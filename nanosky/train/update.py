@@ -173,21 +173,31 @@ def make_optimizer(params, lr: float, optim: OptimConfig):
     return opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warm) if warm else 1.0)
 
 
+BY_ORIGIN = tuple(f"mismatch/{o}_{k}" for o in algos.ORIGINS for k in ("abs_mean", "abs_max", "abs_p99", "k3"))
+"""`algos.mismatch_by_origin`'s metrics, logged whenever the update is told its weights' version: NaN where no
+rank trained a token of that origin (never absent: a step without stale tokens says so)."""
+
 PEAKS = ("is_weight_max", "mismatch/mismatch_abs_max", "rc/mismatch_abs_max")
+PEAKS += tuple(f"mismatch/{o}_abs_max" for o in algos.ORIGINS)
 """Metrics reduced by max over micro-batches and ranks."""
 
-TOKEN_MEANS = (
-    "is_weight_mean",
-    "is_masked_frac",
-    "mismatch/mismatch_abs_mean",
-    "mismatch/mismatch_k3",
-    "rc/mismatch_abs_mean",
-    "rc/mismatch_k3",
-    "rc/frac_corrected",
+TOKEN_MEANS = dict.fromkeys(
+    (
+        "is_weight_mean",
+        "is_masked_frac",
+        "mismatch/mismatch_abs_mean",
+        "mismatch/mismatch_k3",
+        "rc/mismatch_abs_mean",
+        "rc/mismatch_k3",
+        "rc/frac_corrected",
+    ),
+    "valid",
 )
-"""Per-token means: summed over micro-batches and ranks weighted by each micro-batch's valid tokens, then divided
-once, so a micro-batch with few (or no) valid tokens weighs what it holds. The other metrics are means over the
-micro-batches where they are defined (a NaN, a quantile over no token, contributes nothing)."""
+TOKEN_MEANS |= {f"mismatch/{o}_{k}": o for o in algos.ORIGINS for k in ("abs_mean", "k3")}
+"""Per-token means, each with the tokens it is over (`valid`: a micro-batch's loss tokens; `fresh` / `stale`: those
+of one origin): summed over micro-batches and ranks weighted by each micro-batch's count of those tokens, then
+divided once, so a micro-batch with few (or no) such tokens weighs what it holds. The other metrics are means over
+the micro-batches where they are defined (a NaN, a quantile over no token, contributes nothing)."""
 
 
 class MicroMeans:
@@ -199,12 +209,13 @@ class MicroMeans:
     def __init__(self):
         self.sums, self.counts, self.peaks, self.n_micro = defaultdict(float), defaultdict(float), {}, 0.0
 
-    def add(self, metrics: dict[str, float], n_valid: int, blank: bool = False) -> None:
+    def add(self, metrics: dict[str, float], tokens: dict[str, int], blank: bool = False) -> None:
+        """One micro-batch's metrics; `tokens`: its count of each kind of token a `TOKEN_MEANS` metric is over."""
         for k, v in metrics.items():
             if k in PEAKS:
                 self.peaks[k] = max(self.peaks.get(k, -math.inf), -math.inf if blank or math.isnan(v) else v)
                 continue
-            w = 0.0 if blank or math.isnan(v) else float(n_valid) if k in TOKEN_MEANS else 1.0
+            w = 0.0 if blank or math.isnan(v) else float(tokens[TOKEN_MEANS[k]]) if k in TOKEN_MEANS else 1.0
             self.sums[k] += v * w if w else 0.0
             self.counts[k] += w
         self.n_micro += not blank
@@ -236,8 +247,10 @@ class PolicyUpdate:
         self.skip = skips_exactly(optim, algo)
         self.tracer = tracer or Tracer()  # the step's traced rows and their first pass's values, for the viewer
 
-    def __call__(self, batch: Batch) -> dict[str, float]:
-        """Optimizer steps over this rank's share of the batch. Returns metrics averaged over micro-batches/ranks."""
+    def __call__(self, batch: Batch, version: int | None = None) -> dict[str, float]:
+        """Optimizer steps over this rank's share of the batch. Returns metrics averaged over micro-batches/ranks.
+        `version`: the weights' as the update starts (those of the old logprobs): with it, the mismatch is also
+        logged by origin (`BY_ORIGIN`), a token sampled at this version fresh, one sampled earlier stale."""
         a, means, grad_norms = self.algo, MicroMeans(), []
         self.tracer.begin(batch)
         tokens = [0.0, 0.0]  # tokens the forward passes computed, and what they would have computed unpacked
@@ -245,11 +258,11 @@ class PolicyUpdate:
         for step in minibatches(batch, a, self.optim, self.skip):
             for m, scale in step:
                 trained += float(m.row_mask.sum())
-                metrics, computed, unpacked, n_valid = self.backward(m, scale)
+                metrics, computed, unpacked, counts = self.backward(m, scale, version)
                 # a blank pass (or only padding rows) reports nothing, but adds its keys: they must match the other
                 # ranks' for the all-reduce (a rank whose rows were all skipped runs only blank passes)
                 blank = not m.row_mask.any()
-                means.add(metrics, n_valid, blank=blank)
+                means.add(metrics, counts, blank=blank)
                 if not blank:
                     tokens = [tokens[0] + computed, tokens[1] + unpacked]
             grad_norms.append(grad_norm_and_clip(self.model, self.optim.grad_clip))
@@ -260,6 +273,8 @@ class PolicyUpdate:
         out, (trained, rows, computed, unpacked) = means.reduce([trained, rows, *tokens])
         if means.n_micro == 0:  # every row skipped on every rank (no advantage anywhere): the loss is exactly 0
             out["pg_loss"] = 0.0
+        if version is not None:  # an origin no rank trained a token of: NaN, not a reassuring 0 nor a missing tag
+            out |= {k: math.nan for k in BY_ORIGIN if k not in out}
         return out | {
             "skipped_rows_frac": 1 - trained / max(rows, 1.0),  # rows with no advantage, left out
             "grad_norm": sum(grad_norms) / len(grad_norms),
@@ -268,10 +283,13 @@ class PolicyUpdate:
             "tokens_unpacked": unpacked,
         }
 
-    def backward(self, m: Batch, scale: float) -> tuple[dict[str, float], int, int, int]:
+    def backward(
+        self, m: Batch, scale: float, version: int | None = None
+    ) -> tuple[dict[str, float], int, int, dict[str, int]]:
         """Loss of one micro-batch, scaled into the global mean, and its backward pass. Returns its metrics, the
-        tokens its forward computed (after prefix sharing, without padding), its tokens unpacked, and its valid
-        (loss-masked) tokens, the weight of its per-token means (`TOKEN_MEANS`)."""
+        tokens its forward computed (after prefix sharing, without padding), its tokens unpacked, and its counts of
+        the tokens its per-token means are over (`TOKEN_MEANS`: valid, i.e. loss-masked, and with `version`, fresh
+        and stale)."""
         a, out = self.algo, {}
         lp, ent, T, p = logprobs(self.model, m, self.optim, with_entropy=True, entropy_grad=a.entropy_coef > 0)
         mask = m.loss_mask[:, :T]  # [b, T]
@@ -308,4 +326,17 @@ class PolicyUpdate:
         out["entropy"] = float((ent.detach() * mask).sum() / mask.sum().clamp(min=1))
         out |= {k: float(v) for k, v in metrics.items()}
         out |= {"mismatch/" + k: float(v) for k, v in algos.mismatch_metrics(old, rollout_lp, mask).items()}
-        return out, computed, n_tok, int(mask.sum())
+        counts = {"valid": int(mask.sum())}
+        if version is not None:
+            by_origin, n = algos.mismatch_by_origin(old, rollout_lp, mask, lag(m, T, version))
+            out |= {"mismatch/" + k: v for k, v in by_origin.items()}
+            counts |= n
+        return out, computed, n_tok, counts
+
+
+def lag(m: Batch, T: int, version: int) -> torch.Tensor:
+    """[b, T] how many versions before `version` the weights that sampled each token were (-1: not known)."""
+    if m.versions is None:
+        return torch.full_like(m.loss_mask[:, :T], -1, dtype=torch.long)
+    sampled = m.versions[:, :T]
+    return torch.where(sampled >= 0, version - sampled, -1)

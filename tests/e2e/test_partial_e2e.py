@@ -1,9 +1,11 @@
 """Partial rollouts at 2 ranks through torchrun (nanosky/partial.py): K = 0 is the synchronous step exactly;
 tool_use and swe with K = 1, F = 1.5 carry episodes across steps within the staleness bound, corrected (TIS), with
 checkpoint steps that drain, and swe's kill -9 -> resume continues the run exactly; an external agent's episode
-spans a weight update."""
+spans a weight update. In every run the trainer-vs-engine gap on the tokens sampled at the trainer's own version
+(`train/mismatch/fresh_*`) stays within the probe's bound: carried tokens (`stale_*`) do not hide a broken sync."""
 
 import json
+import math
 import os
 import signal
 
@@ -45,6 +47,16 @@ def _records(run_dir) -> list[dict]:
     return [json.loads(x) for x in open(os.path.join(run_dir, "rollouts.jsonl"))]
 
 
+def _fresh_within_the_probe(s: dict, every_step: bool = True) -> None:
+    """On the tokens sampled at the trainer's own version the gap to the engine is numerics alone (the sync held):
+    its mean is within the probe's bound (`rollout/probe_tol`, the tolerance the sync check holds the probe to).
+    `every_step`: each step trained such tokens (else a step whose rows were all skipped for a zero advantage
+    measured none: NaN)."""
+    [(_, tol)] = s["rollout/probe_tol"]
+    fresh = s["train/mismatch/fresh_abs_mean"]
+    assert fresh and all(v < tol or (not every_step and math.isnan(v)) for _, v in fresh), (fresh, tol)
+
+
 def test_staleness_0_is_the_synchronous_step_exactly(tmp_path):
     """`--rollout.max-staleness 0 --rollout.oversample 1` takes the synchronous path: the same samples (each step's
     groups seeded as the synchronous step seeds them), losses and weights as a run without the flags. Through the
@@ -63,6 +75,12 @@ def test_staleness_0_is_the_synchronous_step_exactly(tmp_path):
     ]
     # the synchronous step's seeds: prompt j of step s is derive_seed(seed, s, round 0, j), group j
     assert all(x["env_seed"] == derive_seed(0, x["step"], 0, x["group"]) for x in rb if x["split"] == "train")
+    # every token of a synchronous step is sampled at the trainer's version: all fresh (the same tokens as the
+    # mixed number), none stale, at every step
+    mixed, fresh = dict(sb.get("train/mismatch/mismatch_abs_mean", [])), dict(sb["train/mismatch/fresh_abs_mean"])
+    assert all(fresh[st] == v for st, v in mixed.items()), (mixed, fresh)
+    stale = sb["train/mismatch/stale_abs_mean"]
+    assert [st for st, _ in stale] == [1, 2, 3] and all(math.isnan(v) for _, v in stale), stale
     wa = open(os.path.join(a, "checkpoints", "step_000003", "export", "model.safetensors"), "rb").read()
     wb = open(os.path.join(b, "checkpoints", "step_000003", "export", "model.safetensors"), "rb").read()
     assert wa == wb
@@ -80,6 +98,10 @@ def test_tool_use_carries_episodes_within_the_bound_and_drains_at_a_checkpoint(t
     assert all(v <= 1 for _, v in s["rollout/staleness_max"]), s["rollout/staleness_max"]
     assert all(0 < v for _, v in s["train/is_weight_mean"])  # TIS, on by default with K > 0
     assert all(v <= 2.0 for _, v in s["train/is_weight_max"])  # the cap
+    _fresh_within_the_probe(s)
+    stale = dict(s["train/mismatch/stale_abs_mean"])
+    assert math.isnan(stale[1]) and math.isnan(stale[3]), stale  # nothing carried into them: no token is older
+    assert any(math.isfinite(stale[st]) for st in (2, 4)), stale  # the held groups' first replies, a version old
     groups = [(x["step"], x["group"]) for x in _records(run_dir) if x["split"] == "train"]
     trained = {}
     for step, g in groups:
@@ -109,6 +131,7 @@ def test_swe_carries_within_the_bound_and_a_kill_9_resume_continues_the_run_exac
     carried = dict(s["rollout/carried"])
     assert carried[1] == 0 and carried[3] == 0 and carried[2] > 0 and carried[4] > 0, carried
     assert all(v <= 1 for _, v in s["rollout/staleness_max"]), s["rollout/staleness_max"]
+    _fresh_within_the_probe(s, every_step=False)  # swe skips zero-advantage rows: a step may measure none
 
     proc = launch([*SWE, "--log.run-dir", run])
     m = wait_for_beat(os.path.join(run, "heartbeat.rank1"), 0, r"rank 1 pid (\d+) step 3 train", proc)
@@ -147,6 +170,7 @@ def test_an_external_agents_episode_spans_a_weight_update(tmp_path):
     assert all(v == 0 for tag in ("agent/errors", "agent/timeouts") for _, v in s[tag])
     assert all(v <= 1 for _, v in s["rollout/staleness_max"])
     assert [st for st, _ in s["eval/accuracy"]] == [0, 1, 2, 3]
+    _fresh_within_the_probe(s)  # each segment's row carries the versions of its ids (nanosky/train/stepwise.py)
     trained = _trained(run_dir)
     spans = [x for step, xs in trained.items() for x in xs if x["info"]["agent"]["versions"] == [step - 2, step - 1]]
     assert spans and all(x["info"]["agent"]["segments"] == 2 for x in spans)

@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 import pytest
-from cpu import BF16, NO_UNITS
+from cpu import BF16
 from families import build
 from spawn import ROOT, child_env, scalars, torchrun
 
@@ -25,7 +25,6 @@ TOOL += ["--eval.every", "0", "--eval.limit", "4", "--eval.n-samples", "1", "--l
 if not BF16:  # bf16 emulated (tests/cpu.py): the same checks over a few tokens a step, one turn, one tool call
     TOOL += ["--rollout.prompts-per-step", "4", "--rollout.group-size", "2", "--rollout.max-new-tokens", "24"]
     TOOL += ["--env-kwargs.max-turns", "1", "--algorithm.entropy-coef", "0.01"]  # a gradient at zero advantage
-FULL_SIZE = pytest.mark.skipif(not BF16, reason=f"{NO_UNITS}: its numerics are checked by unit tests (tests/cpu.py)")
 RUN = {"cwd": ROOT, "capture_output": True, "text": True, "timeout": 600, "env": child_env()}
 FP32_PROBE_CEILING = 1e-3  # an fp32 engine's build gap above this is refused (nanosky/sync.py)
 
@@ -67,18 +66,19 @@ def _resumes_exactly(args: list[str], tmp_path, learns: bool = True) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.bf16_scaled
 def test_bf16_lora_tool_use_two_ranks_resumes_exactly(tmp_path):
     _resumes_exactly(TOOL, tmp_path)
 
 
 @pytest.mark.slow
-@FULL_SIZE
+@pytest.mark.bf16_full_size
 def test_bf16_qlora_two_ranks_resumes_exactly(tmp_path):
     _resumes_exactly([*TOOL, "--lora.qlora"], tmp_path)
 
 
 @pytest.mark.slow
-@FULL_SIZE
+@pytest.mark.bf16_full_size
 @pytest.mark.parametrize("family", ["mistral_swa", "qwen3_moe"])
 def test_bf16_family_two_ranks_resumes_exactly(family, tmp_path):
     """A 16-token sliding window (the packed masks under bf16), routed experts (the CPU MoE repack after a bf16
@@ -87,6 +87,7 @@ def test_bf16_family_two_ranks_resumes_exactly(family, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.bf16_scaled
 def test_bf16_probe_catches_a_skipped_sync(tmp_path):
     """The calibrated bf16 tolerance does not hide a missed sync: with the push skipped after one update, the probe
     stops the run."""
@@ -95,7 +96,7 @@ def test_bf16_probe_catches_a_skipped_sync(tmp_path):
     assert "stale weights" in r.stderr and "after sync to version 1" in r.stderr, r.stderr[-3000:]
 
 
-@pytest.mark.parametrize("prec", ["fp32", "bf16"])
+@pytest.mark.parametrize("prec", ["fp32", pytest.param("bf16", marks=pytest.mark.bf16_scaled)])
 def test_a_standalone_eval_of_a_checkpoint_scores_it_as_the_runs_own_eval(prec, tmp_path):
     """Issue 62 item 3: precision has one rule. `python -m evals.agent --ckpt RUN --precision P` builds its engine as
     the run did (`precision.decide`): the same dtype, so it scores the final checkpoint as the run's own held-out

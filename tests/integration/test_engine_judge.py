@@ -1,4 +1,4 @@
-"""The self-judge (`--reward.judge-url self`, nanosky/judge/self_judge.py) on the real engine and the bundled tiny
+"""The self-judge (`--reward.judge-url self`, `Judge.engine` in nanosky/judge/__init__.py) on the real engine and the bundled tiny
 model: at temperature 0 under the strict schema every answer parses on the first call, in group and pointwise mode,
 the same again when asked again; each score lands on the trajectory its id or prompt names, with the weight version
 that judged it; a prompt too long for the answer's room masks its group with the reason."""
@@ -11,8 +11,7 @@ import pytest
 from nanosky.agent import EngineBackend
 from nanosky.agent.trajectory import Trajectory
 from nanosky.config.reward import RewardConfig
-from nanosky.judge import judge_groups, rewards
-from nanosky.judge.self_judge import SelfJudge
+from nanosky.judge import Judge, judge_groups, rewards
 
 RUBRIC = "Score each attempt from 0 (bad) to 1 (good)."
 TASKS = ["What is 2 + 3?", "Name a colour.", "Write a haiku about rain.", "Say hello in French."]
@@ -20,19 +19,19 @@ REPLIES = ["<answer>5</answer>", "blue", "I think it is 6", "Bonjour!", "¿qué?
 
 
 class Spy:
-    """Wraps a judge: records each (messages, answer), forwarding the group's size (so the strict schema is asked)."""
+    """Wraps the judge's backend: records each (messages, answer) and forwards the request as it came (the strict
+    schema with it)."""
 
-    def __init__(self, judge):
-        self.judge, self.seen = judge, []
+    def __init__(self, backend):
+        self.backend, self.seen = backend, []
 
-    @property
-    def version(self):
-        return self.judge.version
-
-    async def __call__(self, messages, n):
-        out = await self.judge(messages, n)
-        self.seen.append((messages, out))
+    async def generate(self, req):
+        out = await self.backend.generate(req)
+        self.seen.append((req.messages, out.text))
         return out
+
+    async def aclose(self):
+        await self.backend.aclose()
 
 
 def _groups(n: int):
@@ -51,8 +50,9 @@ def backend(engine, tok):
 
 @pytest.mark.parametrize("mode", ["group", "pointwise"])
 def test_every_answer_parses_first_time_and_again_the_same(backend, mode):
-    spy = Spy(SelfJudge(backend, max_tokens=200))
-    got = asyncio.run(judge_groups(spy, _groups(2), mode, RUBRIC))
+    judge = Judge.engine(backend, max_tokens=200)
+    judge.backend = spy = Spy(backend)
+    got = asyncio.run(judge_groups(judge, _groups(2), mode, RUBRIC))
     assert all(v.scores is not None for v in got), [v.error for v in got]
     assert [v.calls for v in got] == [1 if mode == "group" else 2] * len(TASKS)  # no retry was needed
     for _, answer in spy.seen:  # plain JSON, no tolerant parse needed; ids in place
@@ -60,7 +60,7 @@ def test_every_answer_parses_first_time_and_again_the_same(backend, mode):
         if mode == "group":
             assert [e["trajectory_id"] for e in obj["scores"]] == [0, 1]
         assert all(0 <= e["score"] <= 1 for e in obj.get("scores", [obj]))
-    again = asyncio.run(judge_groups(SelfJudge(backend, max_tokens=200), _groups(2), mode, RUBRIC))
+    again = asyncio.run(judge_groups(Judge.engine(backend, max_tokens=200), _groups(2), mode, RUBRIC))
     assert [v.scores for v in again] == [v.scores for v in got]  # temperature 0
 
 
@@ -81,7 +81,7 @@ def test_scores_land_on_the_trajectories_they_judge(backend, tmp_path, dist_info
     ]
     cfg = RewardConfig(judge=mode, judge_url="self", judge_only=True, rubric=str(rubric), judge_max_tokens=200)
     judging = rewards.Judging(cfg, backend)
-    judging.judge = spy = Spy(judging.judge)  # the run's judge, spied on: which answer came for which prompt
+    judging.judge.backend = spy = Spy(backend)  # the run's judge, spied on: which answer came for which prompt
     m = judging.step(trajs, asyncio.run)
     assert m["judge/errors"] == 0.0
     for t in trajs:
@@ -95,6 +95,6 @@ def test_scores_land_on_the_trajectories_they_judge(backend, tmp_path, dist_info
 def test_a_prompt_with_no_room_for_the_answer_masks_its_group(backend):
     long_task = [{"role": "user", "content": "word " * 400}]
     groups = [(long_task, ["a", "b"]), _groups(2)[0]]
-    got = asyncio.run(judge_groups(SelfJudge(backend, max_tokens=200), groups, "group", RUBRIC))
+    got = asyncio.run(judge_groups(Judge.engine(backend, max_tokens=200), groups, "group", RUBRIC))
     assert got[0].scores is None and "leaves" in got[0].error and "--engine.max-model-len 512" in got[0].error
     assert got[1].scores is not None  # the other group is judged

@@ -9,7 +9,7 @@ import pytest
 
 from nanosky.agent.serve import local_vllm_server
 from nanosky.bundled import resolve_model_path
-from nanosky.judge import HTTPJudge, judge_groups
+from nanosky.judge import Judge, judge_groups
 
 RUBRIC = "Score each attempt from 0 (bad) to 1 (good)."
 TASKS = ["What is 2 + 3?", "Name a colour.", "Say hello in French."]
@@ -26,13 +26,13 @@ def server():
 @pytest.mark.parametrize(("mode", "n", "max_tokens"), [("pointwise", 2, 100), ("group", 3, 320)])
 def test_every_answer_parses_and_no_group_is_masked(server, mode, n, max_tokens):
     url, model = server
-    judge = HTTPJudge(url, model, max_tokens=max_tokens, timeout_s=120)
+    judge = Judge.server(url, model, max_tokens=max_tokens, timeout_s=120)
     groups = [
         ([{"role": "user", "content": q}], [REPLIES[(g + k) % len(REPLIES)] for k in range(n)])
         for g, q in enumerate(TASKS)
     ]
     verdicts = asyncio.run(judge_groups(judge, groups, mode, RUBRIC))
-    assert judge.mode == "regex"  # a vLLM server: the bounded answer as one regex over compact JSON
+    assert judge.backend.constraint == "regex"  # a vLLM server: the bounded answer as one regex over compact JSON
     for v in verdicts:
         assert v.scores is not None, v.error
         assert sorted(v.scores) == list(range(n)) and all(0.0 <= s <= 1.0 for s in v.scores.values())

@@ -10,7 +10,8 @@ import pytest
 
 import envs
 from envs.alfworld.world import LAMP, OPENABLE, TASK_TYPES, kind, make_layout, task_split
-from envs.alfworld_lite import NOTHING, AlfWorldEnv, evaluate_policy, expert_demo, extract_action, normalize
+from envs.alfworld_lite import NOTHING, AlfWorldEnv, extract_action, normalize
+from envs.base import expert_episode, run_policy
 
 SEEDS = range(100)
 
@@ -192,14 +193,15 @@ def test_expert_recovers_after_a_random_prefix():
 
 def test_random_valid_policy_is_far_below_the_expert():
     rng = random.Random(0)
-    expert = evaluate_policy(lambda env: env.expert_action(), "test", SEEDS)
-    rand = evaluate_policy(lambda env: rng.choice(env.available_actions()), "test", SEEDS)
+    test = lambda seed: AlfWorldEnv(split="test", seed=seed)  # noqa: E731
+    expert = run_policy(test, lambda env: env.expert_action(), SEEDS)
+    rand = run_policy(test, lambda env: rng.choice(env.available_actions()), SEEDS)
     assert expert["success_rate"] == 1.0 and expert["mean_reward"] == 1.0 and expert["episodes"] == 100
     assert rand["success_rate"] <= 0.1 and rand["mean_reward"] <= 0.1
 
 
 def test_expert_demo_and_pickling():
-    demo = expert_demo("test", 0)
+    demo = expert_episode(AlfWorldEnv(split="test", seed=0))
     assert [m["role"] for m in demo[:4]] == ["system", "user", "assistant", "user"]
     assert demo[-1]["role"] == "assistant" and all(m["content"] for m in demo)
     env = AlfWorldEnv(split="test", seed=0)

@@ -560,6 +560,26 @@ def test_mismatch_metrics():
     assert set(empty) == set(m) and all(math.isnan(v) for v in empty.values())  # over nothing: NaN, not 0
 
 
+def test_mismatch_by_origin_splits_the_tokens_by_the_weights_that_sampled_them():
+    """fresh: sampled by the weights of the old log-probs (lag 0), stale: by older ones (lag > 0), each half's
+    `mismatch_metrics` on its own valid tokens; an unknown version (lag < 0) and a masked token are in neither."""
+    gap = d64([[0.01, 0.02, 0.5, 0.7, 3.0, 9.0]])  # |Δlogp| per token
+    lag = torch.tensor([[0, 0, 1, 2, -1, 0]])
+    mask = torch.tensor([[1, 1, 1, 1, 1, 0]])
+    old, rollout = torch.zeros_like(gap), -gap
+    m, n = algos.mismatch_by_origin(old, rollout, mask, lag)
+    assert n == {"fresh": 2, "stale": 2}
+    for origin, on in (("fresh", [1, 1, 0, 0, 0, 0]), ("stale", [0, 0, 1, 1, 0, 0])):
+        alone = algos.mismatch_metrics(old, rollout, torch.tensor([on]))
+        assert {k.removeprefix(origin + "_"): v for k, v in m.items() if k.startswith(origin)} == {
+            k.removeprefix("mismatch_"): v for k, v in alone.items()
+        }
+    assert m["fresh_abs_max"] == pytest.approx(0.02) and m["stale_abs_mean"] == pytest.approx(0.6)
+    m, n = algos.mismatch_by_origin(old, rollout, mask, torch.zeros_like(lag))  # a synchronous step
+    assert n == {"fresh": 5, "stale": 0} and m["fresh_abs_max"] == pytest.approx(3.0)
+    assert all(math.isnan(v) for k, v in m.items() if k.startswith("stale_"))  # none of a kind: NaN, not 0
+
+
 # ---------------------------------------------------------------- registry
 
 

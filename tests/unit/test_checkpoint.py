@@ -190,8 +190,8 @@ def test_kill_during_save_keeps_previous(dist_info, tmp_path, stage):
 
 
 def test_find_export_takes_a_run_dir_a_checkpoint_or_a_model_folder(tmp_path):
-    """The evals' --ckpt: what users point at after a run (nanosky.train.checkpointer.find_export)."""
-    from nanosky.train.checkpointer import find_export
+    """The evals' --ckpt: what users point at after a run (nanosky.exports.find_export)."""
+    from nanosky.exports import find_export
 
     run = tmp_path / "run"
     for step in ("step_000002", "step_000004"):

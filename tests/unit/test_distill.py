@@ -1,4 +1,4 @@
-"""On-policy distillation (`--algo distill`, algos/distill.py, nanosky/train/distill.py): the advantage is the
+"""On-policy distillation (`--distill.teacher`, algos/distill.py, nanosky/distill.py): the advantage is the
 teacher's per-token log-ratio on the student's own tokens, masked to them, plus the env's advantage at its weight;
 its sum over the tokens is minus the reverse KL's sample estimate. The flags' rules and the teacher's tokenizer are
 checked at start-up. The 2-rank runs are in tests/e2e/test_distill_e2e.py."""
@@ -48,11 +48,16 @@ def test_the_reverse_kl_is_the_students_minus_the_teachers_log_prob_over_its_tok
     assert total == pytest.approx(-float(algos.teacher_advantages(teacher, student, MASK).sum()), abs=1e-5)
 
 
-def test_the_flags_go_together_and_a_group_is_needed_only_for_the_env_reward():
-    with pytest.raises(preflight.UsageError, match="--algo distill needs --teacher.path"):
+def test_a_teacher_is_the_switch_and_a_group_is_needed_only_for_the_env_reward():
+    with pytest.raises(preflight.UsageError, match="--algo distill needs --distill.teacher"):
         parse_args(["--algo", "distill"], console=False)
-    with pytest.raises(preflight.UsageError, match="--teacher.path is for --algo distill"):
-        parse_args(["--teacher.path", "tiny"], console=False)
+    # the teacher's two spellings set the one field; over another algorithm's estimator it distils too
+    for flag in (["--teacher.path", "tiny"], ["--teacher.path=tiny"], ["--distill.teacher", "tiny"]):
+        cfg = parse_args(["--algo", "rloo", *flag], console=False)
+        assert cfg.distill.teacher == "tiny" and cfg.distill.on and cfg.algorithm.adv_estimator == "rloo"
+    assert not parse_args([], console=False).distill.on
+    with pytest.raises(preflight.UsageError, match="--algo sft plays the expert's"):
+        parse_args(["--algo", "sft", "--teacher.path", "tiny"], console=False)
     with pytest.raises(preflight.UsageError, match="--distill.reward-weight must be >= 0"):
         parse_args(["--algo", "distill", "--teacher.path", "tiny", "--distill.reward-weight", "-1"], console=False)
     alone = ["--algo", "distill", "--teacher.path", "tiny", "--rollout.group-size", "1"]
@@ -68,10 +73,10 @@ def test_a_teacher_with_another_tokenizer_is_refused_in_one_line(tmp_path):
 
     # tiny-agent's tokenizer was trained on the agent envs' text: the same size, other ids
     with pytest.raises(
-        preflight.UsageError, match=r"--teacher.path tiny-agent: its tokenizer is not the student's"
+        preflight.UsageError, match=r"--distill.teacher tiny-agent: its tokenizer is not the student's"
     ) as e:
         preflight.check(cfg("tiny-agent"), world=1)
     assert "\n" not in str(e.value)
-    with pytest.raises(preflight.UsageError, match=r"--teacher.path /nonexistent: no such directory"):
+    with pytest.raises(preflight.UsageError, match=r"--distill.teacher /nonexistent: no such directory"):
         preflight.check(cfg("/nonexistent"), world=1)
     preflight.check(cfg("tiny-tool"), world=1)  # another model, the same tokenizer: a teacher

@@ -191,12 +191,12 @@ def test_dataset_bad_input_is_one_line_naming_what_was_found(tmp_path):
 def test_held_out_split_is_fixed_by_prompt_hash_and_disjoint(tmp_path):
     rows = [{"question": f"q{i % 150}?", "answer": str(i % 150)} for i in range(200)]  # 50 prompts twice
     path = _jsonl(tmp_path / "d.jsonl", rows)
-    from envs.ecosystem.dataset import load_split
+    from envs.ecosystem.dataset import _read_split, load_split
 
     train, test = load_split(path, "train"), load_split(path, "test")
     assert len(train) + len(test) == 200 and 0 < len(test) < 60
     assert not {t.prompt[0]["content"] for t in train} & {t.prompt[0]["content"] for t in test}
-    load_split.cache_clear()
+    _read_split.cache_clear()
     assert load_split(path, "test") == test  # the same rows on every run
 
 
@@ -269,6 +269,40 @@ def test_textarena_guess_the_number_has_a_scripted_expert_on_its_train_games_onl
     env.reset()
     with pytest.raises(ValueError, match="no scripted expert for 'TowerOfHanoi-v0'; games with one: GuessTheNumber"):
         env.expert_action()
+
+
+def test_has_expert_answers_for_the_runs_kwargs_without_building_an_episode(tmp_path, monkeypatch):
+    """`Env.has_expert(**kwargs)`, which start-up asks of `--algo sft`: a dataset env has an expert where its file's
+    rows carry solutions (found, or named with solution_key), a textarena env where its game has a scripted player
+    (every variant of GuessTheNumber); with no kwargs, both kinds can have one. No episode is built to answer."""
+    from envs.ecosystem.arena import TextArenaEnv
+    from envs.ecosystem.dataset import DatasetEnv
+
+    worked = _jsonl(
+        tmp_path / "worked.jsonl", [{"question": f"q{i}", "answer": f"{i} = {i}\n#### {i}"} for i in range(8)]
+    )
+    bare = _jsonl(tmp_path / "bare.jsonl", [{"question": f"q{i}", "answer": str(i)} for i in range(8)])
+
+    def no_episode(*a, **k):
+        raise AssertionError("has_expert built an episode")
+
+    monkeypatch.setattr(DatasetEnv, "__init__", no_episode)
+    monkeypatch.setattr(TextArenaEnv, "__init__", no_episode)
+    assert envs.has_expert("dataset") and envs.has_expert("textarena")
+    assert envs.has_expert("dataset", data_path=worked, reward="math", system_prompt="Think.")
+    assert not envs.has_expert("dataset", data_path=bare)
+    assert envs.has_expert("dataset", data_path=bare, solution_key="answer")  # named: the bare answer is its reply
+    why = envs.env_class("dataset").expert_refusal(data_path=bare)
+    assert why.startswith(f"{bare}: no solution column to demonstrate") and why.endswith(
+        "columns found: question, answer"
+    )
+    for game in ("GuessTheNumber-v0", "GuessTheNumber-v0-hardcore", "GuessTheNumber-v0-train"):
+        assert envs.has_expert("textarena", game=game), game
+    assert not envs.has_expert("textarena", game="TowerOfHanoi-v0")
+    assert envs.env_class("textarena").expert_refusal(game="TowerOfHanoi-v0") == (
+        "textarena: no scripted expert for 'TowerOfHanoi-v0'; games with one: GuessTheNumber-v0, "
+        "GuessTheNumber-v0-hardcore"
+    )
 
 
 def test_textarena_game_plays_to_its_end_and_an_invalid_move_is_an_observation():

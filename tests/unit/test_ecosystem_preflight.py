@@ -6,7 +6,7 @@ import json
 import pytest
 
 from envs.ecosystem import MissingExtra, require
-from nanosky import preflight
+from nanosky import bundled, preflight
 from nanosky.cli import parse_args
 
 pytest.importorskip("datasets", reason="the gyms extra (make test installs it)")
@@ -16,7 +16,7 @@ pd = pytest.importorskip("pandas")
 def _check(*flags):
     cfg = parse_args(list(flags), console=False)
     preflight.check_env_data(cfg.env, cfg.env_data)
-    preflight.check_ecosystem_env(cfg)
+    preflight.check_ecosystem_env(cfg, bundled.resolve_model_path(cfg.model.path))
 
 
 @pytest.fixture

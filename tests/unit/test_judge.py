@@ -11,7 +11,7 @@ import time
 import pytest
 
 from evals.scripted import ScriptedServer
-from nanosky.judge import HTTPJudge, judge_groups, rubric
+from nanosky.judge import Judge, judge_groups, rubric
 from nanosky.judge.prompt import JudgeError, parse_group, parse_point
 
 RUBRIC = rubric(None)
@@ -40,8 +40,8 @@ def oracle(messages) -> str:
 
 def _run(server_reply, groups, mode="group", **kw):
     with ScriptedServer(server_reply) as url:
-        judge = HTTPJudge(url, "judge", key_env="TEST_JUDGE_KEY", timeout_s=kw.pop("timeout_s", 30))
-        return asyncio.run(judge_groups(judge, groups, mode, RUBRIC, **kw)), judge
+        judge = Judge.server(url, "judge", key_env="TEST_JUDGE_KEY", timeout_s=kw.pop("timeout_s", 30), **kw)
+        return asyncio.run(judge_groups(judge, groups, mode, RUBRIC)), judge
 
 
 def test_group_scores_are_tied_to_their_attempts_and_clipped():
@@ -110,7 +110,7 @@ def test_the_key_goes_only_in_the_header_and_structured_outputs_are_asked(monkey
         app = web.Application()
         app.router.add_post("/v1/chat/completions", chat)
         async with TestServer(app) as server:
-            judge = HTTPJudge(str(server.make_url("/v1")), "judge", key_env="TEST_JUDGE_KEY")
+            judge = Judge.server(str(server.make_url("/v1")), "judge", key_env="TEST_JUDGE_KEY")
             return judge, await judge_groups(judge, [(TASK, ["4"])], "group", RUBRIC)
 
     judge, verdicts = asyncio.run(go())
@@ -130,7 +130,9 @@ def test_the_key_goes_only_in_the_header_and_structured_outputs_are_asked(monkey
         "schema",
         "strict",
     }
-    assert judge.mode == "json_schema"  # not a vLLM server (no /models owned by vllm): the standard constraint
+    assert (
+        judge.backend.constraint == "json_schema"
+    )  # not a vLLM server (no /models owned by vllm): the standard constraint
 
 
 def test_an_answer_cut_at_max_tokens_masks_its_group_with_the_reason():
@@ -145,7 +147,7 @@ def test_an_answer_cut_at_max_tokens_masks_its_group_with_the_reason():
         app = web.Application()
         app.router.add_post("/v1/chat/completions", chat)
         async with TestServer(app) as server:
-            judge = HTTPJudge(str(server.make_url("/v1")), "judge", max_tokens=300)
+            judge = Judge.server(str(server.make_url("/v1")), "judge", max_tokens=300)
             return await judge_groups(judge, [(TASK, ["4"])], "group", RUBRIC)
 
     [v] = asyncio.run(go())
@@ -197,11 +199,11 @@ def test_a_server_without_structured_outputs_is_asked_again_plainly():
         app = web.Application()
         app.router.add_post("/v1/chat/completions", chat)
         async with TestServer(app) as server:
-            judge = HTTPJudge(str(server.make_url("/v1")), "judge")
-            return judge, await judge_groups(judge, [(TASK, ["6", "2"])] * 2, "group", RUBRIC, concurrency=1)
+            judge = Judge.server(str(server.make_url("/v1")), "judge", concurrency=1)
+            return judge, await judge_groups(judge, [(TASK, ["6", "2"])] * 2, "group", RUBRIC)
 
     judge, verdicts = asyncio.run(go())
-    assert [v.scores for v in verdicts] == [{0: 0.6, 1: 0.2}] * 2 and not judge.structured
+    assert [v.scores for v in verdicts] == [{0: 0.6, 1: 0.2}] * 2 and judge.backend.constraint == "plain"
     assert len(bodies) == 3  # asked once with the schema, then plainly from then on
 
 
@@ -278,11 +280,11 @@ def test_a_vllm_server_is_asked_by_regex_and_one_that_refuses_it_by_schema():
         app.router.add_get("/v1/models", models)
         app.router.add_post("/v1/chat/completions", chat)
         async with TestServer(app) as server:
-            judge = HTTPJudge(str(server.make_url("/v1")), "judge", max_tokens=400)
-            return judge, await judge_groups(judge, [(TASK, ["3", "8"])] * 2, "group", RUBRIC, concurrency=1)
+            judge = Judge.server(str(server.make_url("/v1")), "judge", max_tokens=400, concurrency=1)
+            return judge, await judge_groups(judge, [(TASK, ["3", "8"])] * 2, "group", RUBRIC)
 
     judge, verdicts = asyncio.run(go())
-    assert [v.scores for v in verdicts] == [{0: 0.3, 1: 0.8}] * 2 and judge.mode == "json_schema"
+    assert [v.scores for v in verdicts] == [{0: 0.3, 1: 0.8}] * 2 and judge.backend.constraint == "json_schema"
     assert bodies[0]["structured_outputs"] == {"regex": strict_regex(2, bounded_chars(2, 400, slack=SEPARATOR_SLACK))}
     assert [("structured_outputs" in b, "response_format" in b) for b in bodies] == [
         (True, False),

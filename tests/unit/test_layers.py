@@ -23,9 +23,11 @@ INNER = [
     [
         "nanosky.config",
         "nanosky.seeds",
+        "nanosky.process",
         "nanosky.dist",
         "nanosky.precision",
-    ],  # the leaf: configs, the rank's facts, seeds, precision
+        "nanosky.exports",
+    ],  # the leaf: configs, the rank's facts, the process's life, seeds, precision, where a run keeps its models
     ["nanosky.rollout"],  # the floor: engine, env pool, chat rendering, constrained sampling, the rank's loop
     ["nanosky.agent"],  # the built-in player (and the Player interface, Task, Trajectory)
     ["nanosky.endpoint"],  # the external-agent player and its OpenAI-compatible endpoint

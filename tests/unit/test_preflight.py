@@ -9,7 +9,7 @@ import sys
 import pytest
 from spawn import ROOT, child_env
 
-from nanosky import preflight
+from nanosky import bundled, preflight
 from nanosky.cli import parse_args
 
 
@@ -87,8 +87,8 @@ def test_resume_run_dir_and_disk(tmp_path):
     (model / "model.safetensors").write_bytes(b"\0" * 2_000_000)  # 1M bf16 parameters
     cfg = _cfg(tmp_path, "--model.path", str(model), "--log.keep-ckpts", "3")
     with pytest.raises(preflight.UsageError, match=r"3 checkpoints \(--log.keep-ckpts\) need about"):
-        preflight.check_disk(cfg, free_bytes=60_000_000)  # 4 × 16 B × 1M = 64 MB
-    preflight.check_disk(cfg, free_bytes=70_000_000)
+        preflight.check_disk(cfg, str(model), free_bytes=60_000_000)  # 4 × 16 B × 1M = 64 MB
+    preflight.check_disk(cfg, str(model), free_bytes=70_000_000)
 
 
 @pytest.mark.parametrize(
@@ -233,17 +233,18 @@ def test_an_architecture_the_cpu_engine_cannot_run_is_refused_by_name(tmp_path):
         _cfg(tmp_path, "--model.path", str(model), "--precision", "fp32"),
         r"Qwen3NextForCausalLM is not supported on the CPU: vLLM's CPU build runs its Gated DeltaNet .* in float32",
     )
-    preflight.check_architecture(_cfg(tmp_path, "--model.path", str(model), "--engine.dtype", "bfloat16"))
-    preflight.check_architecture(_cfg(tmp_path, "--model.path", str(model), "--precision", "bf16"))
+    preflight.check_architecture(_cfg(tmp_path, "--model.path", str(model), "--engine.dtype", "bfloat16"), str(model))
+    preflight.check_architecture(_cfg(tmp_path, "--model.path", str(model), "--precision", "bf16"), str(model))
     (model / "config.json").write_text(json.dumps({"model_type": "qwen2"}))
-    preflight.check_architecture(_cfg(tmp_path, "--model.path", str(model)))
+    preflight.check_architecture(_cfg(tmp_path, "--model.path", str(model)), str(model))
 
 
 def test_an_engine_context_past_the_models_positions_is_one_line(tmp_path):
     """The bundled model has 512 positions: vLLM would refuse 1024 from inside the engine, with a traceback."""
     flags = ["--engine.max-model-len", "1024", "--rollout.max-total-tokens", "600"]
     _fails(_cfg(tmp_path, *flags), r"--engine.max-model-len 1024 exceeds the model's context \(512 positions")
-    preflight.check_context(_cfg(tmp_path, "--engine.max-model-len", "512"))  # at the limit: fine
+    cfg = _cfg(tmp_path, "--engine.max-model-len", "512")
+    preflight.check_context(cfg, bundled.resolve_model_path(cfg.model.path))  # at the limit: fine
 
 
 def test_a_model_by_name_is_read_from_its_folder_never_asked_of_the_hub(tmp_path, monkeypatch):

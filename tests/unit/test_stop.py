@@ -64,50 +64,12 @@ def test_resume_command_repeats_the_flags_with_resume_latest(monkeypatch):
 def test_the_launch_geometry_is_read_once_at_start_up(monkeypatch):
     """vLLM's CPU platform rewrites LOCAL_WORLD_SIZE when the engine starts; the resume command keeps what the
     launcher set."""
-    from nanosky import dist
+    from nanosky import process
 
-    monkeypatch.setattr(dist, "_LAUNCH", {})
+    monkeypatch.setattr(process, "_RECORDED", None)
     monkeypatch.setattr(sys, "argv", ["run.py"])
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
-    dist.record_launch()
+    process.record_launch()
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")  # what the engine leaves behind
-    dist.record_launch()  # a second call (train() after run.py) keeps the first
+    process.record_launch()  # a second call (train() after run.py) keeps the first
     assert resume_command(["--env", "math"]) == "torchrun --nproc_per_node 2 run.py --env math --resume latest"
-
-
-def test_exit_now_runs_the_atexit_handlers_flushes_and_keeps_the_status():
-    """run.py's last line (`dist.exit_now`): leaving without the interpreter's teardown must still run every atexit
-    handler (vLLM's, logging's, a plugin's), flush what was written and unflushed, and exit with the given status."""
-    code = textwrap.dedent(
-        """
-        import atexit, sys
-        from nanosky.dist import exit_now
-        atexit.register(lambda: print("handler ran"))
-        sys.stdout.write("written, not flushed | ")
-        exit_now(3)
-        print("never")
-        """
-    )
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert r.returncode == 3, r.stderr
-    assert r.stdout == "written, not flushed | handler ran\n"
-
-
-def test_exit_now_spends_nothing_on_garbage_collection():
-    """vLLM's shutdown hook unfreezes the heap and collects it twice (~0.4 s each a rank with torch, transformers
-    and vLLM loaded): under `exit_now` a handler's collection must not run, since `os._exit` frees it all."""
-    code = textwrap.dedent(
-        """
-        import atexit, gc
-        from nanosky.dist import exit_now, freeze_heap
-        freeze_heap()
-        assert gc.get_freeze_count() > 0
-        gc.callbacks.append(lambda phase, info: print(phase, info["generation"]) if phase == "start" else None)
-        gc.collect()  # before exit_now: a real collection, seen by the callback
-        atexit.register(lambda: (gc.unfreeze(), gc.collect(), print("handler ran")))  # what vLLM's hook does
-        exit_now(0)
-        """
-    )
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
-    assert r.stdout == "start 2\nhandler ran\n", r.stdout

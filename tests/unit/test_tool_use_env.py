@@ -7,7 +7,7 @@ import string
 import pytest
 
 import envs
-from envs.base import StepResult
+from envs.base import NoExpert, StepResult
 from envs.tool_use import ALL_KINDS, KINDS, NUDGE, ToolUseEnv, score_answer, test_tasks, train_task
 from envs.tools import format_tool_call
 from envs.tools.wiki_data import is_test_entity
@@ -52,6 +52,23 @@ def test_splits_are_disjoint_in_questions_and_entities():
         if t.entities:
             assert any(is_test_entity(e) for e in t.entities)
     assert len({t.question for t in train}) > 600  # plenty of distinct training tasks
+
+
+def test_without_a_scripted_expert_expert_action_refuses_in_one_line_and_costs_only_its_episode():
+    """tool_use's expert writes whole conversations (`expert_conversation`), not a next reply: `Env.expert_action`
+    raises `NoExpert` naming the env, `has_expert` says no for any kwargs, and an `EnvTask` (what SFT's
+    demonstrator plays) makes the refusal this episode's error."""
+    import asyncio
+
+    from nanosky.agent.task import EnvError, EnvTask
+
+    env = _env()
+    with pytest.raises(NoExpert, match=r"^env 'tool_use' has no scripted expert to demonstrate it$"):
+        env.expert_action()
+    assert not envs.has_expert("tool_use") and not envs.has_expert("tool_use", kinds=["arith"])
+    assert envs.env_class("tool_use").expert_refusal() == "env 'tool_use' has no scripted expert to demonstrate it"
+    with pytest.raises(EnvError, match="no scripted expert"):
+        asyncio.run(EnvTask(env).expert_action())
 
 
 @pytest.mark.parametrize("split", ["train", "test"])

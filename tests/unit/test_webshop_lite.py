@@ -9,9 +9,10 @@ import random
 import pytest
 
 import envs
+from envs.base import expert_episode, run_policy
 from envs.webshop.catalog import Goal, Product, catalogue, goal_split, make_goal, satisfies
 from envs.webshop.engine import score_purchase, search
-from envs.webshop_lite import SEP, WebShopEnv, evaluate_policy, expert_demo, extract_action
+from envs.webshop_lite import SEP, WebShopEnv, extract_action
 
 SEEDS = range(100)
 
@@ -231,8 +232,9 @@ def test_expert_falls_back_to_the_title_and_recovers_from_detours():
 
 def test_random_valid_policy_is_far_below_the_expert():
     rng = random.Random(0)
-    expert = evaluate_policy(lambda env: env.expert_action(), "test", SEEDS)
-    rand = evaluate_policy(lambda env: rng.choice(env.available_actions()), "test", SEEDS)
+    test = lambda seed: WebShopEnv(split="test", seed=seed)  # noqa: E731
+    expert = run_policy(test, lambda env: env.expert_action(), SEEDS)
+    rand = run_policy(test, lambda env: rng.choice(env.available_actions()), SEEDS)
     assert expert["success_rate"] == 1.0 and expert["mean_reward"] == 1.0 and expert["episodes"] == 100
     assert rand["success_rate"] <= 0.1
     assert rand["mean_reward"] < 0.5
@@ -245,7 +247,7 @@ def test_short_pages_expert_demo_and_pickling():
             r = env.step(env.expert_action())
             assert len(env.clickables()) <= 3 + 3 or env.page != "results"
         assert r.info["success"], seed
-    demo = expert_demo("train", 0)
+    demo = expert_episode(WebShopEnv(split="train", seed=0))
     assert [m["role"] for m in demo[:4]] == ["system", "user", "assistant", "user"]
     assert demo[2]["content"].startswith("search[") and demo[-1] == {
         "role": "assistant",
