@@ -18,7 +18,6 @@ engine, the FSDP2 shard, the sync and the checkpoints need no branch of their ow
 from __future__ import annotations
 
 import fcntl
-import functools
 import hashlib
 import os
 import shutil
@@ -33,12 +32,7 @@ class GGUFError(ValueError):
 
 
 def file_hash(path: Path) -> str:
-    st = path.stat()
-    return _hash(str(path.resolve()), st.st_size, st.st_mtime_ns)
-
-
-@functools.cache
-def _hash(path: str, size: int, mtime_ns: int) -> str:  # once per file version in a process (a start asks ~4 times)
+    """The file's sha256 (a start resolves each model once: `bundled.Folders`)."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         while chunk := f.read(1 << 22):

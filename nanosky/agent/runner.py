@@ -363,13 +363,14 @@ class AgentRunner:
             rule = list(rule) if g.token_ids is not None or g.text in rule else None
         if rule and ids:
             t.constraints.append((len(t.ids), rule))
-        if g.versions is not None and len(g.versions) == len(ids):  # which weights sampled each id
-            t.versions += [-1] * (len(t.ids) - len(t.versions)) + list(g.versions)
+        versions = list(g.versions) if g.versions is not None and len(g.versions) == len(ids) else None
+        if versions is not None:  # which weights sampled each id
+            t.versions += [-1] * (len(t.ids) - len(t.versions)) + versions
         t.ids += ids
         t.loss_mask += [1] * len(ids)
         t.logprobs += lps
         if prompt is not None:
-            t.steps.append(Step(prompt, list(ids), list(lps), rule or None))
+            t.steps.append(Step(prompt, list(ids), list(lps), rule or None, versions=versions))
         return ids[-1:] == [eos]
 
 

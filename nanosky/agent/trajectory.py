@@ -44,7 +44,7 @@ class Step:
     # which of `ids` are trained (1) and which are observations (0): an external agent's segment holds several
     # calls and the messages between them (nanosky/endpoint/rows.py). None: every id was sampled
     loss_mask: list[int] | None = None
-    versions: list[int] | None = None  # an external agent's segment: per id of `ids`, as `Trajectory.versions`
+    versions: list[int] | None = None  # per id of `ids`, the weights that sampled it, as `Trajectory.versions`
 
 
 @dataclass

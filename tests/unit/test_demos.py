@@ -132,3 +132,26 @@ def _turn_starts(t) -> list[tuple[int, int]]:
         else:
             k += 1
     return out
+
+
+def test_an_sft_run_is_built_with_the_demonstrator_for_training_and_the_policy_for_its_evals(tmp_path):
+    """The run's players are chosen once (`collect.players`): SFT trains on the expert and evaluates the policy; RL
+    plays both with one. `--algo sft` sets one episode a prompt itself and refuses another group size, never
+    rewriting the user's flag."""
+    from nanosky import dist
+    from nanosky.cli import parse_args
+    from nanosky.collect import players
+    from nanosky.preflight import UsageError
+
+    dist.init_distributed()
+    tok = load_tokenizer(resolve_model_path("tiny"))
+    run = ["--preset", "smoke", "--log.run-dir", str(tmp_path)]
+    sft = parse_args([*run, "--algo", "sft"], console=False)
+    assert sft.rollout.group_size == 1  # the smoke preset's 4 is the preset's, not the user's
+    train, heldout = players(sft, NoEngine(), tok)
+    assert isinstance(train, Demonstrator) and isinstance(heldout, AgentRunner)
+    rl = parse_args(run, console=False)
+    train, heldout = players(rl, NoEngine(), tok)
+    assert train is heldout and isinstance(train, AgentRunner) and rl.rollout.group_size == 4
+    with pytest.raises(UsageError, match=r"--rollout.group-size must be 1 with demonstrations \(--algo sft\), got 4"):
+        parse_args([*run, "--algo", "sft", "--rollout.group-size", "4"], console=False)

