@@ -83,8 +83,9 @@ def aggregate_metrics(name: str, metrics: list[dict]) -> dict[str, float]:
 
 
 def make(name: str, split: str = "train", seed: int = 0, **kwargs) -> Env:
-    if split not in ("train", "test"):
-        raise ValueError(f"split must be 'train' or 'test', got {split!r}")
+    """Env `name`'s episode `seed` of `split`: train, test, or validation where the env makes one (`Env.splits`)."""
+    if split not in (splits := env_class(name).splits):
+        raise ValueError(f"env {name!r}: split must be one of {', '.join(splits)}, got {split!r}")
     return get_env_factory(name)(split=split, seed=seed, **kwargs)
 
 

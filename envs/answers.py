@@ -99,6 +99,65 @@ def score(response: str, answer: str, extract=extract_answer) -> tuple[float, di
     return reward, {"success": success, "format_ok": format_ok, "pred": pred}
 
 
+_BOXED = re.compile(r"\\boxed\s*\{((?:[^{}]|\{[^{}]*\})*)\}")
+
+
+def extract_boxed(text: str) -> str | None:
+    """Content of the last `\\boxed{...}` (one level of inner braces allowed); None when there is none."""
+    found = _BOXED.findall(text) if isinstance(text, str) else []
+    return found[-1].strip() if found else None
+
+
+def stated_answer(text: str) -> str | None:
+    """The reply's final answer however it states it, the most explicit statement first: the last answer tag, the
+    last `\\boxed{}`, the last `#### N`, the last "answer is ...", else the last number. None: it states none."""
+    for extract in (extract_answer, extract_boxed, extract_hashes, extract_last):
+        try:
+            if found := extract(text):
+                return found
+        except Exception:  # noqa: BLE001 - a scorer never raises: an unreadable reply states nothing
+            return None
+    return None
+
+
+def named_option(text: str, options) -> str | None:
+    """The option a reply names, format aside: the one its explicit statement (an answer tag, `\\boxed{}`,
+    `#### X`, "answer is X") names alone; else the one named alone in its last clause (split at , ; . ! ? and line
+    ends: "7 is not even, it is odd" names odd); else the first named in the last clause that names any ("5 is
+    larger than 3" names 5). None: it names none. Options match as whole words, case aside."""
+    if not isinstance(text, str) or not options:
+        return None
+
+    def names(s: str) -> list[str]:  # the options named in s, in order
+        hits = []
+        for o in options:
+            hits += [(m.start(), o) for m in re.finditer(rf"(?<!\w){re.escape(str(o))}(?!\w)", s, re.IGNORECASE)]
+        return [o for _, o in sorted(hits)]
+
+    explicit = next((found for f in (extract_answer, extract_boxed, extract_hashes) if (found := f(text))), None)
+    # "The answer is: Ann. Ben is shorter.": the statement ends with its sentence
+    explicit = explicit or (re.split(r"[.;!?](?:\s|$)", said[-1])[0] if (said := _SAYS.findall(text)) else None)
+    if explicit is not None and len(set(names(explicit))) == 1:
+        return names(explicit)[0]
+    clauses = [n for c in re.split(r"[,;.!?\n]", text) if (n := names(c))]
+    alone = [n[0] for n in clauses if len(set(n)) == 1]
+    return alone[-1] if alone else clauses[-1][0] if clauses else None
+
+
+def lenient_match(response: str, answer: str, options=None) -> bool:
+    """The answer checked however the reply states it (format-free: `eval/accuracy_lenient`). With `options` (a
+    closed set of answers), the option it names (`named_option`); else its stated answer (`stated_answer`),
+    compared as `score` compares. Never raises."""
+    try:
+        if options:
+            pick = named_option(response, options)
+            return pick is not None and normalize_answer(pick) == normalize_answer(answer)
+        pred = stated_answer(response)
+        return pred is not None and normalize_answer(pred) == normalize_answer(answer)
+    except Exception:  # noqa: BLE001
+        return False
+
+
 FORMATS = {
     "tags": (SYSTEM_PROMPT, extract_answer),
     "hashes": (HASH_PROMPT, extract_hashes),

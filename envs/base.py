@@ -34,6 +34,9 @@ class Env:
     max_turns: int = 1  # assistant turns before the agent loop stops the episode
     tools: list = []
     checker: bool = True  # False: no checker (reward 0, success None); only a judge scores it (envs/reply.py)
+    # the splits it makes; "validation" (for choosing the lr, the steps and the checkpoint) shares no question with
+    # test or train, where an env declares it
+    splits: tuple[str, ...] = ("train", "test")
 
     def reset(self) -> list[Message]:
         raise NotImplementedError

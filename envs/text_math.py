@@ -30,6 +30,7 @@ from envs.answers import (  # noqa: F401 - the scorer's names, as text_math has 
     extract_answer,
     extract_hashes,
     extract_last,
+    lenient_match,
     normalize_answer,
     score,
 )
@@ -43,6 +44,7 @@ class Problem:
     kind: str  # "arith" | "word" | "logic" | "gsm8k"
     level: int  # difficulty: 1..5 for arith, 1..3 otherwise
     steps: tuple[str, ...]  # scratchpad, one easy operation per line; the last line ends in the answer
+    options: tuple[str, ...] = ()  # a closed set of answers (logic: the two numbers, even/odd, yes/no, the names)
 
 
 TEST_SIZE = 200
@@ -225,13 +227,18 @@ def _gen_logic(rng: random.Random, level: int) -> Problem:
         if rng.random() < 0.5:  # larger / smaller of two numbers
             a, b = rng.sample(range(1, 100), 2)
             big, small = max(a, b), min(a, b)
+            ab = (str(a), str(b))
             if rng.random() < 0.5:
-                return Problem(f"Which is larger, {a} or {b}?", str(big), "logic", 1, (f"{big} > {small}, so {big}",))
-            return Problem(f"Which is smaller, {a} or {b}?", str(small), "logic", 1, (f"{small} < {big}, so {small}",))
+                return Problem(
+                    f"Which is larger, {a} or {b}?", str(big), "logic", 1, (f"{big} > {small}, so {big}",), ab
+                )
+            return Problem(
+                f"Which is smaller, {a} or {b}?", str(small), "logic", 1, (f"{small} < {big}, so {small}",), ab
+            )
         n = rng.randint(10, 999)  # even / odd, via the last digit
         parity = "even" if n % 2 == 0 else "odd"
         steps = (f"the last digit of {n} is {n % 10}", f"{n % 10} is {parity}")
-        return Problem(f"Is {n} even or odd?", parity, "logic", 1, steps)
+        return Problem(f"Is {n} even or odd?", parity, "logic", 1, steps, ("even", "odd"))
     if level == 2:
         if rng.random() < 0.5:  # "is X greater/less than Y?"
             a, b = rng.sample(range(1, 1000), 2)
@@ -239,7 +246,7 @@ def _gen_logic(rng: random.Random, level: int) -> Problem:
             yes = a > b if rel == "greater" else a < b
             fact = f"{a} > {b}" if a > b else f"{a} < {b}"
             ans = "yes" if yes else "no"
-            return Problem(f"Is {a} {rel} than {b}?", ans, "logic", 2, (f"{fact}, so {ans}",))
+            return Problem(f"Is {a} {rel} than {b}?", ans, "logic", 2, (f"{fact}, so {ans}",), ("yes", "no"))
         x, (p, q) = rng.choice(_NAMES), rng.sample(_BLIPS, 2)  # syllogism: yes and no equally often
         if rng.random() < 0.5:
             rule, member, asked, ans = f"All {p}s are {q}s.", p, q, "yes"
@@ -248,7 +255,7 @@ def _gen_logic(rng: random.Random, level: int) -> Problem:
             member, asked = rng.choice(((p, q), (q, p)))
         fact = f"{x} is a {member}"
         steps = (fact, f"{rule[:-1].lower()}, so {ans}")  # restate the used premise, then conclude
-        return Problem(f"{rule} {fact}. Is {x} a {asked}?", ans, "logic", 2, steps)
+        return Problem(f"{rule} {fact}. Is {x} a {asked}?", ans, "logic", 2, steps, ("yes", "no"))
     if level == 3:
         if rng.random() < 0.5:  # tallest / shortest of three people from two comparisons
             top, mid, low = rng.sample(_NAMES, 3)
@@ -259,14 +266,15 @@ def _gen_logic(rng: random.Random, level: int) -> Problem:
             rng.shuffle(facts)
             which, ans = rng.choice((("tallest", top), ("shortest", low)))
             steps = (f"{top} > {mid} > {low}", f"so the {which} is {ans}")
-            return Problem(f"{facts[0]} {facts[1]} Who is the {which}?", ans, "logic", 3, steps)
+            return Problem(f"{facts[0]} {facts[1]} Who is the {which}?", ans, "logic", 3, steps, (top, mid, low))
         nums = rng.sample(range(1, 100), 3)  # largest / smallest of three numbers
         hi, md, lo = sorted(nums, reverse=True)
+        three, of = tuple(map(str, nums)), f"{nums[0]}, {nums[1]} and {nums[2]}"
         if rng.random() < 0.5:
             steps = (f"{hi} > {md}", f"{hi} > {lo}, so {hi}")
-            return Problem(f"Which is the largest of {nums[0]}, {nums[1]} and {nums[2]}?", str(hi), "logic", 3, steps)
+            return Problem(f"Which is the largest of {of}?", str(hi), "logic", 3, steps, three)
         steps = (f"{lo} < {md}", f"{lo} < {hi}, so {lo}")
-        return Problem(f"Which is the smallest of {nums[0]}, {nums[1]} and {nums[2]}?", str(lo), "logic", 3, steps)
+        return Problem(f"Which is the smallest of {of}?", str(lo), "logic", 3, steps, three)
     raise ValueError(f"logic level must be 1..3, got {level}")
 
 
@@ -289,17 +297,19 @@ def sample_problem(rng: random.Random, kinds: tuple[str, ...] = KINDS) -> Proble
 # ---------------------------------------------------------------------------------------------- splits
 
 
-@functools.lru_cache(maxsize=1)
-def _test_split() -> tuple[tuple[Problem, ...], frozenset[str]]:
-    # Stratified: kinds round-robin, levels round-robin within a kind; own RNG stream, no repeated questions.
-    rng = random.Random("nanosky/text_math/test")
+@functools.lru_cache(maxsize=2)
+def _held_out(split: str) -> tuple[tuple[Problem, ...], frozenset[str]]:
+    """A held-out split (test, or validation: never a test question) and its questions. Stratified: kinds
+    round-robin, levels round-robin within a kind; its own RNG stream, no repeated questions."""
+    rng = random.Random(f"nanosky/text_math/{split}")
     problems: list[Problem] = []
     seen: set[str] = set()
+    taken = _held_out("test")[1] if split == "validation" else frozenset()
     for i in range(TEST_SIZE):
         kind = KINDS[i % len(KINDS)]
         level = 1 + (i // len(KINDS)) % LEVELS[kind]
         p = generate(rng, kind, level)
-        while p.question in seen:
+        while p.question in seen or p.question in taken:
             p = generate(rng, kind, level)
         seen.add(p.question)
         problems.append(p)
@@ -308,20 +318,25 @@ def _test_split() -> tuple[tuple[Problem, ...], frozenset[str]]:
 
 def test_problems() -> list[Problem]:
     """The fixed held-out split: TEST_SIZE problems, balanced over kinds and levels."""
-    return list(_test_split()[0])
+    return list(_held_out("test")[0])
 
 
 test_problems.__test__ = False  # not a pytest test, despite the name
 
 
+def validation_problems() -> list[Problem]:
+    """The validation split: TEST_SIZE problems as the test split is made, none of them a test or train question."""
+    return list(_held_out("validation")[0])
+
+
 def train_problem(seed: int, kinds: tuple[str, ...] = KINDS) -> Problem:
-    """Deterministic per seed; redraws (same kind and level) until the question is not in the test split."""
+    """Deterministic per seed; redraws (same kind and level) until the question is in neither held-out split."""
     rng = random.Random(f"nanosky/text_math/train/{seed}")
     kind = rng.choice(kinds)
     level = rng.randint(1, LEVELS[kind])
-    test_questions = _test_split()[1]
+    held = _held_out("test")[1] | _held_out("validation")[1]
     p = generate(rng, kind, level)
-    while p.question in test_questions:
+    while p.question in held:
         p = generate(rng, kind, level)
     return p
 
@@ -362,6 +377,7 @@ class TextMathEnv(Env):
 
     name = "text_math"
     max_turns = 1
+    splits = ("train", "validation", "test")
 
     def __init__(
         self,
@@ -374,8 +390,8 @@ class TextMathEnv(Env):
     ):
         """`answer_format`: "tags" (`<answer>...</answer>`), "hashes" (a last line `#### N`) or "last" ("The answer
         is: N", else the last number); the default system prompt asks for it."""
-        if split not in ("train", "test"):
-            raise ValueError(f"split must be 'train' or 'test', got {split!r}")
+        if split not in self.splits:
+            raise ValueError(f"split must be one of {', '.join(self.splits)}, got {split!r}")
         kinds = tuple(kinds) if kinds else KINDS
         if bad := [k for k in kinds if k not in _GENERATORS]:
             raise ValueError(f"kinds: unknown {bad}; valid: {list(_GENERATORS)}")
@@ -391,7 +407,7 @@ class TextMathEnv(Env):
         elif split == "train":
             self.problem = train_problem(seed, kinds)
         else:
-            pool = [p for p in test_problems() if p.kind in kinds]
+            pool = [p for p in _held_out(split)[0] if p.kind in kinds]
             self.problem = pool[seed % len(pool)]
         self.split, self.seed, self.system_prompt = split, seed, system_prompt or prompt
 
@@ -410,8 +426,12 @@ class TextMathEnv(Env):
         return "\n".join([*self.problem.steps, answer.format(self.problem.answer)])
 
     def step(self, action: str) -> StepResult:
-        reward, info = score(action, self.problem.answer, self.extract)
-        return StepResult(observations=[], reward=reward, done=True, info={**info, "answer": self.problem.answer})
+        p = self.problem
+        reward, info = score(action, p.answer, self.extract)
+        info |= {"answer": p.answer, "lenient": lenient_match(action, p.answer, p.options)}
+        return StepResult(
+            observations=[], reward=reward, done=True, info=info | ({"options": p.options} if p.options else {})
+        )
 
 
 @functools.lru_cache(maxsize=8)

@@ -25,6 +25,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from envs.answers import stated_answer
 from envs.base import Env, Message, StepResult
 from envs.text_math import extract_answer, normalize_answer
 from envs.tools import ToolResult, format_tool_call, get_tool, parse_tool_calls, run_tool_call
@@ -388,10 +389,18 @@ class ToolUseEnv(Env):
                 no_tool = self.format_needs_tool and self.n_calls == self.n_invalid
                 reward = 0.0 if no_tool else self.format_reward
             self.done = True
-            return StepResult([], reward, True, self._info(calls=[], **info))
+            return StepResult([], reward, True, self._info(calls=[], lenient=self._lenient(action), **info))
         self.done = out_of_turns
         obs = [] if self.done else [{"role": "user", "content": NUDGE}]
-        return StepResult(obs, 0.0, self.done, self._info(success=False, calls=[]))
+        return StepResult(obs, 0.0, self.done, self._info(success=False, calls=[], lenient=self._lenient(action)))
+
+    def _lenient(self, reply: str) -> bool:
+        """The answer however the reply states it (`eval/accuracy_lenient`): the reply that ends the episode counts."""
+        try:
+            stated = stated_answer(reply)
+            return stated is not None and _norm(stated) == _norm(self.task.answer)
+        except Exception:  # noqa: BLE001 - never raises
+            return False
 
     def _info(self, success: bool, calls: list[dict], **extra: Any) -> dict[str, Any]:
         return {

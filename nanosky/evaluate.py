@@ -11,9 +11,11 @@ group); for an env without a checker (`Env.checker`) that is the headline, and `
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import TYPE_CHECKING
 
 import envs
+from envs.answers import normalize_answer
 from nanosky import dist
 from nanosky.seeds import derive_seed
 
@@ -54,7 +56,30 @@ def evaluate(rollout_fn, limit: int, n_samples: int, judge_fn=None) -> tuple[dic
     }
     if judge_fn:
         m |= {"eval/judge_score": s[7] / s[8] if s[8] else nan, "eval/judge_errors": s[9]}
-    return m, trajs
+    return m | answer_metrics(trajs), trajs
+
+
+def answer_metrics(trajs: list) -> dict[str, float]:
+    """Skill told from format, and the bar it must clear, over every rank's episodes (absent where no episode says):
+    - `eval/accuracy_lenient`: the answer checked however the reply states it (an env's `lenient` verdict), over
+      the episodes `eval/accuracy` counts; a gain in the strict score alone is format;
+    - `eval/chance`: a random option's expected score, where the split has closed-set answers (an env's `options`;
+      an open answer counts 0);
+    - `eval/constant_best`: the score of the best single fixed answer (the most common gold answer's share)."""
+    mine = [
+        (t.success is not None, t.info.get("lenient"), len(t.info.get("options") or ()), t.info.get("answer"))
+        for t in trajs
+    ]
+    rows = [r for part in dist.all_gather_objects(mine) for r in part]
+    checked, m = [r for r in rows if r[0]], {}
+    if checked and any(r[1] is not None for r in checked):  # an episode the env could not read is not lenient
+        m["eval/accuracy_lenient"] = sum(bool(r[1]) for r in checked) / len(checked)
+    golds = [(k, normalize_answer(str(a))) for _, _, k, a in rows if a is not None]
+    if golds:
+        m["eval/constant_best"] = max(Counter(g for _, g in golds).values()) / len(golds)
+        if any(k for k, _ in golds):
+            m["eval/chance"] = sum(1 / k for k, _ in golds if k) / len(golds)
+    return m
 
 
 class Evaluator:
@@ -67,6 +92,7 @@ class Evaluator:
         self.headline = "accuracy" if envs.has_checker(cfg.env) else "judge_score"
         # Same sampling seeds at every eval (common random numbers): accuracy changes come from the weights.
         self.sample_seed = derive_seed(cfg.seed, "eval", rank)
+        self.last: dict[str, float] = {}  # the latest eval's metrics
 
     @property
     def at_start(self) -> bool:
@@ -80,6 +106,17 @@ class Evaluator:
     def final(self, version: int, initial: float) -> float:
         """The headline at the end of the run (the last step's eval); a dry run or a run of no steps keeps `initial`."""
         return self(self.cfg.steps, version) if self.cfg.steps and not self.cfg.dry_run else initial
+
+    def summary(self, initial: float, final: float) -> str:
+        """The run's closing figure: the headline before and after, on which split, with the bar it must clear
+        (chance, the best constant answer) and the format-free score, where the env gives them."""
+        m, name = self.last, self.headline.replace("_", " ")
+        bars = [
+            f"{k} {m['eval/' + k]:.3f}" for k in ("chance", "constant_best", "accuracy_lenient") if "eval/" + k in m
+        ]
+        return (
+            f"eval {name} {initial:.3f} -> {final:.3f} ({self.cfg.eval.split}" + "".join(", " + b for b in bars) + ")"
+        )
 
     def due(self, step: int) -> bool:
         """`--eval.every k`: every k steps; step 0 and the last step are evaluated by the run's start and close."""
@@ -98,7 +135,7 @@ class Evaluator:
             return self.rollout.run(
                 cfg.env,
                 cfg.env_args(),
-                "test",
+                cfg.eval.split,
                 seeds,
                 version=version,
                 sample_seed=self.sample_seed,
@@ -113,6 +150,7 @@ class Evaluator:
             rollout_fn, cfg.eval.limit, cfg.eval.n_samples, judge_fn if self.rollout.judging is not None else None
         )
         m = {prefix + k.removeprefix("eval/"): v for k, v in m.items()}
+        self.last = m
         self.log.scalars(step, m)
         if rollouts:
             self.log.rollouts(step, trajs, self.rollout.tok, cfg.log.eval_samples, tag="eval")

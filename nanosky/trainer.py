@@ -310,7 +310,7 @@ def close(run: Run, acc: float, step_times: list[float]) -> dict:
     run.log.close()  # the bar ends above the final lines
     median = summary["median_step_s"]
     run.log.print(
-        f"done: eval {run.evaluator.headline.replace('_', ' ')} {run.acc0:.3f} -> {acc:.3f} in {cfg.steps} steps; "
+        f"done: {run.evaluator.summary(run.acc0, acc)} in {cfg.steps} steps; "
         + (f"median step {median:.2f} s" if median is not None else "no step timed")
         + f"\n  summary      {os.path.join(cfg.run_dir, 'summary.json')}"
         + (f"\n  model        {final}  (HF format: --model.path, evals' --ckpt)" if final else "")

@@ -8,8 +8,10 @@ The prompt asks for the answer in <answer> tags (reasoning-gym's own "default" s
 score. Each task's reward and success go to TensorBoard as `env/<task>/reward`, `env/<task>/success`.
 
 Splits: the test split is `test_size` questions per task from a dataset seeded far from the train one (item i of a
-reasoning-gym dataset is drawn from `Random(seed + i)`, and the two seed ranges never meet); a train draw that
-repeats a test question is drawn again, so no test question is ever trained on.
+reasoning-gym dataset is drawn from `Random(seed + i)`, and the seed ranges never meet); the validation split (for
+choosing the lr, the steps and the checkpoint) is made as the test split from its own range. A train draw that
+repeats a held-out question is drawn again, so no held-out question is ever trained on. Each episode's info holds
+`lenient`: the task's own scorer on the answer however the reply states it (`envs.answers.stated_answer`).
 """
 
 from __future__ import annotations
@@ -18,11 +20,13 @@ import functools
 import json
 import random
 
+from envs.answers import stated_answer
 from envs.base import Env, Message, StepResult
 from envs.ecosystem import require
 
 TRAIN_SEED, TRAIN_SIZE = 0, 100_000  # train items come from Random(0 + i), i < 100_000 ...
 TEST_SEED = 1_000_000_000  # ... test items from Random(10^9 + i): the ranges never meet
+HELD_OUT = {"test": TEST_SEED, "validation": 2_000_000_000}  # validation items from Random(2 * 10^9 + i)
 
 
 def _names(tasks) -> tuple[str, ...]:
@@ -79,9 +83,14 @@ def _dataset(task: str, config_json: str, seed: int, size: int):
 
 
 @functools.lru_cache(maxsize=8)
-def _test_questions(specs: tuple[tuple[str, str], ...], test_size: int) -> frozenset[str]:
-    """Every test question of the tasks (`specs`: (task, its config as JSON) each)."""
-    return frozenset(_dataset(t, c, TEST_SEED, test_size)[i]["question"] for t, c in specs for i in range(test_size))
+def _held_out_questions(specs: tuple[tuple[str, str], ...], test_size: int) -> frozenset[str]:
+    """Every held-out (test and validation) question of the tasks (`specs`: (task, its config as JSON) each)."""
+    return frozenset(
+        _dataset(t, c, seed, test_size)[i]["question"]
+        for t, c in specs
+        for seed in HELD_OUT.values()
+        for i in range(test_size)
+    )
 
 
 class ReasoningGymEnv(Env):
@@ -89,6 +98,7 @@ class ReasoningGymEnv(Env):
 
     name = "reasoning_gym"
     max_turns = 1
+    splits = ("train", "validation", "test")
 
     def __init__(
         self,
@@ -106,22 +116,24 @@ class ReasoningGymEnv(Env):
         cfg = {t: json.dumps(c, sort_keys=True) for t, c in _configs(names, config).items()}  # hashable: cache keys
         for t in names:  # unknown names and bad configs fail here, naming the valid ones
             _dataset(t, cfg[t], TEST_SEED, size)
-        if split == "test":  # test_size items per task, the tasks interleaved
+        if split not in self.splits:
+            raise ValueError(f"split must be one of {', '.join(self.splits)}, got {split!r}")
+        if split in HELD_OUT:  # test_size items per task, the tasks interleaved
             k = seed % (len(names) * size)
             self.task, i = names[k % len(names)], k // len(names)
-            self.dataset = _dataset(self.task, cfg[self.task], TEST_SEED, size)
+            self.dataset = _dataset(self.task, cfg[self.task], HELD_OUT[split], size)
         else:
             rng = random.Random(f"nanosky/reasoning_gym/train/{seed}")
             self.task = rng.choices(names, weights=_weights(names, weights))[0]
             self.dataset = _dataset(self.task, cfg[self.task], TRAIN_SEED, TRAIN_SIZE)
-            held = _test_questions(tuple(cfg.items()), size)
+            held = _held_out_questions(tuple(cfg.items()), size)
             for _ in range(1000):  # a draw that is a test question is drawn again
                 i = rng.randrange(TRAIN_SIZE)
                 if self.dataset[i]["question"] not in held:
                     break
             else:
                 raise ValueError(
-                    f"reasoning_gym task {self.task!r}: 1000 draws all repeated a test question; its "
+                    f"reasoning_gym task {self.task!r}: 1000 draws all repeated a held-out question; its "
                     "config allows too few distinct questions (lower test_size)"
                 )
         self.entry = self.dataset[i]
@@ -142,9 +154,17 @@ class ReasoningGymEnv(Env):
         ok = reward >= 1.0
         info = {
             "success": ok,
+            "lenient": ok or self._full_score(stated_answer(action)),
             "pred": answer,
             "answer": self.entry["answer"],
             "task": self.task,
             "env_metrics": {f"{self.task}/reward": reward, f"{self.task}/success": float(ok)},
         }
         return StepResult([], reward, True, info)
+
+    def _full_score(self, answer: str | None) -> bool:
+        """Whether the task's own scorer gives `answer` a full score (a scorer that trips scores it 0)."""
+        try:
+            return answer is not None and float(self.dataset.score_answer(answer, self.entry)) >= 1.0
+        except Exception:  # noqa: BLE001
+            return False

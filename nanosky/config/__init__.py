@@ -120,6 +120,8 @@ class TrainConfig:
                 f"rollout.group_size must be >= 2 for the group estimator "
                 f"{self.algorithm.adv_estimator!r}, got {self.rollout.group_size}"
             )
+        if self.eval.split != "test" and self.eval.split not in (splits := envs.env_class(self.env).splits):
+            raise ValueError(f"eval.split {self.eval.split!r}: env {self.env!r} makes only {', '.join(splits)}")
         if self.rollout.max_total_tokens > self.engine.max_model_len:
             raise ValueError(
                 f"rollout.max_total_tokens ({self.rollout.max_total_tokens}) exceeds "

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 
 @dataclass(kw_only=True)
@@ -16,6 +17,9 @@ class EvalConfig:
     """Samples per problem; accuracy is the mean over all samples (mean@n)."""
     temperature: float = 1.0
     """Eval sampling temperature (1.0 measures the policy as it samples in training)."""
+    split: Literal["test", "validation"] = "test"
+    """The held-out split evaluated in-run: validation to choose the lr, the step count and the checkpoint (envs
+    that have one: text_math, reasoning_gym), test for a final figure."""
 
     def __post_init__(self):
         if self.every < 0 or self.limit < 1 or self.n_samples < 1:

@@ -1,0 +1,136 @@
+"""Measurement that tells skill from format (issue 72): the format-free (lenient) score reads the answer however a
+reply states it; a closed-set split gives its chance level and best constant answer; the validation split shares no
+question with test or train."""
+
+import pytest
+
+import envs
+from envs.answers import lenient_match, named_option, stated_answer
+from envs.text_math import TextMathEnv, test_problems, train_problem, validation_problems
+from nanosky import dist
+from nanosky.agent.trajectory import Trajectory
+from nanosky.cli import parse_args
+from nanosky.evaluate import answer_metrics
+from nanosky.preflight import UsageError
+
+
+@pytest.mark.parametrize(
+    "reply, stated",
+    [
+        ("so <answer>12</answer> and then 13", "12"),  # an answer tag, before any later number
+        ("the total is \\boxed{3/4}.", "3/4"),
+        ("\\boxed{\\frac{1}{2}} is it", "\\frac{1}{2}"),  # one level of inner braces
+        ("5 + 7 = 12\n#### 12", "12"),
+        ("So the answer is: 20 apples.", "20"),
+        ("4 + 5 = 9, and 9 - 1 = 8", "8"),  # the last number
+        ("I do not know", None),
+    ],
+)
+def test_the_stated_answer_is_read_in_each_form(reply, stated):
+    assert stated_answer(reply) == stated
+
+
+def test_the_lenient_score_compares_the_stated_answer_as_the_strict_one_does():
+    assert lenient_match("#### 1,200", "1200") and lenient_match("The answer is $5.00.", "5")
+    assert lenient_match("\\boxed{6/3}", "2") and not lenient_match("\\boxed{7}", "2")
+    assert not lenient_match("no answer here", "2") and not lenient_match(None, "2")  # never raises
+    assert lenient_match("<answer>4</answer>", "4")  # the strict format is lenient too
+
+
+@pytest.mark.parametrize(
+    "reply, option",
+    [
+        ("5 is larger than 3", "5"),  # one clause: its first named
+        ("Between 3 and 5, the larger is 5", "5"),  # the last clause naming one alone
+        ("7 is not even, it is odd.", "odd"),
+        ("It is Odd.", "odd"),  # case aside
+        ("<answer>no</answer>", "no"),
+        ("The answer is: Ann. Ben is shorter.", "Ann"),  # an explicit statement first
+        ("none of them", None),
+        ("It is 35", None),  # whole words only: "35" names neither 3 nor 5
+    ],
+)
+def test_the_option_a_reply_names(reply, option):
+    assert named_option(reply, ("3", "5", "even", "odd", "yes", "no", "Ann", "Ben", "Cal")) == option
+
+
+def test_a_text_math_episode_reports_its_lenient_verdict_and_its_options():
+    env = TextMathEnv("test", next(i for i, p in enumerate(test_problems()) if p.options == ("even", "odd")))
+    env.reset()
+    info = env.step(f"It is {env.problem.answer}.").info  # right, without the answer tags
+    assert info["success"] is False and info["lenient"] is True and info["options"] == ("even", "odd")
+    info = env.step(f"<answer>{env.problem.answer}</answer>").info
+    assert info["success"] is True and info["lenient"] is True
+    arith = TextMathEnv("test", 0)
+    assert "options" not in arith.step("0").info  # an open answer has no closed set
+
+
+def test_the_logic_splits_chance_is_a_random_options_score():
+    """The 66 held-out logic problems: 2, 2 and 3 options by level, a random option scores 0.444."""
+    logic = [p for p in test_problems() if p.kind == "logic"]
+    assert len(logic) == 66 and sorted({len(p.options) for p in logic}) == [2, 3]
+    assert all(p.answer in p.options for p in logic)
+    assert sum(1 / len(p.options) for p in logic) / len(logic) == pytest.approx(0.4444, abs=1e-4)
+
+
+def test_chance_and_the_best_constant_answer_over_a_closed_set_split():
+    dist.init_distributed()
+
+    def ep(answer, options=(), lenient=None, success=True):
+        info = {"answer": answer} | ({"options": options} if options else {})
+        return Trajectory(success=success, info=info | ({} if lenient is None else {"lenient": lenient}))
+
+    yes_no, three = ("yes", "no"), ("a", "b", "c")
+    trajs = [ep("yes", yes_no, True), ep("yes", yes_no, False), ep("no", yes_no, True), ep("a", three, True)]
+    m = answer_metrics(trajs)
+    assert m["eval/chance"] == pytest.approx((0.5 * 3 + 1 / 3) / 4)
+    assert m["eval/constant_best"] == 0.5  # always "yes"
+    assert m["eval/accuracy_lenient"] == 0.75
+    # a split of both kinds (text_math's): an open answer's chance counts 0
+    assert answer_metrics([ep("yes", yes_no, True), ep("12", lenient=True)])["eval/chance"] == 0.25
+    # open answers: no chance level to state, a constant answer's score still; an unchecked episode is not counted
+    m = answer_metrics([ep("12", lenient=True), ep("13", lenient=False), ep("12", success=None)])
+    assert "eval/chance" not in m and m["eval/constant_best"] == pytest.approx(2 / 3)
+    assert m["eval/accuracy_lenient"] == 0.5
+    assert answer_metrics([Trajectory(success=False)]) == {}  # an env that says nothing: nothing claimed
+    assert answer_metrics([]) == {}  # over zero episodes: absent, never 0
+
+
+def test_the_validation_split_shares_no_question_with_test_or_train():
+    val, test = {p.question for p in validation_problems()}, {p.question for p in test_problems()}
+    assert len(val) == len(test) == 200 and not val & test
+    assert not {train_problem(s).question for s in range(3000)} & (val | test)
+    assert envs.make("math", "validation", 3).problem == validation_problems()[3]
+    with pytest.raises(ValueError, match="env 'tool_use': split must be one of train, test"):
+        envs.make("tool_use", "validation", 0)
+
+
+def test_reasoning_gym_has_a_validation_split_and_a_lenient_verdict():
+    pytest.importorskip("reasoning_gym")
+    kw = {"tasks": "basic_arithmetic", "config": '{"basic_arithmetic": {"max_terms": 2, "max_digits": 1}}'}
+    kw["test_size"] = 20
+    val = {envs.make("reasoning_gym", "validation", i, **kw).entry["question"] for i in range(20)}
+    test = {envs.make("reasoning_gym", "test", i, **kw).entry["question"] for i in range(20)}
+    assert val and not val & test
+    assert not {envs.make("reasoning_gym", "train", i, **kw).entry["question"] for i in range(200)} & (val | test)
+    env = envs.make("reasoning_gym", "test", 0, **kw)
+    answer = env.entry["answer"]
+    info = env.step(f"The answer is {answer}").info  # no tags: the strict score reads nothing
+    assert info["success"] is False and info["lenient"] is True
+    assert env.step(f"<answer>{answer}</answer>").info["lenient"] is True
+
+
+def test_the_eval_split_is_one_the_env_makes():
+    assert parse_args(["--eval.split", "validation"], console=False).eval.split == "validation"
+    with pytest.raises(UsageError, match=r"--eval.split 'validation': env 'tool_use' makes only train, test"):
+        parse_args(["--env", "tool_use", "--eval.split", "validation"], console=False)
+
+
+def test_a_tool_use_episode_that_states_its_answer_without_tags_is_lenient_not_strict():
+    env = envs.make("tool_use", "test", 0, max_turns=1)
+    env.reset()
+    info = env.step(f"The answer is {env.task.answer}").info  # no <answer> tag: not an answer to the env
+    assert info["success"] is False and info["lenient"] is True
+    env = envs.make("tool_use", "test", 0)
+    env.reset()
+    assert env.step(f"<answer>{env.task.answer}</answer>").info["lenient"] is True
