@@ -48,41 +48,17 @@ def smoke() -> TrainConfig:
     )
 
 
-def smollm2_math() -> TrainConfig:
-    """GRPO on text_math's word and logic problems with a real pretrained model: SmolLM2-135M-Instruct from the PyPI
-    wheel's GGUF (`--model.path smollm2-135m`), full fine-tuning.
-
-    The model's own answer format ("The answer is: N", else the last number: `answer_format last`): it ignores
-    `<answer>` tags and rarely writes `####`, and in its own format it sits at 4-8 % held-out zero-shot, inside the
-    band where GRPO's groups have signal (docs/experiments/real_model.md). Sampled at T = 0.7 (the held-out evals
-    too): at T = 1 the 135M model rambles off its format. lr 5e-6, full fine-tuning: RL recipes for pretrained models
-    of this size use 1e-6 to 5e-6. ~35-40 s a step on the 2-core AMD box in fp32 (10 s sampling, 23-29 s training
-    the 134.5M parameters), ~16 min in all. Measured (2 seeds): held-out 0.079 -> 0.094 and 0.045 -> 0.068, within
-    noise: 20 steps do not move it (docs/experiments/real_model.md)."""
-    return TrainConfig(
-        env="math",
-        env_kwargs={"answer_format": "last", "kinds": '["word", "logic"]'},
-        model=ModelConfig(path="smollm2-135m"),
-        steps=20,
-        rollout=RolloutConfig(
-            group_size=8, prompts_per_step=8, max_new_tokens=96, max_total_tokens=320, temperature=0.7
-        ),
-        optim=OptimConfig(lr=5e-6, micro_batch_size=16),
-        eval=EvalConfig(every=10, limit=133, n_samples=2, temperature=0.7),  # every held-out word and logic problem
-        log=LogConfig(run_dir="runs/smollm2_math-{algo}", ckpt_every=0),
-    )
-
-
 def smollm2_logic() -> TrainConfig:
     """`make demo-real`: GRPO on text_math's logic problems (`make demo`'s task) with a real pretrained model,
     SmolLM2-135M-Instruct from the PyPI wheel's GGUF (`--model.path smollm2-135m`), full fine-tuning.
 
-    Zero-shot the model sits at 7 % held-out here at T = 0.7 (greedy 12 %): asked "Which is larger, 12 or 11?" it
-    talks about common divisors, and it rarely names one of the options. The model's own answer format ("The
-    answer is: N", `answer_format last`). 64 new tokens: its replies run to ~80, and the budget is part of what it
-    learns. lr 2e-5: at 5e-6 (`smollm2_math`) 20 steps did not move it. Measured (fp32, 2 seeds): held-out
-    0.095 -> 0.455 and 0.027 -> 0.511 in 9-10 min; bf16 0.087 -> 0.447. Mostly by answering with one of the
-    options: a guess scores 0.444 (docs/experiments/real_model.md)."""
+    The model's own answer format ("The answer is: N", else the last number: `answer_format last`): it ignores
+    `<answer>` tags and rarely writes `####`. Zero-shot it rarely names one of the options (asked "Which is larger,
+    12 or 11?" it talks about common divisors). Sampled at T = 0.7 (the held-out evals too): at T = 1 the 135M model
+    rambles off its format. 64 new tokens: its replies run to ~80, and the budget is part of what it learns. lr 2e-5:
+    at 5e-6, where RL recipes for pretrained models of this size sit, 20 steps on word and logic problems did not
+    move it. Most of the gain is answering with one of the options, which a guess already scores 0.444 on; the runs
+    and their numbers: docs/experiments/real_model.md."""
     return TrainConfig(
         env="math",
         env_kwargs={"answer_format": "last", "kinds": '["logic"]'},
@@ -124,9 +100,9 @@ def tool_use() -> TrainConfig:
 
     arith + python only: the train split's wiki / search questions name entities the model saw in its demonstrations,
     so on train they are answered from memory, not with the tools. 80 steps: held-out accuracy still rose at step 80
-    in both seeds measured (0.130 -> 0.214, 0.131 -> 0.224). Dr. GRPO, not GRPO: std normalisation turns the
-    0.1 format term into a full-size signal in groups with no correct answer. lr 5e-5: at 1e-4 and above the policy
-    got worse within 10 steps (docs/experiments/tool_use.md)."""
+    in both seeds run. Dr. GRPO, not GRPO: std normalisation turns the 0.1 format term into a full-size signal in
+    groups with no correct answer. lr 5e-5: at 1e-4 and above the policy got worse within 10 steps
+    (docs/experiments/tool_use.md)."""
     return TrainConfig(
         algorithm=algos.preset("dr_grpo"),
         env="tool_use",
@@ -229,7 +205,6 @@ PRESETS = {
     "default": TrainConfig,
     "demo": demo,
     "smoke": smoke,
-    "smollm2_math": smollm2_math,
     "smollm2_logic": smollm2_logic,
     "bench": bench,
     "compare": compare,

@@ -90,8 +90,8 @@ class OptimConfig:
     """Packed row length cap; 0 = by the attention the model runs: none with prefix-grouped attention (one row per
     micro-batch: attention is computed by segment, so a row's length costs nothing, while a shorter cap splits
     groups, repeating their prompt, and pads every row to the longest), 1024 under the dense mask (its [L, L] score
-    matrix costs a row's length squared). On an H200 a 7B-width model trained 1.886 s/pass at rows of 8192 (the
-    whole micro-batch) against 2.297 at 4096 and 2.384 at 2048 (docs/experiments/speed.md)."""
+    matrix costs a row's length squared). The figures at 7B width, where longer rows trained faster:
+    docs/experiments/speed.md."""
     skip_zero_adv: bool = True
     """Leave rows whose advantages are all 0 (a group whose rewards were all equal) out of the policy's forward and
     backward passes; the loss normalisers still count them, so the gradient is unchanged. Applied only where that

@@ -22,9 +22,8 @@ a noisy expert's episode (`step_noise` 0.25: a random admissible action in a qua
 headroom), with the admissible actions shown, and the loss on that turn's action. Two builds trained on the actions
 alone never copied entity names from the prompt (0 successes, docs/experiments/tiny_models.md). What made copying emerge here: language
 modelling on the whole context as well (`lm_weight` 0.25: the room's receptacles are named in the observation and
-again in the action list), and past observations without their stale action lists (`stepwise.window`). Measured
-with `bench/agent_model_check.py` (T = 1, 20 held-out episodes): alfworld_lite success 0.05, 60 % admissible
-actions; webshop_lite success 0, 27 % admissible: it does not yet copy the random product ids.
+again in the action list), and past observations without their stale action lists (`stepwise.window`). It does not
+yet copy webshop's random product ids (`bench/agent_model_check.py`'s figures: docs/experiments/tiny_models.md).
 
 The `tool` variant (`--model.path tiny-tool`, what the tool_use preset starts from) is trained from scratch on the
 base model's tokenizer, on tool_use demonstrations and copy drills only, with 8 attention heads of 32 dims. Tool use
@@ -249,7 +248,8 @@ def config_hash(cfg: TinyConfig) -> str:
 
 def agent_config() -> TinyConfig:
     """The agent variant's recipe (see the module docstring): from scratch, step-wise noisy-expert turns with the
-    actions shown, language modelling on their whole context, copy drills; 43.7 CPU-minutes on one thread."""
+    actions shown, language modelling on their whole context, copy drills (its build time:
+    docs/experiments/tiny_models.md)."""
     return TinyConfig(
         seed=11,
         vocab_size=2048,  # a BPE of this data: step prompts of ~340 tokens instead of ~660 with the base vocabulary
