@@ -7,10 +7,17 @@ rendering of a conversation is a prefix of its rendering of a longer one (the bu
 `prompt ids + generated ids + observation ids` equals the template's rendering of the final conversation — except
 where the model itself produced a non-canonical tokenisation of its text, which we keep as generated (re-tokenising
 would train on tokens the policy never sampled).
+
+Tools for any template: a template with a tools section (Qwen2.5, Llama 3.1, Hermes) lists the tools it is given;
+one without (SmolLM2's, ChatML) would drop them silently, so `render` writes them into the system turn instead
+(`TOOLS_FALLBACK`: the schemas, one JSON object a line, and the `<tool_call>` format `envs.tools.parse` reads),
+appended to the conversation's system message or as a new first one. Every rendering goes through `render` (the
+engine's prompts, the endpoint's `tools` requests, the trainer's rows), so token-in/token-out stays exact.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +32,18 @@ PROBE: list[Message] = [
     {"role": "assistant", "content": "<think>\nIt is 42.\n</think>\nThe answer is 42."},
 ]
 """A multi-turn conversation with reasoning blocks: what `check_template` renders at start-up."""
+
+
+TOOLS_FALLBACK = """# Tools
+
+You may call these functions. Their signatures, one JSON object a line:
+<tools>
+{schemas}
+</tools>
+
+To call one, reply with a JSON object of its name and arguments inside <tool_call></tool_call> tags:
+<tool_call>{{"name": "<function name>", "arguments": {{<arguments as a JSON object>}}}}</tool_call>"""
+"""The system turn's tools section for a template that has none (`renders_tools`)."""
 
 
 class TemplateError(ValueError):
@@ -84,9 +103,37 @@ def check_template(tok, mode: str) -> None:
 
 
 def render(tok, messages: list[Message], tools: list[dict] | None = None, add_generation_prompt: bool = False) -> str:
+    """The template's text of `messages`; `tools` listed by the template, or by `TOOLS_FALLBACK` where it has no
+    tools section."""
+    if tools and not renders_tools(tok):
+        messages, tools = with_tools(messages, tools), None
     return tok.apply_chat_template(
         messages, tools=tools or None, tokenize=False, add_generation_prompt=add_generation_prompt
     )
+
+
+def renders_tools(tok) -> bool:
+    """Whether the tokenizer's chat template lists the tools it is given (checked once per template, on `tok`)."""
+    template = getattr(tok, "chat_template", None)
+    known = getattr(tok, "_nanosky_renders_tools", None)
+    if known is None or known[0] != template:
+        probe = {"type": "function", "function": {"name": "nanosky_probe_tool", "description": "", "parameters": {}}}
+        try:
+            text = tok.apply_chat_template([{"role": "user", "content": "hi"}], tools=[probe], tokenize=False)
+        except Exception:  # noqa: BLE001 - a template that refuses tools has no tools section
+            text = ""
+        known = (template, "nanosky_probe_tool" in text)
+        tok._nanosky_renders_tools = known  # the tokenizer's own fact, kept with it
+    return known[1]
+
+
+def with_tools(messages: list[Message], tools: list[dict]) -> list[Message]:
+    """`messages` with `TOOLS_FALLBACK` in the system turn: after the conversation's system message, or as a new
+    first one."""
+    block = TOOLS_FALLBACK.format(schemas="\n".join(json.dumps(t, ensure_ascii=False) for t in tools))
+    if messages and messages[0]["role"] == "system":
+        return [{**messages[0], "content": f"{messages[0]['content']}\n\n{block}"}, *messages[1:]]
+    return [{"role": "system", "content": block}, *messages]
 
 
 def encode(tok, text: str) -> list[int]:

@@ -86,3 +86,37 @@ def test_preflight_names_the_flag_and_takes_a_template_file(tmp_path):
     preflight.check(cfg("--model.chat-template", str(drops), "--rollout.mode", "stepwise"))
     with pytest.raises(preflight.UsageError, match="--model.chat-template /nope.jinja: no such file"):
         preflight.check(cfg("--model.chat-template", "/nope.jinja"))
+
+
+def test_a_template_without_a_tools_section_gets_the_tools_in_the_system_turn_token_exact(tok):
+    """SmolLM2's template (as CHATML_BODY) has no tools section: the tools' schemas and the call format go into the
+    system turn (`chat.TOOLS_FALLBACK`), and the agent loop's concatenated ids (prompt, sampled turn and eos,
+    observation) are the template's own rendering of the whole conversation, as with a template that lists tools."""
+    import envs
+
+    env = envs.make("tool_use", "test", 0)
+    tools = [t.schema for t in env.tools]
+    convo = [
+        *env.reset(),
+        {"role": "assistant", "content": '<tool_call>{"name": "calculator", "arguments": {"expression": "1+1"}}'},
+        {"role": "tool", "name": "calculator", "content": "2"},
+        {"role": "assistant", "content": "<answer>2</answer>"},
+    ]
+    with_section = chat.render(tok, convo, tools)
+    assert chat.renders_tools(tok) and "You may call these functions" not in with_section  # the template lists them
+    tok.chat_template = CHATML_BODY
+    assert not chat.renders_tools(tok)
+    text = chat.render(tok, convo[:2], tools, add_generation_prompt=True)
+    assert text == chat.render(tok, chat.with_tools(convo[:2], tools), None, add_generation_prompt=True)
+    assert all(t["function"]["name"] in text for t in tools) and "<tool_call>" in text
+    assert text.index("You may call these functions") > text.index(
+        convo[0]["content"]
+    )  # after the env's own system message
+    ids = chat.prompt_ids(tok, convo[:2], tools)
+    ids += chat.encode(tok, convo[2]["content"]) + [tok.eos_token_id]
+    ids += chat.observation_ids(tok, convo[:3], convo[3:4], tools)
+    ids += chat.encode(tok, convo[4]["content"]) + [tok.eos_token_id]
+    full = chat.encode(tok, chat.render(tok, convo, tools))
+    assert full[: len(ids)] == ids  # token-in/token-out: what the trainer trains on is what the template renders
+    no_system = chat.render(tok, convo[1:2], tools)
+    assert no_system.startswith("<|im_start|>system\n# Tools")  # a conversation without one gets a system turn

@@ -135,7 +135,7 @@ def test_make_errors_raise_in_the_caller(pool):
     with pytest.raises(KeyError):
         pool.make("no_such_env")
     with pytest.raises(ValueError, match="split"):
-        pool.make("math", "validation", seed=0)
+        pool.make("math", "dev", seed=0)  # math makes train, validation and test
 
 
 def test_shutdown_with_a_hung_step_returns_promptly():
