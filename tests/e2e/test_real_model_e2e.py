@@ -10,11 +10,16 @@ import shutil
 
 from spawn import scalars, torchrun
 
+from nanosky.precision import cpu_flags
+
 ARGS = ["--model.path", "smollm2-135m", "--env", "math", "--steps", "2", "--log.ckpt-every", "1"]
 ARGS += ["--rollout.prompts-per-step", "4", "--rollout.group-size", "2", "--rollout.max-new-tokens", "16"]
 ARGS += ["--rollout.max-total-tokens", "160", "--optim.no-skip-zero-adv", "--optim.lr", "1e-4"]
 ARGS += ["--algorithm.entropy-coef", "0.01"]  # a gradient even where 16 tokens earn no reward (every advantage 0)
 ARGS += ["--lora.rank", "8", "--lora.alpha", "16", "--eval.every", "0", "--eval.limit", "4", "--log.no-tqdm"]
+# AMX's bf16 kernels are not run-to-run deterministic here (the straight run's step-2 grad norm moved by 1.5% between
+# two runs on an AMX Xeon, at 00374db too), so the exact resume is checked in fp32 there; bf16 everywhere else
+ARGS += ["--precision", "fp32"] if "amx_bf16" in cpu_flags() else []
 TAGS = ("train/pg_loss", "train/grad_norm", "train/reward_mean", "rollout/logprob_diff_mean")
 
 
