@@ -108,10 +108,14 @@ def extract_boxed(text: str) -> str | None:
     return found[-1].strip() if found else None
 
 
+EXPLICIT = (extract_answer, extract_boxed, extract_hashes)
+"""The statements a reply marks as its answer, most explicit first (`stated_answer`, `named_option`)."""
+
+
 def stated_answer(text: str) -> str | None:
     """The reply's final answer however it states it, the most explicit statement first: the last answer tag, the
     last `\\boxed{}`, the last `#### N`, the last "answer is ...", else the last number. None: it states none."""
-    for extract in (extract_answer, extract_boxed, extract_hashes, extract_last):
+    for extract in (*EXPLICIT, extract_last):
         try:
             if found := extract(text):
                 return found
@@ -134,11 +138,11 @@ def named_option(text: str, options) -> str | None:
             hits += [(m.start(), o) for m in re.finditer(rf"(?<!\w){re.escape(str(o))}(?!\w)", s, re.IGNORECASE)]
         return [o for _, o in sorted(hits)]
 
-    explicit = next((found for f in (extract_answer, extract_boxed, extract_hashes) if (found := f(text))), None)
+    explicit = next((found for f in EXPLICIT if (found := f(text))), None)
     # "The answer is: Ann. Ben is shorter.": the statement ends with its sentence
     explicit = explicit or (re.split(r"[.;!?](?:\s|$)", said[-1])[0] if (said := _SAYS.findall(text)) else None)
-    if explicit is not None and len(set(names(explicit))) == 1:
-        return names(explicit)[0]
+    if explicit is not None and len(set(named := names(explicit))) == 1:
+        return named[0]
     clauses = [n for c in re.split(r"[,;.!?\n]", text) if (n := names(c))]
     alone = [n[0] for n in clauses if len(set(n)) == 1]
     return alone[-1] if alone else clauses[-1][0] if clauses else None
@@ -149,10 +153,7 @@ def lenient_match(response: str, answer: str, options=None) -> bool:
     closed set of answers), the option it names (`named_option`); else its stated answer (`stated_answer`),
     compared as `score` compares. Never raises."""
     try:
-        if options:
-            pick = named_option(response, options)
-            return pick is not None and normalize_answer(pick) == normalize_answer(answer)
-        pred = stated_answer(response)
+        pred = named_option(response, options) if options else stated_answer(response)
         return pred is not None and normalize_answer(pred) == normalize_answer(answer)
     except Exception:  # noqa: BLE001
         return False

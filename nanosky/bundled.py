@@ -41,18 +41,15 @@ class Folders:
     teacher: str | None = None  # --distill.teacher
 
 
-def resolve_folders(model: str, teacher: str | None = None, *, main_first: bool | None = None) -> Folders:
-    """The run's model folders. `main_first` (every rank of a launch calls it: True on the main rank): the main
-    rank resolves first and the others after a barrier, so a GGUF file converts once."""
+def resolve_folders(model: str, teacher: str | None, *, is_main: bool) -> Folders:
+    """The run's model folders, as every rank of a launch resolves them: the main rank first, the others after a
+    barrier, so a GGUF file converts once."""
+    from nanosky import dist
 
     def resolve() -> Folders:
         return Folders(resolve_model_path(model), None if teacher is None else resolve_model_path(teacher))
 
-    if main_first is None:
-        return resolve()
-    from nanosky import dist
-
-    folders = resolve() if main_first else None
+    folders = resolve() if is_main else None
     dist.barrier()
     return folders or resolve()
 

@@ -89,7 +89,7 @@ def build(cfg: TrainConfig, resources: contextlib.ExitStack, folders: Folders | 
     hf_logging.disable_progress_bar()  # transformers' load / save bars, per model and checkpoint, broke into ours
     dist.seed_everything(cfg.seed + info.rank)
     # train(cfg) alone resolves them here, the main rank first (a GGUF file converts once)
-    folders = folders or resolve_folders(cfg.model.path, cfg.distill.teacher, main_first=info.is_main)
+    folders = folders or resolve_folders(cfg.model.path, cfg.distill.teacher, is_main=info.is_main)
     path = folders.model
     tok = load_tokenizer(path, cfg.model.chat_template)  # --model.chat-template replaces the model's own
     check_platform(cfg.lora, info.device.type)  # e.g. QLoRA on CPU fails here, not at step 1

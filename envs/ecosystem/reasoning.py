@@ -147,14 +147,11 @@ class ReasoningGymEnv(Env):
     def step(self, action: str) -> StepResult:
         rg = require("reasoning_gym")
         answer = rg.utils.extract_answer(action) if isinstance(action, str) else None
-        try:
-            reward = float(self.dataset.score_answer(answer, self.entry))
-        except Exception:  # noqa: BLE001 - a scorer that trips on a malformed answer scores it 0
-            reward = 0.0
-        ok = reward >= 1.0
+        reward = self._score(answer)
+        ok, stated = reward >= 1.0, stated_answer(action)
         info = {
             "success": ok,
-            "lenient": ok or self._full_score(stated_answer(action)),
+            "lenient": ok or (stated is not None and self._score(stated) >= 1.0),
             "pred": answer,
             "answer": self.entry["answer"],
             "task": self.task,
@@ -162,9 +159,9 @@ class ReasoningGymEnv(Env):
         }
         return StepResult([], reward, True, info)
 
-    def _full_score(self, answer: str | None) -> bool:
-        """Whether the task's own scorer gives `answer` a full score (a scorer that trips scores it 0)."""
+    def _score(self, answer: str | None) -> float:
+        """The task's own scorer on `answer`; a scorer that trips on a malformed answer scores it 0."""
         try:
-            return answer is not None and float(self.dataset.score_answer(answer, self.entry)) >= 1.0
+            return float(self.dataset.score_answer(answer, self.entry))
         except Exception:  # noqa: BLE001
-            return False
+            return 0.0
