@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from envs.answers import stated_answer
-from envs.base import Env, Message, StepResult
+from envs.base import Env, Message, NoExpert, StepResult
 from envs.text_math import extract_answer, normalize_answer
 from envs.tools import ToolResult, format_tool_call, get_tool, parse_tool_calls, run_tool_call
 from envs.tools.calculator import evaluate, format_number
@@ -42,6 +42,7 @@ TOOL_NAMES = ("calculator", "search", "wiki", "python_exec")
 KINDS = ("arith", "wiki", "search", "python")
 ALL_KINDS = KINDS + ("multihop",)
 TEST_SIZE = 200
+VALIDATION_SIZE = 200
 
 
 @dataclass(frozen=True)
@@ -214,45 +215,59 @@ def generate(rng: random.Random, kind: str, split: str) -> Question:
             return task
 
 
-@functools.lru_cache(maxsize=1)
-def _test_split() -> tuple[tuple[Question, ...], frozenset[str]]:
-    """TEST_SIZE distinct tasks, kinds round-robin. The wiki kinds have only a few dozen distinct held-out
-    questions each; a kind that keeps repeating itself hands its slot to the next kind."""
-    rng = random.Random("nanosky/tool_use/test")
+HELD_OUT = {"test": (TEST_SIZE, "test"), "validation": (VALIDATION_SIZE, "train")}
+"""Each held-out split: its size and the side of the entity split its wiki questions come from. The test split asks
+about held-out entities; the validation split (for choosing the lr, the steps and the checkpoint) asks about train
+entities, in questions no train task repeats."""
+
+
+@functools.lru_cache(maxsize=2)
+def _held_out(split: str) -> tuple[Question, ...]:
+    """A held-out split's distinct tasks, kinds round-robin, from the split's own RNG stream. The wiki kinds have only
+    a few dozen distinct held-out questions each; a kind that keeps repeating itself hands its slot to the next kind.
+    The validation split repeats no test question."""
+    size, side = HELD_OUT[split]
+    rng = random.Random(f"nanosky/tool_use/{split}")
     tasks: list[Question] = []
-    seen: set[str] = set()
+    seen: set[str] = set() if split == "test" else {t.question for t in _held_out("test")}
     exhausted: set[str] = set()
     i = 0
-    while len(tasks) < TEST_SIZE and len(exhausted) < len(ALL_KINDS):
+    while len(tasks) < size and len(exhausted) < len(ALL_KINDS):
         kind = ALL_KINDS[i % len(ALL_KINDS)]
         i += 1
         if kind in exhausted:
             continue
         for _ in range(200):
-            task = generate(rng, kind, "test")
+            task = generate(rng, kind, side)
             if task.question not in seen:
                 seen.add(task.question)
                 tasks.append(task)
                 break
         else:
             exhausted.add(kind)
-    return tuple(tasks), frozenset(seen)
+    return tuple(tasks)
 
 
-def test_tasks(kinds: tuple[str, ...] = ALL_KINDS) -> list[Question]:
-    """The fixed held-out split (TEST_SIZE tasks, balanced over ALL_KINDS), filtered to `kinds`."""
-    return [t for t in _test_split()[0] if t.kind in kinds]
+@functools.lru_cache(maxsize=1)
+def _held_out_questions() -> frozenset[str]:
+    return frozenset(t.question for split in HELD_OUT for t in _held_out(split))
+
+
+def test_tasks(kinds: tuple[str, ...] = ALL_KINDS, split: str = "test") -> list[Question]:
+    """A fixed held-out split (`split`: "test", TEST_SIZE tasks, or "validation", VALIDATION_SIZE), balanced over
+    ALL_KINDS, filtered to `kinds`."""
+    return [t for t in _held_out(split) if t.kind in kinds]
 
 
 test_tasks.__test__ = False  # not a pytest test, despite the name
 
 
 def train_task(seed: int, kinds: tuple[str, ...] = KINDS) -> Question:
-    """Deterministic per seed; never a test question."""
+    """Deterministic per seed; never a held-out (test or validation) question."""
     rng = random.Random(f"nanosky/tool_use/train/{seed}")
     kind = rng.choice(kinds)
-    test_questions = _test_split()[1]
-    while (task := generate(rng, kind, "train")).question in test_questions:
+    held_out = _held_out_questions()
+    while (task := generate(rng, kind, "train")).question in held_out:
         pass
     return task
 
@@ -283,9 +298,11 @@ def score_answer(response: str, answer: str) -> tuple[float, dict[str, Any]]:
 
 
 class ToolUseEnv(Env):
-    """train: `train_task(seed)`; test: `test_tasks(kinds)[seed % len]`. Up to `max_turns` assistant turns."""
+    """train: `train_task(seed)`; test / validation: `test_tasks(kinds, split)[seed % len]`. Up to `max_turns`
+    assistant turns. The expert (`--algo sft`) makes the task's gold calls, a turn each, then answers."""
 
     name = "tool_use"
+    splits = ("train", "validation", "test")
 
     def __init__(
         self,
@@ -308,15 +325,15 @@ class ToolUseEnv(Env):
         of the task's gold calls (the expert's calls, run once on first use): a step reward for getting the
         intermediate result right (ToolRL-style tool-call reward), judged by what the call returns, so a
         rewritten but equivalent expression or program counts too. Success is unchanged."""
-        if split not in ("train", "test"):
-            raise ValueError(f"split must be 'train' or 'test', got {split!r}")
+        if split not in self.splits:
+            raise ValueError(f"split must be one of {', '.join(self.splits)}, got {split!r}")
         kinds = tuple(kinds) if kinds else KINDS
         if bad := [k for k in kinds if k not in _GENERATORS]:
             raise ValueError(f"kinds: unknown {bad}; valid: {list(_GENERATORS)}")
         if split == "train":
             self.task = train_task(seed, kinds)
         else:
-            pool = test_tasks(kinds)
+            pool = test_tasks(kinds, split)
             self.task = pool[seed % len(pool)]
         self.split, self.seed, self.max_turns = split, seed, max_turns
         self.tool_timeout_s = tool_timeout_s
@@ -414,6 +431,23 @@ class ToolUseEnv(Env):
             "gold_call": self.call_paid,  # a call returned a gold call's output (call_reward's condition)
             **extra,
         }
+
+    def expert_action(self) -> str:
+        """The expert's next reply (SFT's demonstration): the task's next gold call, one a turn, then the answer.
+        A held-out task has none: the held-out splits are never taught."""
+        if self.split != "train":
+            raise NoExpert(f"tool_use: no expert on the {self.split} split (its tasks are held out)")
+        return self._expert_reply()
+
+    def _expert_reply(self) -> str:
+        calls = self.task.calls
+        if len(calls) >= self.max_turns:
+            raise NoExpert(
+                f"tool_use: {len(calls)} gold calls and the answer need more than max_turns={self.max_turns}"
+            )
+        if self.turn < len(calls):
+            return format_tool_call(*calls[self.turn])
+        return f"<answer>{self.task.answer}</answer>"
 
     def expert_conversation(self) -> list[Message]:
         """A solved episode: each expert call as one assistant turn, its real tool output, then the answer.

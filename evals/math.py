@@ -1,6 +1,8 @@
-"""Math benchmarks: GSM8K JSONL, MATH-style JSONL and the text_math test split; accuracy, mean@n and pass@k.
+"""Math benchmarks: GSM8K JSONL, MATH-style JSONL and the text_math test split; accuracy, mean@n and pass@k, with
+the bars that tell skill from format (as a training run's eval reports them: nanosky/evaluate.py `answer_metrics`).
 
     python -m evals.math --ckpt runs/demo-grpo                            # text_math test split (200 problems)
+    python -m evals.math --ckpt ... --split validation                   # text_math validation split (model selection)
     python -m evals.math --ckpt ... --data gsm8k                         # shipped GSM8K-style sample
     python -m evals.math --ckpt ... --data math --n-samples 4 --temperature 1.0
     python -m evals.math --base-url http://localhost:8000/v1 --data my_gsm8k_test.jsonl
@@ -9,16 +11,28 @@ Rows: GSM8K (`question`, `answer` ending in "#### N"), MATH (`problem`, `solutio
 (`question`, `answer`). The model's answer is the last `<answer>...</answer>`, else the last `\\boxed{}`, else
 "#### N", else "the answer is ...", else the last number; equivalence compares numbers exactly (integers,
 decimals, fractions, `\\frac`, thousands commas, `$`, `%`) and other answers after LaTeX/whitespace normalisation.
+A text_math logic problem has a closed set of answers (its `options`: yes/no, even/odd, the two numbers, the
+names); its answer is the option the reply names, format aside (`envs.answers.lenient_match`: "Ann is taller"
+names Ann, where the last-number reading finds nothing), or an equivalent answer tag.
+
+The report: `accuracy` (the headline, format-free as above), `accuracy_strict` (the `<answer>` tag alone: a gain
+there alone is format), `chance` (a random option's expected score; an open answer counts 0; absent when no row has
+options) and `constant_best` (the best single fixed answer: the most common gold answer's share). A dataset file
+scored with math-verify has no `accuracy_strict`.
 """
 
 from __future__ import annotations
 
 import re
 import time
+from collections import Counter
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
+from typing import Literal
 
+from envs.answers import extract_answer as tag_answer  # the strict reading: the <answer> tag alone
+from envs.answers import lenient_match, named_option, normalize_answer
 from envs.base import Env, Message, StepResult
 from envs.ecosystem.mathreward import last_boxed  # one \boxed{} reader for the evals and the dataset env
 from envs.text_math import SYSTEM_PROMPT  # the prompt the bundled model was warm-started with
@@ -41,6 +55,14 @@ class MathEvalConfig(common.BaseEvalConfig):
     layout): the prompt column, when it is not one of prompt, question, problem (as --env-kwargs.prompt-key)."""
     answer_key: str | None = None
     """Such a file's ground-truth column (as --env-kwargs.answer-key; a dotted key reads inside a struct)."""
+    split: Literal["test", "validation"] = "test"
+    """The text_math split evaluated (validation: for choosing a checkpoint without touching test); other data has
+    only its own rows."""
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.split != "test" and (self.data or "text_math") != "text_math":
+            raise ValueError(f"--split {self.split} is text_math's: --data {self.data} has no splits (drop --split)")
 
 
 # ---------------------------------------------------------------------------------------------- extraction
@@ -53,8 +75,6 @@ def extract_answer(text: str) -> str | None:
     """The model's final answer: <answer> tag, \\boxed{}, "#### N", "answer is X", then the last number."""
     if not isinstance(text, str) or not text.strip():
         return None
-    from envs.text_math import extract_answer as tag_answer
-
     if (a := tag_answer(text)) is not None:
         return a
     if (a := last_boxed(text)) is not None:
@@ -198,18 +218,30 @@ def load_dataset_rows(spec: str, limit: int | None, prompt_key=None, answer_key=
     return common.take(rows, limit), bad
 
 
-def load_rows(spec: str | None, limit: int | None = None, prompt_key=None, answer_key=None) -> tuple[list, list]:
+def load_rows(
+    spec: str | None, limit: int | None = None, prompt_key=None, answer_key=None, split: str = "test"
+) -> tuple[list, list]:
     """(rows {"id", "question", "answer", "source"}, bad rows). `spec`: a shipped name or a JSONL path; a file in
-    `--env dataset`'s layouts keeps its chat prompt and is scored with math-verify, as in training."""
+    `--env dataset`'s layouts keeps its chat prompt and is scored with math-verify, as in training. text_math rows
+    carry their problem's `options` (a closed set of answers; empty for an open one), from `split`."""
     spec = spec or "text_math"
+    if split != "test" and spec != "text_math":
+        raise ValueError(f"split {split!r} is text_math's: {spec} has no splits")
     if dataset_file(spec):
         return load_dataset_rows(spec, limit, prompt_key, answer_key)
     if spec == "text_math":
-        from envs.text_math import test_problems
+        from envs.text_math import test_problems, validation_problems
 
+        problems = {"test": test_problems, "validation": validation_problems}[split]()
         rows = [
-            {"id": f"text_math/{i}", "question": p.question, "answer": p.answer, "source": "text_math"}
-            for i, p in enumerate(test_problems())
+            {
+                "id": f"text_math/{split}/{i}" if split != "test" else f"text_math/{i}",
+                "question": p.question,
+                "answer": p.answer,
+                "source": "text_math",
+                "options": tuple(p.options),
+            }
+            for i, p in enumerate(problems)
         ]
         return common.take(rows, limit), []
     path = SHIPPED.get(spec) or Path(spec)
@@ -235,14 +267,16 @@ def load_rows(spec: str | None, limit: int | None = None, prompt_key=None, answe
 
 
 class MathQAEnv(Env):
-    """One question, one answer turn; reward 1.0 when the extracted answer is equivalent to the reference."""
+    """One question, one answer turn; reward 1.0 when the answer read format-free (`extract_answer`; with `options`,
+    the option the reply names) is equivalent to the reference. `info["strict"]`: the `<answer>` tag alone holds it."""
 
     name = "math_qa"
     max_turns = 1
 
-    def __init__(self, question: str, answer: str, system_prompt: str = SYSTEM_PROMPT, messages=None):
+    def __init__(self, question: str, answer: str, system_prompt: str = SYSTEM_PROMPT, messages=None, options=()):
         self.question, self.answer, self.system_prompt = question, answer, system_prompt
         self.messages = messages  # a dataset file's own chat prompt, scored as --env dataset scores it
+        self.options = tuple(options or ())  # a closed set of answers (text_math logic), else empty
 
     def reset(self) -> list[Message]:
         if self.messages is not None:
@@ -255,9 +289,15 @@ class MathQAEnv(Env):
 
             reward, info = math_reward(action, self.answer)
             return StepResult([], reward, True, info)
-        pred = extract_answer(action) if isinstance(action, str) else None
-        ok = is_equiv(pred, self.answer)
-        return StepResult([], 1.0 if ok else 0.0, True, {"success": ok, "pred": pred, "answer": self.answer})
+        strict = isinstance(action, str) and is_equiv(tag_answer(action), self.answer)
+        if self.options:  # the option named, format aside; a tag equivalent to the answer ("05" for 5) counts too
+            pred = named_option(action, self.options) if isinstance(action, str) else None
+            ok = strict or lenient_match(action, self.answer, self.options)
+        else:
+            pred = extract_answer(action) if isinstance(action, str) else None
+            ok = is_equiv(pred, self.answer)
+        info = {"success": ok, "strict": strict, "pred": pred, "answer": self.answer}
+        return StepResult([], 1.0 if ok else 0.0, True, info | ({"options": self.options} if self.options else {}))
 
 
 # ---------------------------------------------------------------------------------------------- eval
@@ -271,32 +311,58 @@ def evaluate(
 
     t0 = time.time()
     envs = [
-        MathQAEnv(r["question"], r["answer"], messages=r.get("messages")) for r in rows for _ in range(cfg.n_samples)
+        MathQAEnv(r["question"], r["answer"], messages=r.get("messages"), options=r.get("options"))
+        for r in rows
+        for _ in range(cfg.n_samples)
     ]
     trajs = rollout(model, tok, envs, cfg, desc="math")
-    records, correct = [], {}
+    return report_of(rows, trajs, cfg, bad, time.time() - t0)
+
+
+def skill_bars(rows: list[dict]) -> dict[str, float]:
+    """The bars a score must clear, over `rows` (absent over none): `chance`, a random option's expected score (an
+    open answer counts 0; absent when no row has options), and `constant_best`, the most common gold answer's share
+    (answers compared as `envs.answers.normalize_answer` compares them)."""
+    if not rows:
+        return {}
+    golds = Counter(normalize_answer(str(r["answer"])) for r in rows)
+    bars = {"constant_best": max(golds.values()) / len(rows)}
+    if any(r.get("options") for r in rows):
+        bars["chance"] = sum(1 / len(r["options"]) for r in rows if r.get("options")) / len(rows)
+    return bars
+
+
+def report_of(
+    rows: list[dict], trajs: list, cfg: MathEvalConfig, bad: list[dict] | None = None, wall_s: float = 0.0
+) -> tuple[dict, list[dict]]:
+    """(report, per-episode records) from the trajectories of `rows` × `cfg.n_samples` (in that order). A metric
+    over zero episodes is NaN (the headline) or absent, never 0."""
+    records, correct, strict = [], {}, []
     for j, t in enumerate(trajs):
         row, s = rows[j // cfg.n_samples], j % cfg.n_samples
         ok = bool(t.info.get("success", False))
         correct.setdefault(row["id"], []).append(ok)
-        records.append(
-            common.record(
-                row["id"], s, t, correct=ok, pred=t.info.get("pred"), answer=row["answer"], source=row["source"]
-            )
-        )
+        grading = {"correct": ok, "pred": t.info.get("pred"), "answer": row["answer"], "source": row["source"]}
+        if row.get("messages") is None:  # math-verify's rows have no tag reading; an unplayed episode is wrong
+            grading["strict"] = bool(t.info.get("strict", False))
+            strict.append(grading["strict"])
+        records.append(common.record(row["id"], s, t, **grading))
     pm = common.pass_metrics(correct)
-    acc = pm.pop(f"mean@{cfg.n_samples}", 0.0)
+    acc = pm.pop(f"mean@{cfg.n_samples}", float("nan"))
     by_source = {}
     for src in sorted({r["source"] for r in rows}):
         rs = [r for r in records if r["source"] == src]
-        by_source[src] = sum(r["correct"] for r in rs) / max(len(rs), 1)
+        if rs:
+            by_source[src] = sum(r["correct"] for r in rs) / len(rs)
     report = common.finish_report(
         "math",
         records,
         bad or [],
-        time.time() - t0,
+        wall_s,
         "accuracy",
         accuracy=acc,
+        **({"accuracy_strict": sum(strict) / len(strict)} if strict else {}),
+        **skill_bars(rows),
         **{f"mean@{cfg.n_samples}": acc},
         **pm,
         accuracy_by_source=by_source,
@@ -313,7 +379,7 @@ def main(argv: list[str] | None = None) -> dict:
     import tyro
 
     cfg = tyro.cli(MathEvalConfig, args=argv, description=__doc__)
-    rows, bad = load_rows(cfg.data, cfg.limit, cfg.prompt_key, cfg.answer_key)
+    rows, bad = load_rows(cfg.data, cfg.limit, cfg.prompt_key, cfg.answer_key, cfg.split)
     return models.run_cli("math", cfg, lambda model, tok: evaluate(model, tok, rows, cfg, bad))
 
 

@@ -65,16 +65,24 @@ def answer_metrics(trajs: list) -> dict[str, float]:
       the episodes `eval/accuracy` counts; a gain in the strict score alone is format;
     - `eval/chance`: a random option's expected score, where the split has closed-set answers (an env's `options`;
       an open answer counts 0);
-    - `eval/constant_best`: the score of the best single fixed answer (the most common gold answer's share)."""
+    - `eval/constant_best`: the score of the best single fixed answer (the most common gold answer's share);
+    - `eval/<task>/accuracy` and `eval/<task>/accuracy_lenient` for each task of a split that mixes them (an env's
+      `task`: reasoning_gym's), so a run can show what it learned and what it kept."""
     mine = [
-        (t.success is not None, t.info.get("lenient"), len(t.info.get("options") or ()), t.info.get("answer"))
+        (t.success, t.info.get("lenient"), len(t.info.get("options") or ()), t.info.get("answer"), t.info.get("task"))
         for t in trajs
     ]
     rows = [r for part in dist.all_gather_objects(mine) for r in part]
-    checked, m = [r for r in rows if r[0]], {}
+    checked, m = [r for r in rows if r[0] is not None], {}
     if checked and any(r[1] is not None for r in checked):  # an episode the env could not read is not lenient
         m["eval/accuracy_lenient"] = sum(bool(r[1]) for r in checked) / len(checked)
-    golds = [(k, normalize_answer(str(a))) for _, _, k, a in rows if a is not None]
+    tasks = sorted({r[4] for r in checked if isinstance(r[4], str)})
+    for task in tasks if len(tasks) > 1 else ():
+        mine = [r for r in checked if r[4] == task]
+        m[f"eval/{task}/accuracy"] = sum(bool(r[0]) for r in mine) / len(mine)
+        if any(r[1] is not None for r in mine):
+            m[f"eval/{task}/accuracy_lenient"] = sum(bool(r[1]) for r in mine) / len(mine)
+    golds = [(k, normalize_answer(str(a))) for _, _, k, a, _ in rows if a is not None]
     if golds:
         m["eval/constant_best"] = max(Counter(g for _, g in golds).values()) / len(golds)
         if any(k for k, _ in golds):

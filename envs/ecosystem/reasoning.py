@@ -20,12 +20,13 @@ import functools
 import json
 import random
 
-from envs.answers import stated_answer
+from envs.answers import LAST_PROMPT, stated_answer
 from envs.base import Env, Message, StepResult
 from envs.ecosystem import require
 
 TRAIN_SEED, TRAIN_SIZE = 0, 100_000  # train items come from Random(0 + i), i < 100_000 ...
 TEST_SEED = 1_000_000_000  # ... test items from Random(10^9 + i): the ranges never meet
+ANSWER_FORMATS = ("tags", "last")
 HELD_OUT = {"test": TEST_SEED, "validation": 2_000_000_000}  # validation items from Random(2 * 10^9 + i)
 
 
@@ -109,9 +110,16 @@ class ReasoningGymEnv(Env):
         weights=None,
         test_size: int = 50,
         system_prompt: str | None = None,
+        answer_format: str = "tags",
     ):
+        """`answer_format`: "tags" scores the last `<answer>` tag's content, reasoning-gym's own way (the default); "last"
+        scores the answer however the reply states it (`envs.answers.stated_answer`: a tag, `\\boxed{}`, `#### N`,
+        "the answer is N", else the last number), the prompt asking for "The answer is: N" (`LAST_PROMPT`). With
+        "last" the reward is the lenient score: the run trains the skill, not a format."""
         rg = require("reasoning_gym")
         names = _names(tasks)
+        if answer_format not in ANSWER_FORMATS:
+            raise ValueError(f"answer_format: unknown {answer_format!r}; valid: {list(ANSWER_FORMATS)}")
         size = int(test_size)
         cfg = {t: json.dumps(c, sort_keys=True) for t, c in _configs(names, config).items()}  # hashable: cache keys
         for t in names:  # unknown names and bad configs fail here, naming the valid ones
@@ -137,8 +145,9 @@ class ReasoningGymEnv(Env):
                     "config allows too few distinct questions (lower test_size)"
                 )
         self.entry = self.dataset[i]
-        self.system_prompt = system_prompt if system_prompt is not None else rg.utils.SYSTEM_PROMPTS["default"]
-        self.split, self.seed = split, seed
+        default = rg.utils.SYSTEM_PROMPTS["default"] if answer_format == "tags" else LAST_PROMPT
+        self.system_prompt = system_prompt if system_prompt is not None else default
+        self.split, self.seed, self.answer_format = split, seed, answer_format
 
     def reset(self) -> list[Message]:
         head = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
@@ -146,16 +155,23 @@ class ReasoningGymEnv(Env):
 
     def step(self, action: str) -> StepResult:
         rg = require("reasoning_gym")
-        answer = rg.utils.extract_answer(action) if isinstance(action, str) else None
+        stated = stated_answer(action)
+        tagged = rg.utils.extract_answer(action) if isinstance(action, str) else None
+        answer = tagged if self.answer_format == "tags" else stated
         reward = self._score(answer)
-        ok, stated = reward >= 1.0, stated_answer(action)
+        ok = reward >= 1.0
+        lenient = ok or (stated is not None and self._score(stated) >= 1.0)
         info = {
             "success": ok,
-            "lenient": ok or (stated is not None and self._score(stated) >= 1.0),
+            "lenient": lenient,
             "pred": answer,
             "answer": self.entry["answer"],
             "task": self.task,
-            "env_metrics": {f"{self.task}/reward": reward, f"{self.task}/success": float(ok)},
+            "env_metrics": {
+                f"{self.task}/reward": reward,
+                f"{self.task}/success": float(ok),
+                f"{self.task}/lenient": float(lenient),
+            },
         }
         return StepResult([], reward, True, info)
 

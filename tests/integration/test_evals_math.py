@@ -2,8 +2,10 @@
 a scripted OpenAI-compatible server (the --ckpt path with real vLLM is covered by the slow test in test_swebench)."""
 
 import json
+from collections import Counter
 
 import pytest
+import tyro
 
 from evals import common
 from evals import math as emath
@@ -181,3 +183,86 @@ def test_a_dataset_env_file_is_evaluated_with_its_prompt_and_math_verify(tmp_pat
         "halves": pytest.approx(4 / 6)
     }
     assert all(m[0] == {"role": "system", "content": "Box it."} for m in seen)  # the file's prompt, not text_math's
+
+
+# ---------------------------------------------------------------------------------------------- skill apart from format
+
+
+def _played(rows, replies, n_samples=1):
+    """The trajectories `evaluate` would get from `rollout`, without a model: each row's MathQAEnv fed `replies`."""
+    from nanosky.agent.trajectory import Trajectory
+
+    trajs = []
+    for row, reply in zip([r for r in rows for _ in range(n_samples)], replies):
+        env = emath.MathQAEnv(row["question"], row["answer"], messages=row.get("messages"), options=row.get("options"))
+        res = env.step(reply)
+        trajs.append(Trajectory(success=res.info.get("success"), reward=res.reward, turns=1, info=res.info))
+    return trajs
+
+
+def test_an_option_row_is_read_by_the_option_named_and_strict_by_the_tag_alone():
+    env = emath.MathQAEnv("Which is larger, 5 or 3?", "5", options=("5", "3"))
+    said = env.step("5 is larger than 3").info  # the last number (3) is not the answer; the option named (5) is
+    assert said["success"] and not said["strict"] and said["pred"] == "5" and said["options"] == ("5", "3")
+    assert env.step("<answer>5</answer>").info["strict"] and env.step("<answer>05</answer>").info["success"]
+    wrong = env.step("3 is larger than 5").info
+    assert not wrong["success"] and not wrong["strict"]
+    open_q = emath.MathQAEnv("What is 2 + 2?", "4").step("2 + 2 = 4").info  # an open row: the format-free reading
+    assert open_q["success"] and not open_q["strict"] and "options" not in open_q
+
+
+def test_the_report_gives_strict_accuracy_chance_and_the_best_constant_answer():
+    rows = [
+        {"id": "a", "question": "Is 4 even?", "answer": "yes", "source": "text_math", "options": ("yes", "no")},
+        {
+            "id": "b",
+            "question": "Who is tallest?",
+            "answer": "Ann",
+            "source": "text_math",
+            "options": ("Ann", "Ben", "Cy"),
+        },
+        {"id": "c", "question": "Is it?", "answer": "Yes.", "source": "text_math", "options": ()},  # open
+    ]
+    replies = ["<answer>yes</answer>", "Ann is the tallest.", "The answer is yes."]  # right, two without the tag
+    report, records = emath.report_of(rows, _played(rows, replies), emath.MathEvalConfig(), [], 1.0)
+    assert report["accuracy"] == 1.0 and report["accuracy_strict"] == pytest.approx(1 / 3)
+    assert report["chance"] == pytest.approx((1 / 2 + 1 / 3 + 0) / 3)
+    assert report["constant_best"] == pytest.approx(2 / 3)  # "yes" and "Yes." are one answer
+    assert [r["strict"] for r in records] == [True, False, False]
+    assert {"eval/math/accuracy_strict", "eval/math/chance", "eval/math/constant_best"} <= set(
+        common.metrics(report, "eval/math")
+    )
+    table = common.summary_table(report)
+    assert all(k in table for k in ("accuracy_strict", "chance", "constant_best"))
+
+
+def test_open_rows_have_no_chance_and_zero_rows_claim_nothing():
+    rows, _ = emath.load_rows("gsm8k", limit=4)
+    replies = [f"so it is {r['answer']}" for r in rows]  # right, never tagged
+    report, _ = emath.report_of(rows, _played(rows, replies), emath.MathEvalConfig(), [], 1.0)
+    assert "chance" not in report and report["accuracy"] == 1.0 and report["accuracy_strict"] == 0.0
+    assert report["constant_best"] == pytest.approx(max(Counter(r["answer"] for r in rows).values()) / 4)
+    empty, _ = emath.report_of([], [], emath.MathEvalConfig(), [], 0.0)
+    assert empty["accuracy"] != empty["accuracy"]  # NaN, not 0
+    assert not {"accuracy_strict", "chance", "constant_best"} & set(empty)
+    verified = [{"id": "v", "messages": [{"role": "user", "content": "1?"}], "question": "1?", "answer": "1"}]
+    report, _ = emath.report_of(
+        [r | {"source": "d"} for r in verified], _played(verified, ["1"]), emath.MathEvalConfig()
+    )
+    assert "accuracy_strict" not in report  # math-verify's rows have no tag reading
+
+
+def test_split_validation_loads_the_validation_problems_and_only_for_text_math():
+    from envs.text_math import test_problems, validation_problems
+
+    rows, bad = emath.load_rows("text_math", split="validation")
+    assert not bad and [r["question"] for r in rows] == [p.question for p in validation_problems()]
+    assert [r["options"] for r in rows] == [tuple(p.options) for p in validation_problems()]
+    test_rows, _ = emath.load_rows(None)
+    assert [r["options"] for r in test_rows] == [tuple(p.options) for p in test_problems()]
+    assert any(r["options"] for r in test_rows) and any(not r["options"] for r in test_rows)
+    assert tyro.cli(emath.MathEvalConfig, args=["--split", "validation"]).split == "validation"
+    with pytest.raises(ValueError, match="text_math"):
+        emath.MathEvalConfig(data="gsm8k", split="validation")
+    with pytest.raises(ValueError, match="text_math"):
+        emath.load_rows("gsm8k", split="validation")

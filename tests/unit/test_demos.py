@@ -79,7 +79,12 @@ def test_a_held_out_task_is_never_demonstrated_and_a_task_without_an_expert_is_a
 
     [t] = _play([NoExpert(envs.make("math", "train", seed=0))], tok).trajs
     assert t.stop_reason == "env_error" and "no expert" in t.error
-    assert not envs.has_expert("tool_use") and envs.has_expert("math") and envs.has_expert("alfworld_lite")
+    assert (
+        not envs.has_expert("reasoning_gym")
+        and envs.has_expert("tool_use")
+        and envs.has_expert("math")
+        and envs.has_expert("alfworld_lite")
+    )
 
 
 def test_a_dataset_rows_solution_is_demonstrated_through_the_loop_with_only_its_tokens_trained(tmp_path):

@@ -275,7 +275,8 @@ def test_sft_needs_an_env_with_an_expert_and_a_run_dir_is_a_model_path(tmp_path)
     """`--algo sft` on an env without a scripted expert is one line naming the envs that have one; `--model.path` a
     run dir (an SFT run's, to start RL from) is its latest checkpoint's export, and a run with none yet is refused."""
     _fails(
-        _cfg(tmp_path, "--algo", "sft", "--env", "tool_use"), r"--algo sft: env 'tool_use' has no scripted expert.*math"
+        _cfg(tmp_path, "--algo", "sft", "--env", "reasoning_gym"),
+        r"--algo sft: env 'reasoning_gym' has no scripted expert.*math",
     )
     preflight.check(_cfg(tmp_path, "--algo", "sft", "--env", "math"), world=1)
     _fails(  # a game without a scripted player

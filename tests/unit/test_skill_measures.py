@@ -101,8 +101,18 @@ def test_the_validation_split_shares_no_question_with_test_or_train():
     assert len(val) == len(test) == 200 and not val & test
     assert not {train_problem(s).question for s in range(3000)} & (val | test)
     assert envs.make("math", "validation", 3).problem == validation_problems()[3]
-    with pytest.raises(ValueError, match="env 'tool_use': split must be one of train, test"):
-        envs.make("tool_use", "validation", 0)
+    with pytest.raises(ValueError, match="env 'alfworld_lite': split must be"):
+        envs.make("alfworld_lite", "validation", 0)
+
+
+def test_tool_use_validation_split_shares_no_question_with_test_or_train():
+    from envs.tool_use import KINDS, VALIDATION_SIZE, test_tasks, train_task
+
+    val, test = {t.question for t in test_tasks(split="validation")}, {t.question for t in test_tasks()}
+    assert len(val) == VALIDATION_SIZE and not val & test
+    assert not {train_task(s).question for s in range(2000)} & (val | test)
+    assert envs.make("tool_use", "validation", 7).task == test_tasks(KINDS, "validation")[7]
+    assert envs.make("tool_use", "validation", 7, kinds=("python",)).task.kind == "python"
 
 
 def test_reasoning_gym_has_a_validation_split_and_a_lenient_verdict():
@@ -118,12 +128,41 @@ def test_reasoning_gym_has_a_validation_split_and_a_lenient_verdict():
     info = env.step(f"The answer is {answer}").info  # no tags: the strict score reads nothing
     assert info["success"] is False and info["lenient"] is True
     assert env.step(f"<answer>{answer}</answer>").info["lenient"] is True
+    assert env.step("The answer is 1").info["env_metrics"]["basic_arithmetic/lenient"] == float(answer == "1")
+
+
+def test_reasoning_gym_in_the_stated_answer_format_rewards_the_answer_however_stated():
+    pytest.importorskip("reasoning_gym")
+    kw = {"tasks": "chain_sum", "config": '{"chain_sum": {"max_terms": 2, "max_digits": 1}}', "test_size": 5}
+    env = envs.make("reasoning_gym", "test", 1, answer_format="last", **kw)
+    assert "The answer is" in env.reset()[0]["content"]  # its prompt asks for the model's own closing line
+    answer = env.entry["answer"]
+    for reply in (f"so it is {answer}", f"The answer is: {answer}.", f"<answer>{answer}</answer>"):
+        r = env.step(reply)
+        assert (r.reward, r.info["success"], r.info["lenient"]) == (1.0, True, True), reply
+    wrong = env.step(f"The answer is {int(answer) + 1}, not {answer}")  # the statement wins over the last number
+    assert (wrong.reward, wrong.info["lenient"]) == (0.0, False)
+    assert envs.make("reasoning_gym", "test", 1, **kw).step(f"so it is {answer}").reward == 0.0  # tags: strict
+    with pytest.raises(ValueError, match="answer_format: unknown 'boxed'"):
+        envs.make("reasoning_gym", "test", 1, answer_format="boxed", **kw)
+
+
+def test_a_split_of_several_tasks_reports_each_tasks_accuracy():
+    dist.init_distributed()
+
+    def ep(task, success, lenient):
+        return Trajectory(success=success, info={"task": task, "answer": "1", "lenient": lenient})
+
+    m = answer_metrics([ep("a", True, True), ep("a", False, True), ep("b", False, False), ep("b", None, None)])
+    assert (m["eval/a/accuracy"], m["eval/a/accuracy_lenient"]) == (0.5, 1.0)
+    assert (m["eval/b/accuracy"], m["eval/b/accuracy_lenient"]) == (0.0, 0.0)  # the unchecked episode: not counted
+    assert not any(k.startswith("eval/a/") for k in answer_metrics([ep("a", True, True)]))  # one task: the headline
 
 
 def test_the_eval_split_is_one_the_env_makes():
     assert parse_args(["--eval.split", "validation"], console=False).eval.split == "validation"
-    with pytest.raises(UsageError, match=r"--eval.split 'validation': env 'tool_use' makes only train, test"):
-        parse_args(["--env", "tool_use", "--eval.split", "validation"], console=False)
+    with pytest.raises(UsageError, match=r"--eval.split 'validation': env 'alfworld_lite' makes only train, test"):
+        parse_args(["--env", "alfworld_lite", "--eval.split", "validation"], console=False)
 
 
 def test_a_tool_use_episode_that_states_its_answer_without_tags_is_lenient_not_strict():

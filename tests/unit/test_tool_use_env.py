@@ -54,21 +54,44 @@ def test_splits_are_disjoint_in_questions_and_entities():
     assert len({t.question for t in train}) > 600  # plenty of distinct training tasks
 
 
-def test_without_a_scripted_expert_expert_action_refuses_in_one_line_and_costs_only_its_episode():
-    """tool_use's expert writes whole conversations (`expert_conversation`), not a next reply: `Env.expert_action`
-    raises `NoExpert` naming the env, `has_expert` says no for any kwargs, and an `EnvTask` (what SFT's
-    demonstrator plays) makes the refusal this episode's error."""
+def test_the_expert_makes_the_gold_calls_then_answers_and_refuses_held_out_tasks():
+    """`--algo sft --env tool_use`: each expert reply is the task's next gold call, then the answer; a held-out split
+    has no expert (it is never taught), and an `EnvTask` (what SFT's demonstrator plays) makes that refusal the
+    episode's error."""
     import asyncio
 
     from nanosky.agent.task import EnvError, EnvTask
 
-    env = _env()
-    with pytest.raises(NoExpert, match=r"^env 'tool_use' has no scripted expert to demonstrate it$"):
-        env.expert_action()
-    assert not envs.has_expert("tool_use") and not envs.has_expert("tool_use", kinds=["arith"])
-    assert envs.env_class("tool_use").expert_refusal() == "env 'tool_use' has no scripted expert to demonstrate it"
-    with pytest.raises(EnvError, match="no scripted expert"):
-        asyncio.run(EnvTask(env).expert_action())
+    assert envs.has_expert("tool_use") and envs.has_expert("tool_use", kinds=["arith", "python"])
+    env = _env("python", seed=3)
+    first = env.expert_action()
+    assert first == format_tool_call(*env.task.calls[0])
+    res = env.step(first)
+    assert res.observations and res.observations[0]["role"] == "tool" and not res.done
+    res = env.step(env.expert_action())
+    assert res.done and res.info["success"] and res.reward == 1.0
+    for split in ("test", "validation"):
+        with pytest.raises(NoExpert, match=rf"no expert on the {split} split"):
+            _env(split=split).expert_action()
+    with pytest.raises(EnvError, match="no expert on the test split"):
+        asyncio.run(EnvTask(_env(split="test")).expert_action())
+    with pytest.raises(NoExpert, match="need more than max_turns=1"):
+        _env(max_turns=1).expert_action()
+
+
+@pytest.mark.parametrize("split", ["test", "validation"])
+def test_the_expert_passes_its_own_scorer_on_every_held_out_task(split):
+    """The expert's policy (`_expert_reply`, what `expert_action` returns on train) solves every held-out task, all
+    kinds, when played through `step`: its calls run, and its answer scores 1.0."""
+    pool = test_tasks(ALL_KINDS, split)
+    for seed, task in enumerate(pool):
+        env = ToolUseEnv(split=split, seed=seed, kinds=ALL_KINDS)
+        assert env.task == task
+        env.reset()
+        while not (res := env.step(env._expert_reply())).done:
+            pass
+        assert res.reward == 1.0 and res.info["success"], task.question
+        assert res.info["tool_calls"] == len(task.calls) and res.info["invalid_calls"] == 0
 
 
 @pytest.mark.parametrize("split", ["train", "test"])
@@ -220,7 +243,7 @@ def test_step_never_raises():
 def test_kinds_and_split_validation():
     with pytest.raises(ValueError):
         ToolUseEnv(kinds=("nope",))
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="split must be one of train, validation, test"):
         ToolUseEnv(split="dev")
     assert all(ToolUseEnv(split="test", seed=s, kinds=("python",)).task.kind == "python" for s in range(5))
     assert set(KINDS) < set(ALL_KINDS)
