@@ -5,6 +5,8 @@ Each preset's numbers come from measured runs; the comments say which, and `docs
 
 from __future__ import annotations
 
+import json
+
 import algos
 from nanosky.config import (
     EngineConfig,
@@ -70,6 +72,51 @@ def smollm2_logic() -> TrainConfig:
         optim=OptimConfig(lr=2e-5, micro_batch_size=16),
         eval=EvalConfig(every=10, limit=66, n_samples=4, temperature=0.7),  # the 66 held-out logic problems
         log=LogConfig(run_dir="runs/smollm2_logic-{algo}", ckpt_every=0),
+    )
+
+
+SMOLLM2_ARITH_TASKS = {  # reasoning-gym configs where SmolLM2-135M's lenient held-out accuracy is 10-30 %
+    "basic_arithmetic": {
+        "min_terms": 2,
+        "max_terms": 2,
+        "max_digits": 2,
+        "operators": ["+", "-", "*"],
+        "allow_parentheses": False,
+        "allow_negation": False,
+    },
+    "chain_sum": {"min_terms": 2, "max_terms": 3, "max_digits": 2},
+    "letter_counting": {"min_words": 3, "max_words": 6},  # held-out only (weight 0): does the run keep it?
+    "products": {"max_digits": 2},  # held-out only (weight 0)
+}
+
+
+def smollm2_arith() -> TrainConfig:
+    """GRPO on reasoning-gym's small sums (basic_arithmetic: 2 terms of 1-2 digits, + - ×; chain_sum: 2-3 terms) with
+    SmolLM2-135M-Instruct, full fine-tuning (needs the `gyms` extra: `pip install -e '.[gyms]'`).
+
+    Open answers (chance ~0), scored however the reply states them (`answer_format last`: the reward is the lenient
+    score, so the run learns the sums, not a format). The held-out split has 50 questions per task, letter_counting
+    and products among them at weight 0: never trained on, they show what the run keeps. 20 steps, chosen on the
+    validation split (the eval split here; `--eval.split test` for the final figure only); T = 0.7 and lr 2e-5 as
+    `smollm2_logic`. Runs and numbers: docs/experiments/real_model.md."""
+    return TrainConfig(
+        env="reasoning_gym",
+        env_kwargs={
+            "tasks": ",".join(SMOLLM2_ARITH_TASKS),
+            "weights": "1,1,0,0",
+            "config": json.dumps(SMOLLM2_ARITH_TASKS),
+            "answer_format": "last",
+            "test_size": 50,
+        },
+        model=ModelConfig(path="smollm2-135m"),
+        steps=20,
+        rollout=RolloutConfig(
+            group_size=8, prompts_per_step=8, max_new_tokens=128, max_total_tokens=384, temperature=0.7
+        ),
+        optim=OptimConfig(lr=2e-5, micro_batch_size=16),
+        # every held-out question: 4 tasks x 50, interleaved (seed k is task k % 4, item k // 4)
+        eval=EvalConfig(every=10, limit=200, n_samples=2, temperature=0.7, split="validation"),
+        log=LogConfig(run_dir="runs/smollm2_arith-{algo}", ckpt_every=0),
     )
 
 
@@ -206,6 +253,7 @@ PRESETS = {
     "demo": demo,
     "smoke": smoke,
     "smollm2_logic": smollm2_logic,
+    "smollm2_arith": smollm2_arith,
     "bench": bench,
     "compare": compare,
     "tool_use": tool_use,
