@@ -173,3 +173,17 @@ def test_a_tool_use_episode_that_states_its_answer_without_tags_is_lenient_not_s
     env = envs.make("tool_use", "test", 0)
     env.reset()
     assert env.step(f"<answer>{env.task.answer}</answer>").info["lenient"] is True
+
+
+def test_the_smollm2_arith_preset_trains_two_tasks_and_holds_two_out():
+    """`--preset smollm2_arith`: train draws only the sums (weights 1,1,0,0); its held-out split interleaves all four
+    tasks, so `--eval.limit 200` is every held-out question, and each answer is scored however it is stated."""
+    pytest.importorskip("reasoning_gym")
+    cfg = parse_args(["--preset", "smollm2_arith"], console=False)
+    assert (cfg.env, cfg.eval.split, cfg.model.path) == ("reasoning_gym", "validation", "smollm2-135m")
+    kw = cfg.env_args()
+    assert {envs.make("reasoning_gym", "train", s, **kw).task for s in range(200)} == {"basic_arithmetic", "chain_sum"}
+    held = [envs.make("reasoning_gym", "validation", s, **kw) for s in range(cfg.eval.limit)]
+    assert [sum(e.task == t for e in held) for t in kw["tasks"].split(",")] == [50, 50, 50, 50]
+    env = held[0]
+    assert env.task == "basic_arithmetic" and env.step(f"so it is {env.entry['answer']}").reward == 1.0
