@@ -212,7 +212,13 @@ def test_reasoning_gym_gold_wrong_malformed_and_disjoint_splits():
         assert "<answer>" in env.reset()[0]["content"]
         gold = env.step(f"<answer>{env.entry['answer']}</answer>")
         assert gold.reward == 1.0 and gold.info["success"]
-        assert gold.info["env_metrics"] == {f"{env.task}/reward": 1.0, f"{env.task}/success": 1.0}
+        assert gold.info["env_metrics"] == {
+            f"{env.task}/reward": 1.0,
+            f"{env.task}/success": 1.0,
+            f"{env.task}/lenient": 1.0,
+        }
+        untagged = env.step(f"So the answer is {env.entry['answer']}.")  # right, but not in the tag
+        assert untagged.reward == 0.0 and untagged.info["env_metrics"][f"{env.task}/lenient"] == 1.0
         assert env.step("<answer>not a number</answer>").reward == 0.0
         for bad in MALFORMED:
             assert env.step(bad).reward == 0.0
