@@ -5,6 +5,7 @@ resume. `--precision auto`: bf16 on a CPU with bf16 units, fp32 elsewhere; the t
 the run's own calibrated tolerance."""
 
 import json
+import math
 import os
 import shutil
 
@@ -44,3 +45,57 @@ def test_smollm2_trains_at_two_ranks_with_lora_and_resumes_exactly(tmp_path):
     for tag in TAGS:
         assert b[tag][-1] == a[tag][-1], (tag, a[tag], b[tag])
     assert os.path.exists(resumed / "checkpoints" / "step_000002")
+
+
+TOOLS = ["--model.path", "smollm2-135m", "--env", "tool_use", "--env-kwargs.kinds", '["arith", "python"]']
+TOOLS += ["--rollout.max-new-tokens", "48", "--rollout.max-total-tokens", "700", "--engine.max-model-len", "1024"]
+TOOLS += ["--eval.every", "0"]
+TOOLS += ["--eval.limit", "2", "--log.ckpt-every", "0", "--log.no-tqdm", "--precision", "fp32"]
+
+
+def test_smollm2_is_taught_tool_calls_through_the_fallback_rendering_then_samples_with_it(tmp_path):
+    """SmolLM2's template has no tools section (issue 72): the schemas go in the system turn (`chat.TOOLS_FALLBACK`).
+    `--algo sft` on tool_use at 2 ranks: the expert's calls are parsed and run by the env, and the episodes (the
+    fallback's prompt, the call, the tool's output, the answer) are trained on. Then a GRPO step from that model: the
+    engine's prompts carry the same rendering, and the trainer's log-probs of the sampled turns agree with the
+    engine's under the probe's tolerance (token-in / token-out exact)."""
+    from nanosky.bundled import resolve_model_path
+    from nanosky.rollout.chat import load_tokenizer, render, renders_tools
+
+    sft, rl = tmp_path / "sft", tmp_path / "rl"
+    r = torchrun(
+        [*TOOLS, "--algo", "sft", "--steps", "2", "--rollout.prompts-per-step", "4", "--optim.lr", "1e-4"]
+        + ["--log.run-dir", str(sft)],
+        timeout=900,
+    )
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
+    a = scalars(str(sft))
+    assert [st for st, _ in a["train/nll"]] == [1, 2] and all(math.isfinite(v) and v > 0 for _, v in a["train/nll"])
+    assert all(v == 1.0 for _, v in a["train/reward_mean"])  # every demonstration solves its task
+    tok = load_tokenizer(resolve_model_path("smollm2-135m"))
+    assert not renders_tools(tok)
+    rows = [json.loads(x) for x in open(sft / "rollouts.jsonl")]
+    trained = [x for x in rows if x["split"] == "train"]
+    assert trained and all(x["tool_calls"] >= 1 and x["invalid_tool_calls"] == 0 for x in trained)
+    for x in trained:
+        roles = [m["role"] for m in x["messages"]]
+        assert roles[:3] == ["system", "user", "assistant"] and "tool" in roles, roles
+        assert x["messages"][2]["content"].startswith('<tool_call>{"name": "')
+    import envs
+
+    env = envs.make("tool_use", "train", 0, kinds=("arith", "python"))
+    schemas = [t.schema for t in env.tools]
+    first = trained[0]
+    prompt = render(tok, first["messages"][:2], schemas, add_generation_prompt=True)
+    assert "# Tools" in prompt and '"name": "calculator"' in prompt
+    assert first["prompt_len"] == len(tok(prompt, add_special_tokens=False)["input_ids"])  # the fallback, as rendered
+
+    rl_args = ["--algo", "grpo", "--model.path", str(sft), "--steps", "1", "--rollout.prompts-per-step", "2"]
+    rl_args += ["--rollout.group-size", "2", "--optim.no-skip-zero-adv", "--algorithm.entropy-coef", "0.01"]
+    r = torchrun([*TOOLS, *rl_args, "--optim.lr", "1e-5", "--log.run-dir", str(rl)], timeout=900)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
+    b = scalars(str(rl))
+    [(_, tol)] = b["rollout/probe_tol"]
+    assert all(v < tol for _, v in b["rollout/logprob_diff_mean"]), (b["rollout/logprob_diff_mean"], tol)
+    sampled = [json.loads(x) for x in open(rl / "rollouts.jsonl")]
+    assert sampled and all(x["prompt_len"] > 400 for x in sampled if x["split"] == "train")  # the schemas were there
