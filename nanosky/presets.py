@@ -51,8 +51,8 @@ def smoke() -> TrainConfig:
 
 
 def smollm2_logic() -> TrainConfig:
-    """`make demo-real`: GRPO on text_math's logic problems (`make demo`'s task) with a real pretrained model,
-    SmolLM2-135M-Instruct from the PyPI wheel's GGUF (`--model.path smollm2-135m`), full fine-tuning.
+    """GRPO on text_math's logic problems (`make demo`'s task) with a real pretrained model, SmolLM2-135M-Instruct
+    from the PyPI wheel's GGUF (`--model.path smollm2-135m`), full fine-tuning.
 
     The model's own answer format ("The answer is: N", else the last number: `answer_format last`): it ignores
     `<answer>` tags and rarely writes `####`. Zero-shot it rarely names one of the options (asked "Which is larger,
@@ -91,8 +91,9 @@ SMOLLM2_ARITH_TASKS = {  # reasoning-gym configs where SmolLM2-135M's lenient he
 
 
 def smollm2_arith() -> TrainConfig:
-    """GRPO on reasoning-gym's small sums (basic_arithmetic: 2 terms of 1-2 digits, + - ×; chain_sum: 2-3 terms) with
-    SmolLM2-135M-Instruct, full fine-tuning (needs the `gyms` extra: `pip install -e '.[gyms]'`).
+    """`make demo-real`: GRPO on reasoning-gym's small sums (basic_arithmetic: 2 terms of 1-2 digits, + - ×;
+    chain_sum: 2-3 terms) with SmolLM2-135M-Instruct, full fine-tuning (needs the `gyms` extra, which `make` installs:
+    `pip install -e '.[gyms]'`).
 
     Open answers (chance ~0), scored however the reply states them (`answer_format last`: the reward is the lenient
     score, so the run learns the sums, not a format). The held-out split has 50 questions per task, letter_counting
