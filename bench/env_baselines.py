@@ -27,6 +27,8 @@ def main() -> None:
         ("webshop_lite", "webshop_lite", {}),
         ("webshop_lite (page_size 3)", "webshop_lite", {"page_size": 3}),
         ("alfworld_lite", "alfworld_lite", {}),
+        # `--preset alfworld_lite`'s rooms and held-out split: the chance level of its runs
+        ("alfworld_lite (rooms of 3-5, unseen)", "alfworld_lite", {"n_receptacles": [3, 5], "test_set": "unseen"}),
     ):
         rng = random.Random(0)
         for policy, fn in (

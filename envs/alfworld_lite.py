@@ -31,7 +31,8 @@ cool or clean where the task asks for it; each object placed; for look_at_obj_in
 it): a failed episode that got further earns more, so a group of failures still ranks its episodes, and the
 anchor states of GiGPO see different returns. It cannot be farmed (each subgoal pays once) and success stays
 `info["won"]`. `test_set="seen"` makes the test split ALFWorld's in-distribution held-out set (the train split's
-task kinds in households never drawn for training) instead of the unseen task kinds ("unseen", the default).
+task kinds in households never drawn for training) instead of the unseen task kinds ("unseen", the default); the
+validation split holds the test split's kinds in households of its own (for choosing the lr and the steps).
 `show_actions=True` ends every observation with the admissible commands (`available_actions()`); `state_key()`
 (also `info["state_key"]`) names the state canonically for GiGPO's anchor groups.
 """
@@ -87,6 +88,7 @@ class AlfWorldEnv(Env):
 
     name = "alfworld_lite"
     max_turns = 30
+    splits = ("train", "validation", "test")
 
     def __init__(
         self,
@@ -99,8 +101,8 @@ class AlfWorldEnv(Env):
         progress_reward: float = 0.0,
         test_set: str = "unseen",
     ):
-        if split not in ("train", "test"):
-            raise ValueError(f"split must be 'train' or 'test', got {split!r}")
+        if split not in self.splits:
+            raise ValueError(f"split must be one of {', '.join(self.splits)}, got {split!r}")
         if test_set not in ("unseen", "seen"):
             raise ValueError(f"test_set must be 'unseen' or 'seen', got {test_set!r}")
         if invalid_penalty < 0:
@@ -115,7 +117,10 @@ class AlfWorldEnv(Env):
             raise ValueError(f"max_steps must be >= 1, got {max_steps}")
         self.split, self.seed, self.max_turns, self.show_actions = split, seed, max_steps, show_actions
         self.invalid_penalty, self.progress_reward = float(invalid_penalty), float(progress_reward)
-        where = "seen" if split == "test" and test_set == "seen" else split
+        # validation: the test split's kinds (unseen or seen) in households of their own
+        where = {"train": "train", "test": "test", "validation": "validation"}[split]
+        if split != "train" and test_set == "seen":
+            where = {"test": "seen", "validation": "validation_seen"}[split]
         self.layout: Layout = make_layout(where, seed, tuple(n_receptacles))
         self.task = self.layout.task
         self.reset()

@@ -273,11 +273,14 @@ def _sample(rng: random.Random, n_receptacles: tuple[int, int]) -> Layout | None
 def make_layout(split: str, seed: int, n_receptacles: tuple[int, int] = (6, 10)) -> Layout:
     """The layout of episode `seed` of `split`: deterministic, redrawn until its task belongs to `split`. "seen" is
     ALFWorld's in-distribution held-out set (valid_seen): tasks of the train split's (type, object, target) kinds
-    in households drawn from their own seed stream, so none is a training episode; "test" holds the unseen kinds."""
-    if split not in ("train", "test", "seen"):
-        raise ValueError(f"split must be 'train', 'test' or 'seen', got {split!r}")
+    in households drawn from their own seed stream, so none is a training episode; "test" holds the unseen kinds.
+    "validation" and "validation_seen" hold the same kinds as "test" and "seen", in households of their own seed
+    streams: for choosing the lr and the steps without reading the test split."""
+    kinds = {"train": "train", "test": "test", "seen": "train", "validation": "test", "validation_seen": "train"}
+    if split not in kinds:
+        raise ValueError(f"split must be one of {', '.join(kinds)}, got {split!r}")
     rng = random.Random(f"alfworld/{split}/{seed}")
     while True:
         layout = _sample(rng, n_receptacles)
-        if layout is not None and task_split(layout.task) == ("train" if split == "seen" else split):
+        if layout is not None and task_split(layout.task) == kinds[split]:
             return layout

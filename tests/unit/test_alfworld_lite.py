@@ -52,6 +52,22 @@ def test_layouts_are_deterministic_split_disjoint_and_cover_all_task_types():
     assert not tasks["train"] & tasks["test"]
 
 
+@pytest.mark.parametrize("test_set", ["unseen", "seen"])
+def test_the_validation_split_holds_the_test_kinds_in_households_of_its_own(test_set):
+    """`--eval.split validation`: the test split's task kinds (unseen, or seen), none of its households."""
+
+    def episodes(split):
+        return [envs.make("alfworld_lite", split, s, test_set=test_set).layout for s in range(150)]
+
+    train, val, test = episodes("train"), episodes("validation"), episodes("test")
+    kinds = {split: {task_split(lay.task) for lay in lays} for split, lays in (("val", val), ("test", test))}
+    assert kinds["val"] == kinds["test"] == {"test" if test_set == "unseen" else "train"}
+    assert not {repr(lay) for lay in val} & {repr(lay) for lay in test + train}
+    assert len({(lay.task.type, lay.task.obj) for lay in val}) > 10
+    with pytest.raises(ValueError, match="split must be one of train, validation, test"):
+        envs.make("alfworld_lite", "valid", 0)
+
+
 def test_reset_reads_like_alfworld_and_make_passes_kwargs():
     env = envs.make("alfworld_lite", split="test", seed=4)
     assert isinstance(env, AlfWorldEnv) and env.max_turns == 30
