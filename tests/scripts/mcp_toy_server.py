@@ -1,0 +1,62 @@
+"""A toy MCP server for the tests (the `mcp` SDK's MCPServer): a notes file in the working folder, and faults on
+demand. `python mcp_toy_server.py [--folder DIR] [--http PORT]`: stdio by default, streamable HTTP on 127.0.0.1:PORT."""
+
+import os
+import sys
+import time
+
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+
+server = MCPServer("toy", log_level="WARNING")
+
+
+@server.tool()
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+@server.tool()
+def note(text: str) -> str:
+    """Append a line to notes.txt in the server's folder; returns every line so far."""
+    with open("notes.txt", "a") as f:
+        f.write(text + "\n")
+    return open("notes.txt").read()
+
+
+@server.tool()
+def fail(reason: str) -> str:
+    """A tool error (is_error)."""
+    raise ToolError(reason)
+
+
+@server.tool()
+def hang() -> str:
+    """Never answers."""
+    time.sleep(3600)
+    return ""
+
+
+@server.tool()
+def die() -> str:
+    """The server exits mid-call."""
+    os._exit(3)
+
+
+@server.tool()
+def garble() -> str:
+    """Writes a line that is not JSON-RPC to the protocol stream, then never answers."""
+    sys.stdout.write("this is not json\n")
+    sys.stdout.flush()
+    time.sleep(3600)
+    return ""
+
+
+if __name__ == "__main__":
+    if "--folder" in sys.argv:
+        os.chdir(sys.argv[sys.argv.index("--folder") + 1])
+    if "--http" in sys.argv:
+        server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[sys.argv.index("--http") + 1]))
+    else:
+        server.run()
