@@ -13,7 +13,8 @@ function called with the episode's prompt, final reply and row). `env_metrics`: 
 
 Isolation: a command that names `{episode_dir}` gets a fresh folder per episode, a copy of `template` (a database
 file, a repository), and a server of its own, stopped when the episode closes; a command without it is started
-once per env worker and shared by its episodes (a URL likewise). A server that exits, hangs past `call_timeout_s` or
+once per env worker and shared by its episodes (a URL likewise). `tools` ("read_query,list_tables") offers a subset of the server's tools. A server that exits, hangs past
+`call_timeout_s` or
 breaks the protocol costs that episode (the env pool's `envs/failed`); the next episode starts a new one.
 
 Tasks come in `--env dataset`'s layouts (envs/ecosystem/rows.py): the test split is `test_data`, else a hash of the
@@ -98,6 +99,7 @@ class MCPEnv(Env):
         max_turns: int = 4,
         call_timeout_s: float = 10.0,
         max_calls_per_turn: int = 2,
+        tools: str | None = None,
     ):
         if data_path is None:
             raise ValueError("env 'mcp' needs its tasks: --env-data FILE (question and answer columns)")
@@ -129,7 +131,14 @@ class MCPEnv(Env):
                 raise
         else:
             self.own, self.shared = None, (server, server_url)
-        self.tools = [MCPTool(spec, lambda: self.server) for spec in self.server.tools()]
+        specs = self.server.tools()
+        if tools is not None:  # a subset of the server's tools, in the order given
+            by_name, wanted = {t["name"]: t for t in specs}, [n.strip() for n in tools.split(",") if n.strip()]
+            if missing := [n for n in wanted if n not in by_name]:
+                self.close()
+                raise ValueError(f"env 'mcp': the server has no tool {missing[0]!r}; it has {', '.join(by_name)}")
+            specs = [by_name[n] for n in wanted]
+        self.tools = [MCPTool(spec, lambda: self.server) for spec in specs]
         self.reset()
 
     @property
