@@ -26,6 +26,8 @@ if TYPE_CHECKING:
     from nanosky.logger import RunLogger
 
 
+MAX_TASKS = 16  # a split with more distinct tasks gets no per-task accuracy
+
 def evaluate(rollout_fn, limit: int, n_samples: int, judge_fn=None) -> tuple[dict[str, float], list]:
     """Mean@n success on the first `limit` test episodes, split across ranks. `rollout_fn(seeds)` rolls out the
     test episodes with those seeds; `judge_fn(trajs)` -> (score sum, scored, masked groups) judges them. Returns
@@ -67,7 +69,8 @@ def answer_metrics(trajs: list) -> dict[str, float]:
       an open answer counts 0);
     - `eval/constant_best`: the score of the best single fixed answer (the most common gold answer's share);
     - `eval/<task>/accuracy` and `eval/<task>/accuracy_lenient` for each task of a split that mixes them (an env's
-      `task`: reasoning_gym's), so a run can show what it learned and what it kept."""
+      `task`: reasoning_gym's), so a run can show what it learned and what it kept; up to `MAX_TASKS` (alfworld's
+      `task` is each episode's instruction: no tags for those)."""
     mine = [
         (t.success, t.info.get("lenient"), len(t.info.get("options") or ()), t.info.get("answer"), t.info.get("task"))
         for t in trajs
@@ -77,7 +80,7 @@ def answer_metrics(trajs: list) -> dict[str, float]:
     if checked and any(r[1] is not None for r in checked):  # an episode the env could not read is not lenient
         m["eval/accuracy_lenient"] = sum(bool(r[1]) for r in checked) / len(checked)
     tasks = sorted({r[4] for r in checked if isinstance(r[4], str)})
-    for task in tasks if len(tasks) > 1 else ():
+    for task in tasks if 1 < len(tasks) <= MAX_TASKS else ():  # kinds, not one tag per episode's text
         mine = [r for r in checked if r[4] == task]
         m[f"eval/{task}/accuracy"] = sum(bool(r[0]) for r in mine) / len(mine)
         if any(r[1] is not None for r in mine):

@@ -10,7 +10,7 @@ from envs.text_math import TextMathEnv, test_problems, train_problem, validation
 from nanosky import dist
 from nanosky.agent.trajectory import Trajectory
 from nanosky.cli import parse_args
-from nanosky.evaluate import answer_metrics
+from nanosky.evaluate import MAX_TASKS, answer_metrics
 from nanosky.preflight import UsageError
 
 
@@ -94,6 +94,11 @@ def test_chance_and_the_best_constant_answer_over_a_closed_set_split():
     assert m["eval/accuracy_lenient"] == 0.5
     assert answer_metrics([Trajectory(success=False)]) == {}  # an env that says nothing: nothing claimed
     assert answer_metrics([]) == {}  # over zero episodes: absent, never 0
+    # a split mixing a few tasks: each one's accuracy; one task per episode (alfworld's instructions): none
+    by_task = [Trajectory(success=i % 2 == 0, info={"task": f"t{i % 2}", "answer": "1"}) for i in range(4)]
+    assert answer_metrics(by_task)["eval/t0/accuracy"] == 1.0 and answer_metrics(by_task)["eval/t1/accuracy"] == 0.0
+    many = [Trajectory(success=True, info={"task": f"put {i} in box", "answer": "1"}) for i in range(MAX_TASKS + 1)]
+    assert not [k for k in answer_metrics(many) if k.startswith("eval/put")]
 
 
 def test_the_validation_split_shares_no_question_with_test_or_train():
@@ -101,8 +106,8 @@ def test_the_validation_split_shares_no_question_with_test_or_train():
     assert len(val) == len(test) == 200 and not val & test
     assert not {train_problem(s).question for s in range(3000)} & (val | test)
     assert envs.make("math", "validation", 3).problem == validation_problems()[3]
-    with pytest.raises(ValueError, match="env 'alfworld_lite': split must be"):
-        envs.make("alfworld_lite", "validation", 0)
+    with pytest.raises(ValueError, match="env 'webshop_lite': split must be"):
+        envs.make("webshop_lite", "validation", 0)
 
 
 def test_tool_use_validation_split_shares_no_question_with_test_or_train():
@@ -161,8 +166,8 @@ def test_a_split_of_several_tasks_reports_each_tasks_accuracy():
 
 def test_the_eval_split_is_one_the_env_makes():
     assert parse_args(["--eval.split", "validation"], console=False).eval.split == "validation"
-    with pytest.raises(UsageError, match=r"--eval.split 'validation': env 'alfworld_lite' makes only train, test"):
-        parse_args(["--env", "alfworld_lite", "--eval.split", "validation"], console=False)
+    with pytest.raises(UsageError, match=r"--eval.split 'validation': env 'webshop_lite' makes only train, test"):
+        parse_args(["--env", "webshop_lite", "--eval.split", "validation"], console=False)
 
 
 def test_a_tool_use_episode_that_states_its_answer_without_tags_is_lenient_not_strict():
