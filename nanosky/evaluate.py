@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
 MAX_TASKS = 16  # a split with more distinct tasks gets no per-task accuracy
 
+
 def evaluate(rollout_fn, limit: int, n_samples: int, judge_fn=None) -> tuple[dict[str, float], list]:
     """Mean@n success on the first `limit` test episodes, split across ranks. `rollout_fn(seeds)` rolls out the
     test episodes with those seeds; `judge_fn(trajs)` -> (score sum, scored, masked groups) judges them. Returns
