@@ -247,6 +247,18 @@ def saved_splits(path: str) -> set[str]:
     return set(json.loads(p.read_text()).get("splits", [])) if p.is_file() else set()
 
 
+def read_tasks(path: str, which: str, make: Callable[[dict], Task]) -> list[Task]:
+    """Every row of `path` (its `which` split) made into a task by `make`; a row that does not read is one line
+    naming the file and the row."""
+    out = []
+    for i, row in enumerate(read_rows(path, which)):
+        try:
+            out.append(make(row))
+        except DataError as e:
+            raise DataError(f"{path} row {i}: {e}") from None
+    return out
+
+
 def split_tasks(
     data_path: str, split: str, test_data: str | None, test_fraction: float, make: Callable[[dict], Task]
 ) -> tuple[Task, ...]:
@@ -255,13 +267,7 @@ def split_tasks(
     split gives its own; otherwise `held_out` by prompt hash. The caller caches it (an env is made per episode)."""
 
     def tasks(path: str, which: str) -> list[Task]:
-        out = []
-        for i, row in enumerate(read_rows(path, which)):
-            try:
-                out.append(make(row))
-            except DataError as e:
-                raise DataError(f"{path} row {i}: {e}") from None
-        return out
+        return read_tasks(path, which, make)
 
     if test_data is not None:
         return tuple(tasks(test_data, "test") if split == "test" else tasks(data_path, "train"))

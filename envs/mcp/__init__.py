@@ -67,13 +67,13 @@ class MCPTool(Tool):
 
 @functools.lru_cache(maxsize=8)
 def _tasks(data_path, split, test_data, validation_data, test_fraction, prompt_key, answer_key):
-    from envs.ecosystem.rows import read_rows, split_tasks, to_task
+    from envs.ecosystem.rows import read_tasks, split_tasks, to_task
 
     make = functools.partial(to_task, prompt_key=prompt_key, answer_key=answer_key)
     if split == "validation":
         if validation_data is None:
             raise ValueError("env 'mcp': the validation split needs --env-kwargs.validation-data FILE")
-        return tuple(make(row) for row in read_rows(str(validation_data), "train"))
+        return tuple(read_tasks(str(validation_data), "train", make))
     return split_tasks(str(data_path), split, test_data and str(test_data), float(test_fraction), make)
 
 
@@ -168,17 +168,17 @@ class MCPEnv(Env):
             obs = [] if self.done else [r.to_message() for r in results]
             return StepResult(obs, 0.0, self.done, self._info(False, calls=[r.record() for r in results]))
         self.done = True
-        reward, success = self._score(action)
         lenient = lenient_match(action, self.task.answer or "")
+        reward, success = self._score(action, lenient)
         return StepResult([], reward, True, self._info(success, lenient=lenient, pred=extract_answer(action)))
 
-    def _score(self, reply: str) -> tuple[float, bool]:
+    def _score(self, reply: str, lenient: bool) -> tuple[float, bool]:
         gold = self.task.answer or ""
         if self.reward_spec == "answer":
             pred = extract_answer(reply)
             ok = pred is not None and normalize_answer(pred) == normalize_answer(gold)
         elif self.reward_spec == "lenient":
-            ok = lenient_match(reply, gold)
+            ok = lenient
         elif self.reward_spec == "math":
             from envs.ecosystem.mathreward import math_reward
 
@@ -224,10 +224,15 @@ class MCPEnv(Env):
     def expert_refusal(cls, data_path: str | None = None, **kwargs) -> str | None:
         if data_path is None:
             return None  # the kind has an expert where its rows carry `calls`
-        keys = ("test_data", "validation_data", "test_fraction", "prompt_key", "answer_key")
-        args = [kwargs.get(k) for k in keys]
-        args[2] = 0.1 if args[2] is None else args[2]
-        tasks = _tasks(data_path, "train", args[0], args[1], args[2], args[3], args[4])
+        get = kwargs.get
+        keys = (
+            get("test_data"),
+            get("validation_data"),
+            get("test_fraction", 0.1),
+            get("prompt_key"),
+            get("answer_key"),
+        )
+        tasks = _tasks(data_path, "train", *keys)
         if not tasks or "calls" not in tasks[0].columns:
             return f"{data_path}: no `calls` column (the expert's tool calls) to demonstrate"
         return None

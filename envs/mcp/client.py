@@ -73,8 +73,9 @@ class MCPServer:
                 for t in self._portal.call(self._client.list_tools).tools
             ]
         except Exception as e:  # noqa: BLE001 - any start-up failure is one line naming the server
-            self._portal_cm.__exit__(None, None, None)
-            raise ServerFault(f"MCP server {self.label!r} did not start: {_why(e)}{self._log_tail()}") from None
+            why = f"MCP server {self.label!r} did not start: {_why(e)}{self._log_tail()}"
+            self.close()  # a session entered before list_tools failed is left too: no orphaned server process
+            raise ServerFault(why) from None
 
     def tools(self) -> list[dict]:
         return list(self._tools)
@@ -94,7 +95,8 @@ class MCPServer:
     def close(self) -> None:
         """Leave the session and stop the process (the SDK closes its stdin, then terminates, then kills it)."""
         try:
-            self._client_cm.__exit__(None, None, None)
+            if hasattr(self, "_client"):  # entered (not where start-up failed before the session opened)
+                self._client_cm.__exit__(None, None, None)
         except Exception:  # noqa: BLE001 - closing a broken session
             pass
         try:
