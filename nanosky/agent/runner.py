@@ -45,7 +45,8 @@ class _Fatal(Exception):
 
 class AgentRunner:
     """`max_parallel_agents` bounds every stage (None = no bound: every episode is live at once, the engine batches
-    them); `stage_limits` overrides single stages. `max_turns` None = each task's own. `max_total_tokens` stops an
+    them); `stage_limits` overrides single stages; `max_live_episodes` bounds the episodes in progress at once (the
+    others wait to start; None: no bound). `max_turns` None = each task's own. `max_total_tokens` stops an
     episode whose prompt + turns reach it. `task_timeout_s` bounds one episode's whole turn loop. `tok`: the
     tokenizer for token-in/token-out bookkeeping (needed by token-in backends; optional for HTTP ones)."""
 
@@ -65,6 +66,7 @@ class AgentRunner:
         ignore_eos: bool = False,
         history_window: int | None = None,
         constrain_actions: bool = False,
+        max_live_episodes: int | None = None,
     ):
         if max_tokens_per_turn < 1 or (max_turns is not None and max_turns < 1):
             raise ValueError("max_tokens_per_turn and max_turns must be >= 1")
@@ -81,13 +83,15 @@ class AgentRunner:
         )
         self.max_parallel_agents, self.stage_limits = max_parallel_agents, dict(stage_limits or {})
         self.history_window, self.constrain_actions = history_window, constrain_actions
+        self.max_live_episodes = max_live_episodes
         self.last_dispatcher: Dispatcher | None = None  # inspect .peak after a run
         self.on_episode_done: Callable[[Trajectory], None] | None = None  # e.g. a progress bar's update
         self._carried: Dispatcher | None = None  # `start`'s episodes
 
     @classmethod
     def from_config(cls, cfg: RolloutConfig, backend: Backend, tok) -> AgentRunner:
-        """The training run's loop, as `--rollout.*` says: every episode live at once (the engine batches them),
+        """The training run's loop, as `--rollout.*` says: every episode live at once (the engine batches them; at most
+        `--rollout.max-live-episodes` where set),
         turns sampled from a history window in step-wise mode."""
         return cls(
             backend,
@@ -101,6 +105,7 @@ class AgentRunner:
             ignore_eos=cfg.ignore_eos,
             constrain_actions=cfg.constrain_actions,
             history_window=cfg.history_window if cfg.mode == "stepwise" else None,
+            max_live_episodes=cfg.max_live_episodes,
         )
 
     def run(
@@ -151,7 +156,9 @@ class AgentRunner:
         temp = self.temperature if temperature is None else temperature
         t0 = time.perf_counter()
         try:
-            trajs = await d.map(lambda i, task: self._episode(d, task, episodes[i], temp), tasks)
+            trajs = await d.map(
+                lambda i, task: self._episode(d, task, episodes[i], temp), tasks, self.max_live_episodes
+            )
         except _Fatal as e:
             raise e.__cause__ from None
         return trajs, time.perf_counter() - t0

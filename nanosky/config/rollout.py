@@ -47,6 +47,11 @@ class RolloutConfig:
     with vLLM's structured outputs, and train under the same masks: the policy is the masked distribution, exactly
     (nanosky/train/constrain.py). Turns of envs that give neither are sampled freely."""
 
+    max_live_episodes: int | None = None
+    """Episodes nanosky's loop keeps in progress at once on each rank; the others wait to start. None: every episode
+    of the phase (the engine batches them all). Bound it where each episode holds a process: `--env mcp` with
+    `{episode_dir}` starts a server per episode (mcp-server-sqlite: ~40 MB each)."""
+
     agent: str | None = None
     """Train your own agent: MODULE:FN, an async `solve(client, task) -> float | None` given an OpenAI client
     pointed at this episode's endpoint (nanosky/endpoint/; imported like --plugins). Replaces nanosky's loop."""
@@ -69,6 +74,10 @@ class RolloutConfig:
             raise ValueError(f"rollout.agent must be MODULE:FUNCTION (e.g. my_agent:solve), got {self.agent!r}")
         if self.agent_timeout_s <= 0:
             raise ValueError(f"rollout.agent_timeout_s must be > 0, got {self.agent_timeout_s}")
+        if self.max_live_episodes is not None and self.max_live_episodes < 1:
+            raise ValueError(
+                f"rollout.max_live_episodes must be >= 1 (or None: no bound), got {self.max_live_episodes}"
+            )
         if self.agent_concurrency < 1:
             raise ValueError(f"rollout.agent_concurrency must be >= 1, got {self.agent_concurrency}")
         for f in ("group_size", "prompts_per_step", "max_new_tokens", "max_total_tokens"):

@@ -10,6 +10,8 @@ import hashlib
 import json
 import os
 import signal
+import threading
+import time
 from typing import Any
 
 import envs
@@ -33,12 +35,21 @@ def build(spec: tuple) -> Any:
     return envs.make(name, split=split, seed=seed, **kwargs)
 
 
+def _exit_with_parent(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(1.0)
+    os._exit(0)  # its envs' stdio servers see EOF and exit; OpenEnv app servers watch this worker the same way
+
+
 def worker_main(conn) -> None:
     """Serve (op, handle, payload) requests until "stop" or the parent goes away."""
     # Ctrl-C and a scheduler's SIGTERM are the parent's to handle (it finishes its step, which needs these envs);
-    # a worker ends with its parent (EOF on the pipe) or by SIGKILL from the pool.
+    # a worker ends with its parent (EOF on the pipe) or by SIGKILL from the pool; and, should the parent die while
+    # this worker is busy in an env (starting servers, a long step), by the watch below: an orphaned worker would
+    # keep its envs' servers and processes alive.
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.SIG_IGN)
+    threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True).start()
     conn.send(("ready", os.getpid()))
     live: dict[int, Any] = {}
     while True:

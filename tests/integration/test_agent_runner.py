@@ -119,6 +119,18 @@ def test_dispatcher_limits_stages_and_pipelines():
     assert [t.reward for t in trajs] == [float(i % 2) for i in range(12)]
 
 
+def test_max_live_episodes_bounds_the_episodes_in_progress_and_keeps_their_order():
+    log: list = []
+    runner = AgentRunner(SleepBackend(log, 0.05), max_parallel_agents=None, max_live_episodes=3)
+    trajs = runner.run([TimedTask(i, log) for i in range(10)])
+    # an episode is in progress from its initialisation's start to its generation's end; the log keeps both in order
+    starts = sorted(a for s, a, _ in log if s == "initialize")
+    ends = sorted(b for s, _, b in log if s == "generate")
+    live = max(sum(a <= t for a in starts) - sum(b < t for b in ends) for t in starts)
+    assert live == 3 and runner.last_dispatcher.peak["generate"] == 3
+    assert [t.reward for t in trajs] == [float(i % 2) for i in range(10)]
+
+
 def test_env_task_multi_turn_tool_use_matches_expert():
     tasks, experts = _tool_tasks(4)
     trajs = AgentRunner(ExpertBackend(experts), max_parallel_agents=4).run(tasks)
