@@ -73,7 +73,7 @@ class MCPServer:
                 for t in self._portal.call(self._client.list_tools).tools
             ]
         except Exception as e:  # noqa: BLE001 - any start-up failure is one line naming the server
-            why = f"MCP server {self.label!r} did not start: {_why(e)}{self._log_tail()}"
+            why = f"MCP server {self.label!r} did not start: {one_line(e)}{self._log_tail()}"
             self.close()  # a session entered before list_tools failed is left too: no orphaned server process
             raise ServerFault(why) from None
 
@@ -87,7 +87,7 @@ class MCPServer:
         try:
             result = self._portal.call(lambda: self._client.call_tool(name, arguments, read_timeout_seconds=timeout_s))
         except Exception as e:  # noqa: BLE001 - the server is gone or hung: this episode's loss
-            self.broken = f"MCP server {self.label!r}: {name} failed: {_why(e)}{self._log_tail()}"
+            self.broken = f"MCP server {self.label!r}: {name} failed: {one_line(e)}{self._log_tail()}"
             raise ServerFault(self.broken) from None
         text = "\n".join(c.text for c in result.content if getattr(c, "type", "") == "text")
         return text, bool(result.is_error)
@@ -107,17 +107,22 @@ class MCPServer:
             self.stderr.close()
 
     def _log_tail(self) -> str:
-        if not self.stderr:
-            return ""
-        try:
-            self.stderr.seek(0)
-            lines = [ln for ln in self.stderr.read().splitlines() if ln.strip()]
-        except (OSError, ValueError):
-            return ""
-        return f" (its stderr ends: {lines[-1][:200]!r})" if lines else ""
+        return log_tail(self.stderr, "stderr")
 
 
-def _why(e: BaseException) -> str:
+def log_tail(log, name: str) -> str:
+    """A server's last non-empty log line, as a fault line's ending ("" when there is none)."""
+    if not log:
+        return ""
+    try:
+        log.seek(0)
+        lines = [ln for ln in log.read().splitlines() if ln.strip()]
+    except (OSError, ValueError):
+        return ""
+    return f" (its {name} ends: {lines[-1][:200]!r})" if lines else ""
+
+
+def one_line(e: BaseException) -> str:
     """An exception in one line; exception groups (anyio task groups) by their first leaf."""
     while getattr(e, "exceptions", None):
         e = e.exceptions[0]

@@ -28,7 +28,7 @@ import tempfile
 import time
 import urllib.request
 
-from envs.mcp.client import ServerFault
+from envs.mcp.client import ServerFault, log_tail, one_line
 
 
 class CapacityError(ServerFault):
@@ -94,14 +94,7 @@ class Server:
                 self.proc.wait()
 
     def log_tail(self) -> str:
-        if self.log is None:
-            return ""
-        try:
-            self.log.seek(0)
-            lines = [ln for ln in self.log.read().splitlines() if ln.strip()]
-        except (OSError, ValueError):
-            return ""
-        return f" (its log ends: {lines[-1][:200]!r})" if lines else ""
+        return log_tail(self.log, "log")
 
 
 class Session:
@@ -114,7 +107,7 @@ class Session:
         try:
             self.ws = connect(server.ws_url, open_timeout=timeout_s, max_size=2**24, close_timeout=1, proxy=None)
         except Exception as e:  # noqa: BLE001 - refused, reset, timed out: this session's fault
-            raise ServerFault(f"OpenEnv server {server.label!r}: cannot open a session: {_why(e)}") from None
+            raise ServerFault(f"OpenEnv server {server.label!r}: cannot open a session: {one_line(e)}") from None
         server.sessions += 1
 
     def request(self, message: dict, timeout_s: float) -> dict:
@@ -129,7 +122,7 @@ class Session:
         except TimeoutError:
             raise self._fault(f"{kind}: no reply within {timeout_s:g}s", hung=True) from None
         except Exception as e:  # noqa: BLE001 - the connection closed or broke
-            raise self._fault(f"{kind}: {_why(e)}") from None
+            raise self._fault(f"{kind}: {one_line(e)}") from None
         try:
             reply = json.loads(raw)
             rtype, data = reply["type"], reply["data"]
@@ -218,7 +211,3 @@ class Servers:
         for server in self.servers:
             server.stop()
         self.servers = []
-
-
-def _why(e: BaseException) -> str:
-    return f"{type(e).__name__}: {e}"[:300]
