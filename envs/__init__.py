@@ -22,6 +22,7 @@ _BUILTIN = {
     "reply": "envs.reply:ReplyEnv",
     "mcp": "envs.mcp:MCPEnv",  # any MCP server's tools (the `mcp` SDK)
     "mcp_sqlite": "envs.mcp.shop:SQLShopEnv",
+    "mcp_time": "envs.mcp.clock:TimeEnv",
     "openenv": "envs.openenv:OpenEnvEnv",  # any OpenEnv server (its WebSocket protocol)
     # the ecosystem's (envs/ecosystem/; the `gyms` extra)
     "dataset": "envs.ecosystem.dataset:DatasetEnv",

@@ -13,9 +13,12 @@ function called with the episode's prompt, final reply and row). `env_metrics`: 
 
 Isolation: a command that names `{episode_dir}` gets a fresh folder per episode, a copy of `template` (a database
 file, a repository), and a server of its own, stopped when the episode closes; a command without it is started
-once per env worker and shared by its episodes (a URL likewise). `tools` ("read_query,list_tables") offers a subset of the server's tools. A server that exits, hangs past
-`call_timeout_s` or
-breaks the protocol costs that episode (the env pool's `envs/failed`); the next episode starts a new one.
+once per env worker and shared by its episodes (a URL likewise). `reuse_server` keeps an episode's server for the
+worker's next episode, its folder restored from `template` in place: a server start per episode (~0.5 s of CPU for a
+Python server) becomes a file copy, for servers whose only state is their folder's files (not one that keeps state in
+memory: mcp-server-sqlite's `append_insight` memo would carry over). `tools` ("read_query,list_tables") offers a
+subset of the server's tools. A server that exits, hangs past `call_timeout_s` or breaks the protocol costs that
+episode (the env pool's `envs/failed`); the next episode starts a new one.
 
 Tasks come in `--env dataset`'s layouts (envs/ecosystem/rows.py): the test split is `test_data`, else a hash of the
 prompt (`test_fraction`); `validation_data` makes a validation split. A row's `calls` column (a list of
@@ -44,6 +47,7 @@ SYSTEM_PROMPT = (
 )
 REWARDS = ("answer", "lenient", "math")
 _SHARED: dict[tuple, MCPServer] = {}  # per worker process: the servers whose command names no {episode_dir}
+_IDLE: dict[tuple, list[tuple[str, MCPServer]]] = {}  # per worker, reuse_server: restored folders and their servers
 
 
 class MCPTool(Tool):
@@ -100,6 +104,7 @@ class MCPEnv(Env):
         call_timeout_s: float = 10.0,
         max_calls_per_turn: int = 2,
         tools: str | None = None,
+        reuse_server: bool = False,
     ):
         if data_path is None:
             raise ValueError("env 'mcp' needs its tasks: --env-data FILE (question and answer columns)")
@@ -119,16 +124,19 @@ class MCPEnv(Env):
             max_calls_per_turn,
         )
         self.reward_spec, self.system_prompt = reward, system_prompt
-        self.episode_dir = None
+        self.episode_dir, self.reuse = None, (server, template) if reuse_server else None
         if server is not None and "{episode_dir}" in server:
-            self.episode_dir = tempfile.mkdtemp(prefix="nanosky-mcp-")
-            if template:
-                shutil.copytree(template, self.episode_dir, dirs_exist_ok=True)
-            try:
-                self.own = MCPServer(server.replace("{episode_dir}", self.episode_dir), cwd=self.episode_dir)
-            except BaseException:
-                shutil.rmtree(self.episode_dir, ignore_errors=True)
-                raise
+            if idle := _IDLE.get(self.reuse):  # a folder restored from the template, its server still running
+                self.episode_dir, self.own = idle.pop()
+            else:
+                self.episode_dir = tempfile.mkdtemp(prefix="nanosky-mcp-")
+                if template:
+                    shutil.copytree(template, self.episode_dir, dirs_exist_ok=True)
+                try:
+                    self.own = self.start_server(server.replace("{episode_dir}", self.episode_dir), self.episode_dir)
+                except BaseException:
+                    shutil.rmtree(self.episode_dir, ignore_errors=True)
+                    raise
         else:
             self.own, self.shared = None, (server, server_url)
         specs = self.server.tools()
@@ -140,6 +148,10 @@ class MCPEnv(Env):
             specs = [by_name[n] for n in wanted]
         self.tools = [MCPTool(spec, lambda: self.server) for spec in specs]
         self.reset()
+
+    def start_server(self, command: str, cwd: str) -> MCPServer:
+        """The episode's own server (bench/protocol_overhead.py puts an in-process twin of its tools here)."""
+        return MCPServer(command, cwd=cwd)
 
     @property
     def server(self) -> MCPServer:
@@ -168,9 +180,13 @@ class MCPEnv(Env):
             obs = [] if self.done else [r.to_message() for r in results]
             return StepResult(obs, 0.0, self.done, self._info(False, calls=[r.record() for r in results]))
         self.done = True
-        lenient = lenient_match(action, self.task.answer or "")
+        lenient = self.is_lenient(action)
         reward, success = self._score(action, lenient)
         return StepResult([], reward, True, self._info(success, lenient=lenient, pred=extract_answer(action)))
+
+    def is_lenient(self, reply: str) -> bool:
+        """The answer right however the reply states it (`mcp/lenient`, the evaluator's format-free score)."""
+        return lenient_match(reply, self.task.answer or "")
 
     def _score(self, reply: str, lenient: bool) -> tuple[float, bool]:
         gold = self.task.answer or ""
@@ -238,10 +254,29 @@ class MCPEnv(Env):
         return None
 
     def close(self) -> None:
-        if self.episode_dir is not None:
+        if self.episode_dir is None:
+            return
+        if self.reuse is not None and not self.own.broken and _restore(self.episode_dir, self.reuse[1]):
+            _IDLE.setdefault(self.reuse, []).append((self.episode_dir, self.own))
+        else:
             self.own.close()
             shutil.rmtree(self.episode_dir, ignore_errors=True)
-            self.episode_dir = None
+        self.episode_dir = None
+
+
+def _restore(folder: str, template: str | None) -> bool:
+    """The folder's contents replaced by the template's, in place (the server's working directory stays valid)."""
+    try:
+        for entry in os.scandir(folder):
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path)
+            else:
+                os.unlink(entry.path)
+        if template:
+            shutil.copytree(template, folder, dirs_exist_ok=True)
+    except OSError:
+        return False
+    return True
 
 
 def _shared(command: str | None, url: str | None) -> MCPServer:
@@ -259,3 +294,8 @@ def _shared(command: str | None, url: str | None) -> MCPServer:
 def _close_shared() -> None:
     while _SHARED:
         _SHARED.popitem()[1].close()
+    for idle in _IDLE.values():
+        while idle:
+            folder, server = idle.pop()
+            server.close()
+            shutil.rmtree(folder, ignore_errors=True)

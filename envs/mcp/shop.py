@@ -163,7 +163,8 @@ def shop_folder() -> str:
 
 class SQLShopEnv(MCPEnv):
     """`--env mcp_sqlite`: the shop questions through `mcp-server-sqlite`, the schema in the system turn, each
-    episode on its own copy of the database (its writes seen by no other episode)."""
+    episode on its own copy of the database (its writes seen by no other episode). Servers are reused (their
+    database restored between episodes) unless `append_insight`, whose memo lives in the server's memory, is offered."""
 
     name = "mcp_sqlite"
 
@@ -176,6 +177,9 @@ class SQLShopEnv(MCPEnv):
             "template": folder,
             "server": SERVER,
             "system_prompt": SCHEMA,
+            # the server's state is the database file, but for append_insight's memo: keep servers unless it is offered
+            "reuse_server": "append_insight"
+            not in [t.strip() for t in (kwargs.get("tools") or "append_insight").split(",")],
         }
         super().__init__(split, seed, **(defaults | kwargs))
 

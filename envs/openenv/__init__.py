@@ -133,7 +133,7 @@ class OpenEnvEnv(Env):
     ):
         if split not in SPLIT_SEEDS:
             raise ValueError(f"env 'openenv': split {split!r}; valid: {', '.join(SPLIT_SEEDS)}")
-        self.servers = _servers(url, app, float(start_timeout_s))
+        self.servers = self.connect(url, app, float(start_timeout_s))
         self.split, self.seed, self.reset_seed = split, seed, SPLIT_SEEDS[split] + int(seed)
         self.max_turns, self.timeout_s, self.success_reward = int(max_turns), float(step_timeout_s), success_reward
         self.observation_field, self.system_prompt, self.max_calls = (
@@ -147,6 +147,10 @@ class OpenEnvEnv(Env):
         if self.field is None:  # a tool env: its tools are known before any episode (list_tools needs no reset)
             self.session, listed = self.servers.open({"type": "step", "data": {"type": "list_tools"}}, self.timeout_s)
             self.tools = [OpenEnvTool(t, self) for t in listed["observation"].get("tools", [])]
+
+    def connect(self, url: str | None, app: str | None, start_timeout_s: float) -> Servers:
+        """The worker's servers for this url or app (bench/protocol_overhead.py puts an in-process twin here)."""
+        return _servers(url, app, start_timeout_s)
 
     def reset(self) -> list[Message]:
         data = {"seed": self.reset_seed, "episode_id": f"{self.split}-{self.seed}"}

@@ -71,6 +71,32 @@ def test_an_episode_dir_gives_each_episode_a_copy_of_the_template_and_a_server_o
     b.close()
 
 
+def test_reuse_server_keeps_the_server_for_the_next_episode_and_restores_its_folder(rows, tmp_path):
+    template = tmp_path / "template"
+    template.mkdir()
+    (template / "notes.txt").write_text("from the template\n")
+    kw = {"server": f"{SERVER} --folder {{episode_dir}}", "template": str(template), "reuse_server": True, **rows}
+    a = envs.make("mcp", "train", 0, **kw)
+    folder, server = a.episode_dir, a.own
+    assert a.step(call("note", text="a was here")).observations[0]["content"] == "from the template\na was here\n"
+    (tmp_path / "template" / "extra.txt").write_text("")  # the template as it is at restore time
+    os.mkdir(os.path.join(folder, "scratch"))  # what the episode left behind goes
+    a.close()
+    assert sorted(os.listdir(folder)) == ["extra.txt", "notes.txt"]
+    b = envs.make("mcp", "train", 1, **kw)
+    assert (b.episode_dir, b.own) == (folder, server)  # no new process: the same server, its folder restored
+    assert b.step(call("note", text="b")).observations[0]["content"] == "from the template\nb\n"  # not a's write
+    c = envs.make("mcp", "train", 2, **kw)  # b is still running: c gets a server and folder of its own
+    assert c.episode_dir != folder and c.own is not server
+    with pytest.raises(ServerFault):  # a server that died is not kept
+        b.step(call("die"))
+    b.close()
+    assert not os.path.exists(folder)
+    d = envs.make("mcp", "train", 3, **kw)
+    assert d.own is not server and d.step(call("add", a=1, b=2)).observations[0]["content"] == "3"
+    c.close(), d.close()
+
+
 @pytest.mark.parametrize("fault", ["hang", "die", "garble"])
 def test_a_server_that_hangs_dies_or_garbles_costs_the_episode_and_the_next_gets_a_new_one(rows, fault):
     env = envs.make("mcp", "train", 0, server=SERVER, call_timeout_s=1.0, **rows)
@@ -163,3 +189,18 @@ def test_shop_expert_solves_its_episodes_through_mcp_server_sqlite_each_on_its_o
             r = env.step(env.expert_action())
         assert r.reward == 1.0 and r.info["success"] and r.info["tool_calls"] == 1, r.info
         env.close()
+
+
+def test_shop_servers_are_reused_with_their_database_restored_unless_the_memo_tool_is_offered():
+    assert envs.make("mcp_sqlite", "train", 0).reuse is None  # append_insight offered: its memo is server memory
+    kw = {"tools": "read_query,write_query"}
+    env = envs.make("mcp_sqlite", "train", 0, **kw)
+    server = env.own
+    assert "affected_rows" in env.step(call("write_query", query="DELETE FROM orders")).observations[0]["content"]
+    env.close()
+    env = envs.make("mcp_sqlite", "train", 0, **kw)
+    assert env.own is server  # the same process, on the restored database: the deleted orders are back
+    assert env.step(call("read_query", query="SELECT COUNT(*) AS n FROM orders")).observations[0]["content"] == (
+        "[{'n': 400}]"
+    )
+    env.close()
