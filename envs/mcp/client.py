@@ -30,18 +30,23 @@ class ServerFault(RuntimeError):
 
 
 def resolve_command(command: str) -> list[str]:
-    """The argv of a server command: its program from PATH, else from `SERVERS_DIR`; one line when neither has it."""
+    """The argv of a server command: its program from PATH, else this interpreter's environment (a server installed
+    with it: mcp-server-time), else `SERVERS_DIR`; one line when none has it."""
     argv = shlex.split(command)
     if not argv:
         raise ValueError("MCP server command is empty")
     program = argv[0]
     if os.sep in program or shutil.which(program):
         return argv
-    bundled = os.path.join(SERVERS_DIR, program, "bin", program)
-    if os.path.exists(bundled):
-        return [bundled, *argv[1:]]
+    for found in (
+        os.path.join(os.path.dirname(sys.executable), program),
+        os.path.join(SERVERS_DIR, program, "bin", program),
+    ):
+        if os.path.exists(found):
+            return [found, *argv[1:]]
     raise ValueError(
-        f"MCP server {program!r} is not on PATH nor in {SERVERS_DIR} (`make install` puts mcp-server-sqlite there)"
+        f"MCP server {program!r} is not on PATH, beside {sys.executable} nor in {SERVERS_DIR} "
+        "(`make install` puts mcp-server-sqlite there)"
     )
 
 

@@ -148,7 +148,7 @@ def test_bad_configurations_are_one_line(rows):
         MCPEnv(data_path=rows["data_path"])
     with pytest.raises(ValueError, match="reward 'exact'; valid: answer, lenient, math or MODULE:FN"):
         MCPEnv(server=SERVER, reward="exact", **rows)
-    with pytest.raises(ValueError, match="'no-such-mcp-server' is not on PATH nor in .*mcp-servers"):
+    with pytest.raises(ValueError, match="'no-such-mcp-server' is not on PATH, beside .* nor in .*mcp-servers"):
         MCPEnv(server="no-such-mcp-server --db x", **rows)
     assert [t.name for t in MCPEnv(server=SERVER, tools="fail, add", **rows).tools] == ["fail", "add"]
     with pytest.raises(ValueError, match="the server has no tool 'sub'; it has add, note, fail"):
