@@ -24,23 +24,26 @@ from agents import (
     Runner,
     set_tracing_disabled,
 )
-from agents.mcp import MCPServerStdio
+from agents.mcp import MCPServerStdio, create_static_tool_filter
 
-from envs.mcp.clock import SERVER
 from envs.mcp.client import resolve_command
+from envs.mcp.clock import SERVER
 
 set_tracing_disabled(True)  # the SDK would otherwise send traces to OpenAI's servers
 
 
-def make_solve(command: str, max_turns: int = 4):
-    """An agent for the stdio MCP server `command` (found like `--env mcp`'s: on PATH or in .venv/mcp-servers)."""
+def make_solve(command: str, tools: list[str] | None = None, max_turns: int = 4):
+    """An agent for the stdio MCP server `command` (found like `--env mcp`'s: on PATH or in .venv/mcp-servers),
+    offered only `tools` where given (the SDK's static tool filter)."""
     argv = resolve_command(command)
+    only = create_static_tool_filter(allowed_tool_names=tools) if tools else None
 
     async def solve(client, task) -> float:
         system = "\n".join(m["content"] for m in task.messages if m["role"] == "system")
         question = [{"role": m["role"], "content": m["content"]} for m in task.messages if m["role"] != "system"]
         params = {"command": argv[0], "args": argv[1:]}
-        async with MCPServerStdio(params, cache_tools_list=True, client_session_timeout_seconds=30) as server:
+        server = MCPServerStdio(params, cache_tools_list=True, client_session_timeout_seconds=30, tool_filter=only)
+        async with server:
             agent = Agent(
                 name="mcp",
                 instructions=system,
@@ -61,4 +64,4 @@ def make_solve(command: str, max_turns: int = 4):
     return solve
 
 
-solve = make_solve(SERVER)
+solve = make_solve(SERVER)  # --env mcp_time

@@ -132,3 +132,35 @@ def test_evals_agent_evaluates_your_agent_on_an_env_like_the_loop_at_temperature
     )
     assert bad.returncode != 0 and "--agent no_such_agent:solve: no module named" in bad.stderr
     assert "Traceback" not in bad.stderr
+
+
+def test_an_agents_sdk_agent_with_an_mcp_server_runs_its_calls_on_the_server_and_trains_on_them(tool_model, tmp_path):
+    """examples/openai_agents_mcp.py: the SDK's own MCP client starts the server and runs the model's calls there."""
+    pytest.importorskip("agents")
+    from envs.tool_use import test_tasks
+    from examples.openai_agents_mcp import make_solve
+
+    toy = f"{sys.executable} {ROOT}/tests/scripts/mcp_toy_server.py"
+    rows, log = tmp_path / "rows.jsonl", tmp_path / "calls.log"
+    rows.write_text(
+        "".join(json.dumps({"question": q.question, "answer": q.answer}) + "\n" for q in test_tasks(("arith",))[:12])
+    )
+    kw = {"data_path": str(rows), "test_data": str(rows), "server": toy, "tools": "calculator"}
+    harness = _harness(tool_model, make_solve(f"{toy} --calls {log}", tools=["calculator"]))
+    try:
+        trajs = harness.run([EnvTask.make("mcp", "test", s, **kw) for s in SEEDS], seeds=SEEDS, sample_seed=3)
+    finally:
+        harness.close()
+    assert all(t.stop_reason == "done" for t in trajs), [t.error for t in trajs]
+    sent = [
+        json.loads(c["function"]["arguments"])["expression"]
+        for t in trajs
+        for m in t.messages
+        for c in m.get("tool_calls") or []
+    ]
+    assert sent, "the model made no calculator call in any episode"
+    assert sorted(log.read_text().splitlines()) == sorted(sent)  # every call the model made ran on the agent's MCP server, once
+    results = [m for t in trajs for m in t.messages if m["role"] == "tool"]
+    assert len(results) == len(sent)  # and each result went back to the model
+    for t in trajs:
+        assert t.info["agent"]["segments"] == 1 and sum(t.loss_mask) == t.completion_tokens > 0

@@ -1,5 +1,7 @@
-"""A toy MCP server for the tests (the `mcp` SDK's MCPServer): a notes file in the working folder, and faults on
-demand. `python mcp_toy_server.py [--folder DIR] [--http PORT]`: stdio by default, streamable HTTP on 127.0.0.1:PORT."""
+"""A toy MCP server for the tests (the `mcp` SDK's MCPServer): a notes file in the working folder, tool_use's
+calculator (its name, description and answers), and faults on demand.
+`python mcp_toy_server.py [--folder DIR] [--http PORT] [--calls FILE]`: stdio by default, streamable HTTP on
+127.0.0.1:PORT; `--calls` appends each calculator call's expression to FILE (what reached this server)."""
 
 import os
 import sys
@@ -8,7 +10,19 @@ import time
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+from envs.tools.calculator import CalculatorTool  # noqa: E402
+
 server = MCPServer("toy", log_level="WARNING")
+CALLS = sys.argv[sys.argv.index("--calls") + 1] if "--calls" in sys.argv else None
+
+
+@server.tool(description=CalculatorTool.description)
+def calculator(expression: str) -> str:
+    if CALLS:
+        with open(CALLS, "a") as f:
+            f.write(expression + "\n")
+    return CalculatorTool()(expression)
 
 
 @server.tool()
