@@ -17,14 +17,6 @@ server = MCPServer("toy", log_level="WARNING")
 CALLS = sys.argv[sys.argv.index("--calls") + 1] if "--calls" in sys.argv else None
 
 
-@server.tool(description=CalculatorTool.description)
-def calculator(expression: str) -> str:
-    if CALLS:
-        with open(CALLS, "a") as f:
-            f.write(expression + "\n")
-    return CalculatorTool()(expression)
-
-
 @server.tool()
 def add(a: int, b: int) -> int:
     """Add two integers."""
@@ -65,6 +57,14 @@ def garble() -> str:
     sys.stdout.flush()
     time.sleep(3600)
     return ""
+
+
+@server.tool(description=CalculatorTool.description)
+def calculator(expression: str) -> str:
+    if CALLS:
+        with open(CALLS, "a") as f:
+            f.write(expression + "\n")
+    return CalculatorTool()(expression)
 
 
 if __name__ == "__main__":
