@@ -159,9 +159,8 @@ def test_an_agents_sdk_agent_with_an_mcp_server_runs_its_calls_on_the_server_and
         for c in m.get("tool_calls") or []
     ]
     assert sent, "the model made no calculator call in any episode"
-    assert sorted(log.read_text().splitlines()) == sorted(
-        sent
-    )  # every call the model made ran on the agent's MCP server, once
+    # every call the model made ran on the agent's MCP server, once
+    assert sorted(log.read_text().splitlines()) == sorted(sent)
     results = [m for t in trajs for m in t.messages if m["role"] == "tool"]
     assert len(results) == len(sent)  # and each result went back to the model
     for t in trajs:
