@@ -50,6 +50,35 @@ _SHARED: dict[tuple, MCPServer] = {}  # per worker process: the servers whose co
 _IDLE: dict[tuple, list[tuple[str, MCPServer]]] = {}  # per worker, reuse_server: restored folders and their servers
 
 
+SPLIT_FILES = {"data_path": "train.jsonl", "validation_data": "validation.jsonl", "test_data": "test.jsonl"}
+
+
+def split_files(folder: str) -> dict[str, str]:
+    """A generated task folder's rows as MCPEnv's `data_path`, `validation_data` and `test_data`."""
+    return {key: os.path.join(folder, name) for key, name in SPLIT_FILES.items()}
+
+
+def publish(folder: str, files: tuple[str, ...], fill: Callable[[str], None]) -> str:
+    """`folder`, made by `fill(tmp)` in a temporary folder beside it and renamed into place unless all of `files`
+    are there already: concurrent builders agree, and no half-written folder is ever read."""
+    if all(os.path.exists(os.path.join(folder, f)) for f in files):
+        return folder
+    parent = os.path.dirname(os.path.abspath(folder))
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(dir=parent, prefix=f".{os.path.basename(folder)}-")
+    fill(tmp)
+    try:
+        os.rename(tmp, folder)
+    except OSError:  # another process built it first: theirs is the same
+        shutil.rmtree(tmp, ignore_errors=True)
+    return folder
+
+
+def write_rows(path: str, rows: list[dict]) -> None:
+    with open(path, "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows)
+
+
 class MCPTool(Tool):
     """One tool of the server: its name, description and input schema; a call goes to the server."""
 

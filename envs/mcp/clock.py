@@ -17,16 +17,14 @@ H:MM / HH:MM the reply states. The best constant answer scores the most frequent
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import re
-import tempfile
 from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
 from envs.answers import extract_answer
-from envs.mcp import MCPEnv
+from envs.mcp import MCPEnv, publish, split_files, write_rows
 
 SPLITS = ("train", "validation", "test")
 # zones with one UTC offset all year (checked at generation: a zone that gains daylight saving fails the build)
@@ -97,21 +95,12 @@ def questions(seed: int = 0, sizes: tuple[int, int, int] = (300, 60, 60)) -> dic
 
 def build(folder: str, seed: int = 0) -> str:
     """Write {train,validation,test}.jsonl into `folder` (atomically, so concurrent builders agree)."""
-    if all(os.path.exists(os.path.join(folder, f"{s}.jsonl")) for s in SPLITS):
-        return folder
-    parent = os.path.dirname(os.path.abspath(folder))
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(dir=parent, prefix=".mcp_time-")
-    for split, rows in questions(seed).items():
-        with open(os.path.join(tmp, f"{split}.jsonl"), "w") as f:
-            f.writelines(json.dumps(r) + "\n" for r in rows)
-    try:
-        os.rename(tmp, folder)
-    except OSError:  # another process built it first: theirs is the same
-        import shutil
 
-        shutil.rmtree(tmp, ignore_errors=True)
-    return folder
+    def fill(tmp: str) -> None:
+        for split, rows in questions(seed).items():
+            write_rows(os.path.join(tmp, f"{split}.jsonl"), rows)
+
+    return publish(folder, tuple(f"{s}.jsonl" for s in SPLITS), fill)
 
 
 def time_folder() -> str:
@@ -126,9 +115,7 @@ class TimeEnv(MCPEnv):
     def __init__(self, split: str = "train", seed: int = 0, **kwargs):
         folder = time_folder()
         defaults = {
-            "data_path": os.path.join(folder, "train.jsonl"),
-            "validation_data": os.path.join(folder, "validation.jsonl"),
-            "test_data": os.path.join(folder, "test.jsonl"),
+            **split_files(folder),
             "server": SERVER,
             "system_prompt": SYSTEM,
         }

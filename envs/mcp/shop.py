@@ -14,13 +14,11 @@ template's SQL) beside them. `--env mcp_sqlite` (`SQLShopEnv`) is `--env mcp` on
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import sqlite3
-import tempfile
 
-from envs.mcp import MCPEnv
+from envs.mcp import MCPEnv, publish, split_files, write_rows
 
 DB_NAME = "shop.db"
 SPLITS = ("train", "validation", "test")
@@ -131,21 +129,13 @@ def questions(db_path: str, entities: dict[str, dict[str, list[str]]], split: st
 
 def build(folder: str, seed: int = 0) -> str:
     """Write shop.db and {train,validation,test}.jsonl into `folder` (atomically, so concurrent builders agree)."""
-    if all(os.path.exists(os.path.join(folder, f)) for f in (DB_NAME, *(f"{s}.jsonl" for s in SPLITS))):
-        return folder
-    os.makedirs(os.path.dirname(os.path.abspath(folder)), exist_ok=True)
-    tmp = tempfile.mkdtemp(dir=os.path.dirname(os.path.abspath(folder)), prefix=".sql_shop-")
-    entities = make_db(os.path.join(tmp, DB_NAME), seed)
-    for split in SPLITS:
-        with open(os.path.join(tmp, f"{split}.jsonl"), "w") as f:
-            f.writelines(json.dumps(r) + "\n" for r in questions(os.path.join(tmp, DB_NAME), entities, split))
-    try:
-        os.rename(tmp, folder)
-    except OSError:  # another process built it first: theirs is the same
-        import shutil
 
-        shutil.rmtree(tmp, ignore_errors=True)
-    return folder
+    def fill(tmp: str) -> None:
+        entities = make_db(os.path.join(tmp, DB_NAME), seed)
+        for split in SPLITS:
+            write_rows(os.path.join(tmp, f"{split}.jsonl"), questions(os.path.join(tmp, DB_NAME), entities, split))
+
+    return publish(folder, (DB_NAME, *(f"{s}.jsonl" for s in SPLITS)), fill)
 
 
 SCHEMA = (
@@ -171,9 +161,7 @@ class SQLShopEnv(MCPEnv):
     def __init__(self, split: str = "train", seed: int = 0, **kwargs):
         folder = shop_folder()
         defaults = {
-            "data_path": os.path.join(folder, "train.jsonl"),
-            "validation_data": os.path.join(folder, "validation.jsonl"),
-            "test_data": os.path.join(folder, "test.jsonl"),
+            **split_files(folder),
             "template": folder,
             "server": SERVER,
             "system_prompt": SCHEMA,
