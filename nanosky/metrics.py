@@ -19,18 +19,41 @@ class Phases:
     """Per-phase wall time and peak memory, and a heartbeat line per rank (`run_dir/heartbeat.rank{r}`: where a hung
     or killed job last was)."""
 
-    def __init__(self, run_dir: str, rank: int):
+    PROFILED = ("logprob", "train", "sync")
+
+    def __init__(self, run_dir: str, rank: int, profile_step: int = 0):
         os.makedirs(run_dir, exist_ok=True)
         self.beat = open(os.path.join(run_dir, f"heartbeat.rank{rank}"), "a", buffering=1)
         self.rank, self.times, self.mem = rank, {}, {}
+        self.run_dir, self.profile_step = run_dir, profile_step
 
     @contextmanager
     def __call__(self, step: int, name: str):
         self.beat.write(f"{time.strftime('%H:%M:%S')} rank {self.rank} pid {os.getpid()} step {step} {name}\n")
-        t0 = time.perf_counter()
-        yield
-        self.times[name] = time.perf_counter() - t0
+        with self._profiled(step, name):
+            t0 = time.perf_counter()
+            yield
+            self.times[name] = time.perf_counter() - t0
         self.mem[name] = dist.memory_gib()
+
+    @contextmanager
+    def _profiled(self, step: int, name: str):
+        """`--log.profile-step`: torch.profiler around this phase, its trace written to `profile/` (rank-local)."""
+        if step != self.profile_step or name not in self.PROFILED:
+            yield
+            return
+        import torch
+        from torch.profiler import ProfilerActivity, profile
+
+        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+        with profile(activities=acts) as prof:
+            yield
+        out = os.path.join(self.run_dir, "profile")
+        os.makedirs(out, exist_ok=True)
+        stem = os.path.join(out, f"step{step}.rank{self.rank}.{name}")
+        prof.export_chrome_trace(stem + ".trace.json")
+        with open(stem + ".txt", "w") as f:
+            f.write(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=40))
 
     def metrics(self) -> dict[str, float]:
         return {f"timing/{k}_s": v for k, v in self.times.items()} | {f"memory/{k}_gib": v for k, v in self.mem.items()}

@@ -226,7 +226,7 @@ def train(cfg: TrainConfig, folders: Folders | None = None) -> dict:
     # once, on success, stop and exception alike.
     with GracefulStop(announce=process.launch().rank == 0) as stop, contextlib.ExitStack() as resources:
         run = build(cfg, resources, folders)
-        ph = Phases(cfg.run_dir, run.info.rank)
+        ph = Phases(cfg.run_dir, run.info.rank, cfg.log.profile_step)
         if run.acc0 is None:
             with ph(0, "eval"):  # distillation: the teacher's own held-out accuracy first, for reference
                 if run.distill is not None:

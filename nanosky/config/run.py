@@ -45,14 +45,20 @@ class LogConfig:
     """Eval rollouts written to rollouts.jsonl (split "eval") at each eval, from rank 0's share of the held-out
     episodes; a large number keeps all of that share, to read where the held-out episodes fail."""
     tqdm: bool = True
+    profile_step: int = 0
+    """Profile this step's logprob, train and sync phases with torch.profiler (0: never): per rank and phase, a
+    Chrome / Perfetto trace `profile/step{N}.rank{r}.{phase}.trace.json` and the top operators' table beside it
+    (`.txt`); `bench/profile_step.py` groups a trace into matmuls, attention, the head, casts, collectives, ...."""
     overwrite: bool = False
     """Start afresh in a run dir that holds an earlier run (checkpoints or TensorBoard events): the earlier run is
     moved to a timestamped sibling folder (`runs/x.20261126-101500`), nothing is deleted. Without it such a start is
     refused; `--resume latest` continues the earlier run instead."""
 
     def __post_init__(self):
-        if self.samples_per_step < 0 or self.sample_tokens < 0 or self.eval_samples < 0:
-            raise ValueError("log.samples-per-step, log.sample-tokens and log.eval-samples must be >= 0")
+        if self.samples_per_step < 0 or self.sample_tokens < 0 or self.eval_samples < 0 or self.profile_step < 0:
+            raise ValueError(
+                "log.samples-per-step, log.sample-tokens, log.eval-samples and log.profile-step must be >= 0"
+            )
 
 
 @dataclass(kw_only=True)

@@ -17,7 +17,7 @@ from nanosky import dist
 from nanosky.precision import Precision
 from nanosky.train import packing
 from nanosky.train.batch import Batch
-from nanosky.train.policy import hf_loader, load_sharded
+from nanosky.train.policy import accumulate, hf_loader, load_sharded
 from nanosky.train.update import (
     OptimConfig,
     grad_norm_and_clip,
@@ -94,7 +94,8 @@ class CriticUpdate:
     def __call__(self, batch: Batch) -> dict[str, float]:
         a, losses, clip_fracs, norms = self.algo, [], [], []
         for step in minibatches(batch, a, self.optim):
-            for m, scale in step:
+            for i, (m, scale) in enumerate(step):
+                accumulate(self.critic, last=i == len(step) - 1)
                 v, T = values(self.critic, m, self.optim)  # [b, T]
                 mask = m.loss_mask[:, :T]
                 loss, met = algos.value_loss(

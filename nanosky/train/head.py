@@ -70,7 +70,8 @@ def install(model) -> bool:
         ).last_hidden_state  # [R, L, H]
         head = hf.get_output_embeddings()
         post = Post(head_scale(hf.config), getattr(hf.config, "final_logit_softcapping", None), how.temperature)
-        lp, e = TargetLogprobs.apply(h[rows, cols], head.weight, head.bias, targets, post, how.chunk)
+        with torch.profiler.record_function("nanosky::head"):  # a part of its own in `--log.profile-step`'s traces
+            lp, e = TargetLogprobs.apply(h[rows, cols], head.weight, head.bias, targets, post, how.chunk)
         return lp, (e if how.entropy_grad else e.detach()) if how.with_entropy else None
 
     setattr(model, METHOD, types.MethodType(method, model))
@@ -214,6 +215,7 @@ class TargetLogprobs(torch.autograd.Function):
                 ent[e] = -logp.exp().mul_(logp).sum(-1)
         ctx.save_for_backward(h, w, b, targets, lse, ent)
         ctx.post, ctx.chunk = post, chunk
+        ctx.set_materialize_grads(False)  # an unused output's gradient stays None, not a tensor of zeros to multiply
         return lp, ent
 
     @staticmethod
@@ -223,21 +225,23 @@ class TargetLogprobs(torch.autograd.Function):
         g_h = torch.empty_like(h) if ctx.needs_input_grad[0] else None
         g_w = torch.zeros(w.shape, dtype=torch.float32, device=w.device) if ctx.needs_input_grad[1] else None
         g_b = torch.zeros(w.shape[0], dtype=torch.float32, device=w.device) if ctx.needs_input_grad[2] else None
+        if g_lp is None and g_ent is None:
+            return None, None, None, None, None, None
         for s in range(0, h.shape[0], chunk):
             e = slice(s, s + chunk)
             g, t = _logits(h[e], w, b, ctx.post)  # recomputed z: [c, V], turned into d loss / dz in place
             g -= lse[e, None]  # log p
-            p = g.exp()
             # d lp / dz = onehot(target) − p;   d H / dz = −p ⊙ (z − E_p[z]) = −p ⊙ (log p + H)
             # so d loss / dz = onehot · g_lp − p ⊙ (g_lp + g_ent ⊙ (log p + H))
             if g_ent is not None:
+                p = g.exp()
                 g.add_(ent[e, None]).mul_(g_ent[e, None])
-            else:
-                g.zero_()
-            if g_lp is not None:
-                g.add_(g_lp[e, None])
-            g.mul_(p).neg_()
-            del p
+                if g_lp is not None:
+                    g.add_(g_lp[e, None])
+                g.mul_(p.neg_())
+                del p
+            else:  # no entropy gradient (the common case): −p · g_lp, in place
+                g.exp_().mul_(-g_lp[e, None])
             if g_lp is not None:
                 g.scatter_add_(-1, targets[e, None], g_lp[e, None])
             if T != 1.0:

@@ -40,6 +40,7 @@ from nanosky.train.policy import (
     checkpoint_names,
     decoder_layers,
     engine_config,
+    gathered,
     hf_loader,
     load_model,
     load_sharded,
@@ -253,10 +254,17 @@ def merged_params(model, dtype: torch.dtype | None = None) -> Iterator[tuple[str
     is_peft = hasattr(model, "peft_config")
     modules = dict(base_model(model).named_modules())
     pending: dict[str, dict[str, torch.Tensor]] = {}  # LoRA module → {"weight", "lora_A", "lora_B"}, until complete
-    for key, t in model.state_dict().items():  # same order on every rank
+
+    def local(key: str, t: torch.Tensor) -> torch.Tensor:
+        """The shard cast to what is gathered: an adapted layer's base and its adapters in full precision (the merge
+        is rounded to `dtype` once), the rest in `dtype`."""
         name = key.removeprefix(_PEFT_PREFIX) if is_peft else key
-        # an adapted layer's base and its adapters come in full precision: the merge is rounded to `dtype` once
-        t = _full(t, None if _LORA_KEY.match(name) or _BASE_KEY.match(name) else dtype)
+        keep = _LORA_KEY.match(name) or _BASE_KEY.match(name)
+        return t.to(dtype) if dtype is not None and not keep and t.dtype == torch.float32 else t
+
+    state = ((key, local(key, t)) for key, t in model.state_dict().items())
+    for key, t in gathered(state):  # same order on every rank, shards gathered a bucket at a time
+        name = key.removeprefix(_PEFT_PREFIX) if is_peft else key
         if m := _LORA_KEY.match(name):
             mod, part, adapter = m.groups()
             if adapter != _ADAPTER:

@@ -7,6 +7,7 @@ or LoRA-merged) is `nanosky.train.lora.save_merged`.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Iterator
 
 import torch
@@ -221,10 +222,23 @@ def shard_model(model, info: DistInfo, reshard_after_forward: bool | None = None
     for layer in decoder_layers(model):
         fully_shard(layer, **kw)
     fully_shard(model, **kw)
+    model._nanosky_accumulates = not reshard_after_forward  # `accumulate`: gradients kept whole across micro-batches
     head.install(model)  # the chunked LM head, as an FSDP forward method (`nanosky.train.head`)
     if any(p.is_meta for p in model.parameters()):  # a skeleton (`load_sharded`): storage for the shards only
         return model.to_empty(device=info.device)
     return model.to(info.device) if info.is_cuda else model
+
+
+def accumulate(model, last: bool) -> None:
+    """Before each micro-batch's backward: gradient accumulation as FSDP2 does it for a model that keeps its
+    parameters gathered between forward and backward (`shard_model`: < 1B parameters). Before the step's last
+    micro-batch the gradients are reduced and the parameters resharded as usual; before the others both stay whole
+    (the gradients summed in the reduce dtype, fp32), so a step pays one reduce-scatter and one all-gather, not one
+    per micro-batch (over gloo a reduce-scatter is an all-reduce of the whole gradient). Every rank runs the same
+    number of micro-batches (`packing.plan_micro_batches`). A no-op for a model that reshards, or none FSDP wraps."""
+    if getattr(model, "_nanosky_accumulates", False):
+        model.set_requires_gradient_sync(last)
+        model.set_reshard_after_backward(last)
 
 
 def token_logprobs(
@@ -258,10 +272,77 @@ def token_logprobs(
     return lp, ent
 
 
+BUCKET_BYTES = 64 << 20
+"""`gathered`: the shards one collective gathers together (each rank's part, before the gather)."""
+
+
+def gathered(
+    items: Iterable[tuple[str, torch.Tensor]], bucket_bytes: int = BUCKET_BYTES
+) -> Iterator[tuple[str, torch.Tensor]]:
+    """(name, whole tensor) for (name, tensor) items: consecutive FSDP2 shards (DTensors sharded on dim 0, one dtype
+    and mesh) gathered in one all-gather per bucket of `bucket_bytes`, not one per tensor (a 135M model's 272 tensors:
+    273 collectives, each paying gloo's latency); other DTensors alone; plain tensors as they are. Collective: every
+    rank must consume it in the same order."""
+    bucket: list[tuple[str, DTensor]] = []
+    size = 0
+    for name, t in items:
+        if bucket and not _joins(bucket[-1][1], t, size, bucket_bytes):
+            yield from _gather_bucket(bucket)
+            bucket, size = [], 0
+        if isinstance(t, DTensor) and _gatherable(t):
+            bucket.append((name, t))
+            size += t.to_local().numel() * t.element_size()
+            continue
+        yield name, (t.full_tensor() if isinstance(t, DTensor) else t).detach()
+    yield from _gather_bucket(bucket)
+
+
+def _gatherable(t: DTensor) -> bool:
+    from torch.distributed.tensor import Shard
+
+    return t.ndim >= 1 and len(t.placements) == 1 and t.placements[0] == Shard(0)
+
+
+def _joins(last: DTensor, t: torch.Tensor, size: int, cap: int) -> bool:
+    return (
+        isinstance(t, DTensor)
+        and _gatherable(t)
+        and t.dtype == last.dtype
+        and t.device_mesh == last.device_mesh
+        and size + t.to_local().numel() * t.element_size() <= cap
+    )
+
+
+def _gather_bucket(bucket: list[tuple[str, DTensor]]) -> Iterator[tuple[str, torch.Tensor]]:
+    """The bucket's whole tensors from one all-gather of every rank's shards, flattened end to end (each rank's
+    part padded to the longest: torch.chunk's split of dim 0 gives the last ranks fewer rows, or none)."""
+    if not bucket:
+        return
+    mesh = bucket[0][1].device_mesh
+    world, group = mesh.size(), mesh.get_group()
+    local = [t.to_local().detach() for _, t in bucket]
+
+    def rows(d0: int, r: int) -> int:
+        c = -(-d0 // world)
+        return max(0, min(c, d0 - r * c))
+
+    per_row = [math.prod(t.shape[1:]) for _, t in bucket]
+    sizes = [[rows(t.shape[0], r) * n for (_, t), n in zip(bucket, per_row)] for r in range(world)]
+    width = max(sum(x) for x in sizes)
+    flat = torch.empty(width, dtype=local[0].dtype, device=local[0].device)
+    torch.cat([x.reshape(-1) for x in local], out=flat[: sum(x.numel() for x in local)])
+    out = torch.empty(world * width, dtype=flat.dtype, device=flat.device)
+    torch.distributed.all_gather_into_tensor(out, flat, group=group)
+    starts = [0] * world
+    for i, (name, t) in enumerate(bucket):
+        parts = []
+        for r in range(world):
+            parts.append(out[r * width + starts[r] : r * width + starts[r] + sizes[r][i]])
+            starts[r] += sizes[r][i]
+        yield name, torch.cat(parts).view(t.shape)
+
+
 def iter_full_params(model) -> Iterator[tuple[str, torch.Tensor]]:
-    """(HF name, full tensor) one parameter at a time: each DTensor shard is all-gathered (a collective: every rank
-    must consume the iterator in the same order)."""
-    for name, t in model.state_dict().items():
-        if isinstance(t, DTensor):
-            t = t.full_tensor()
-        yield name, t.detach()
+    """(HF name, full tensor) one parameter at a time, the shards all-gathered a bucket at a time (`gathered`: a
+    collective, every rank must consume the iterator in the same order)."""
+    yield from gathered(model.state_dict().items())

@@ -23,7 +23,7 @@ from nanosky.config.model import OptimConfig
 from nanosky.train import grouped_attention, head, packing
 from nanosky.train.batch import Batch, micro_slices
 from nanosky.train.lora import trainable_parameters
-from nanosky.train.policy import token_logprobs
+from nanosky.train.policy import accumulate, token_logprobs
 from nanosky.train.tracer import Tracer
 
 
@@ -167,8 +167,12 @@ def grad_norm_and_clip(model, max_norm: float) -> float:
 
 
 def make_optimizer(params, lr: float, optim: OptimConfig):
-    """AdamW with a linear warm-up schedule (the critic uses it with its own learning rate)."""
-    opt = torch.optim.AdamW(params, lr=lr, betas=optim.betas, weight_decay=optim.weight_decay)
+    """AdamW with a linear warm-up schedule (the critic uses it with its own learning rate). Fused: one kernel over
+    all parameters instead of ~10 ops per parameter, each dispatched through DTensor (on the CPU the loop took
+    6 % of the real model's train phase)."""
+    params = list(params)
+    fused = all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in params)
+    opt = torch.optim.AdamW(params, lr=lr, betas=optim.betas, weight_decay=optim.weight_decay, fused=fused or None)
     warm = optim.warmup_steps
     return opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warm) if warm else 1.0)
 
@@ -256,7 +260,8 @@ class PolicyUpdate:
         tokens = [0.0, 0.0]  # tokens the forward passes computed, and what they would have computed unpacked
         trained = 0.0  # rows passed on to forward / backward (all epochs)
         for step in minibatches(batch, a, self.optim, self.skip):
-            for m, scale in step:
+            for i, (m, scale) in enumerate(step):
+                accumulate(self.model, last=i == len(step) - 1)  # one gradient reduction a step (small models)
                 trained += float(m.row_mask.sum())
                 metrics, computed, unpacked, counts = self.backward(m, scale, version)
                 # a blank pass (or only padding rows) reports nothing, but adds its keys: they must match the other

@@ -50,5 +50,6 @@ def test_weights_are_read_once_and_every_shard_equals_a_per_rank_read(tmp_path):
     res = json.loads(out.read_text())
     print(res)
     assert res["diffs"] == [] and res["checked"] > 100 and res["tied"]
+    assert res["gather_diffs"] == [] and res["gather_checked"] > 100, res  # every parameter, and the 2 odd shapes
     # fp32 in memory: 256 MiB for the whole model. Rank 1 holds its half; reading the checkpoint would cost it all.
     assert res["grow_mib"][1] < 0.75 * res["full_mib"], res

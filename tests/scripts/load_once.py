@@ -62,12 +62,29 @@ def main(out: str, path: str) -> None:
         checked += 1
         if not torch.equal(a.to_local(), b.to_local()):
             diffs.append("critic." + n)
+    # the sync's bucketed gather (`policy.gathered`) against one full_tensor per parameter: small buckets (several
+    # collectives), a bf16 cast of each shard, and shapes whose dim 0 leaves rank 1 fewer rows, or none
+    from torch.distributed.tensor import Shard, distribute_tensor
+
+    from nanosky.train.policy import gathered
+
+    odd = [distribute_tensor(torch.arange(15.0).view(3, 5), new.model.embed_tokens.weight.device_mesh, [Shard(0)])]
+    odd.append(distribute_tensor(torch.arange(4.0).view(1, 4), odd[0].device_mesh, [Shard(0)]))
+    items = [(n, t.to(torch.bfloat16)) for n, t in new.state_dict().items()] + [
+        (f"odd{i}", t) for i, t in enumerate(odd)
+    ]
+    got = list(gathered(items, bucket_bytes=1 << 20))
+    gather_checked, gather_diffs = len(got), [n for n, _ in items if n not in dict(got)]
+    for (n, t), (m, g) in zip(items, got, strict=True):
+        if n != m or not torch.equal(g, t.full_tensor()):
+            gather_diffs.append(n)
     grows = [None] * info.world
     torch.distributed.all_gather_object(grows, grow)
     if info.is_main:
         full_mib = sum(t.numel() * 4 for t in old.state_dict().values() if t.dim()) / 2**20
         with open(out, "w") as f:
-            json.dump({"grow_mib": grows, "full_mib": full_mib, "diffs": diffs, "checked": checked, "tied": tied}, f)
+            res = {"grow_mib": grows, "full_mib": full_mib, "diffs": diffs, "checked": checked, "tied": tied}
+            json.dump(res | {"gather_checked": gather_checked, "gather_diffs": gather_diffs}, f)
     dist.barrier()
     dist.shutdown()
 
