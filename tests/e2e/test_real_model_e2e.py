@@ -50,7 +50,7 @@ def test_smollm2_trains_at_two_ranks_with_lora_and_resumes_exactly(tmp_path):
 TOOLS = ["--model.path", "smollm2-135m", "--env", "tool_use", "--env-kwargs.kinds", '["arith", "python"]']
 TOOLS += ["--rollout.max-new-tokens", "48", "--rollout.max-total-tokens", "700", "--engine.max-model-len", "1024"]
 TOOLS += ["--eval.every", "0"]
-TOOLS += ["--eval.limit", "2", "--log.ckpt-every", "0", "--log.keep-ckpts", "1", "--log.no-tqdm", "--precision", "fp32"]
+TOOLS += ["--eval.limit", "2", "--log.ckpt-every", "0", "--log.keep-ckpts", "1", "--log.no-tqdm"]  # precision auto
 
 
 def test_smollm2_is_taught_tool_calls_through_the_fallback_rendering_then_samples_with_it(tmp_path):
