@@ -39,11 +39,14 @@ demo: install
 demo-real: install
 	$(BIN)/torchrun --standalone --nproc_per_node $(NPROC) run.py --preset smollm2_arith --log.overwrite
 
+# the unit tests run in 2 processes (pytest-xdist): they wait on timeouts and subprocesses, not on both cores. The
+# integration and e2e layers stay in one: their engines share a process's vLLM state, and each run uses both cores
 test: install
-	$(BIN)/python -m pytest -x -q --durations=30 tests
+	$(BIN)/python -m pytest -x -q -n 2 --durations=10 tests/unit
+	$(BIN)/python -m pytest -x -q --durations=30 tests/integration tests/e2e
 
 test-fast: install
-	$(BIN)/python -m pytest -x -q tests/unit
+	$(BIN)/python -m pytest -x -q -n 2 tests/unit
 
 bench: install
 	$(BIN)/python bench/step_time.py
