@@ -21,9 +21,9 @@ def check_agent(cfg: TrainConfig) -> None:
     """--rollout.agent imports and names a function; --rollout.agent-cmd's program exists."""
     import shlex
 
-    from nanosky.endpoint.harness import AgentError, load_agent
-
     if cfg.rollout.agent:
+        from nanosky.endpoint.harness import AgentError, load_agent  # ~0.5 s of imports a run without one skips
+
         try:
             load_agent(cfg.rollout.agent)
         except AgentError as e:
