@@ -41,8 +41,7 @@ demo-real: install
 
 # the unit tests run in 2 processes (pytest-xdist): they wait on timeouts and subprocesses, not on both cores. The
 # integration and e2e layers stay in one: their engines share a process's vLLM state, and each run uses both cores
-test: install
-	$(BIN)/python -m pytest -x -q -n 2 --durations=10 tests/unit
+test: test-fast
 	$(BIN)/python -m pytest -x -q --durations=30 tests/integration tests/e2e
 
 test-fast: install
