@@ -2,7 +2,8 @@
 
     tests/unit/         no vLLM, no torchrun: `make test-fast`, after every edit
     tests/integration/  the real vLLM engine (the `engine` fixture), real sandboxes and SWE grading
-    tests/e2e/          torchrun over run.py or tests/scripts; every test here is marked slow
+    tests/e2e/          run.py or tests/scripts in N ranks over gloo (spawn.torchrun: forked from a server that
+                        did the imports once; real torchrun for the launcher's own tests); every test here is slow
 
 `make test` runs all three, unit first, so a broken unit fails the run in seconds.
 """

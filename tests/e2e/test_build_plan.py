@@ -4,18 +4,15 @@ check made to fail): the plan says what runs, and plan.json records it beside co
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 from families import build
-from spawn import ROOT, child_env
+from spawn import python
 
 
 def _build(tmp_path, mode: str, *flags: str) -> dict:
     run_dir = str(tmp_path / mode)
-    cmd = [sys.executable, "tests/scripts/build_plan.py", run_dir, mode, "--", "--preset", "smoke", *flags]
-    r = subprocess.run(cmd, cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=600)
+    r = python([run_dir, mode, "--", "--preset", "smoke", *flags], script="tests/scripts/build_plan.py")
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
     line = next(x for x in r.stdout.splitlines() if x.startswith("RESULT "))
     out = json.loads(line[len("RESULT ") :])

@@ -214,6 +214,7 @@ def test_one_failing_rank_stops_the_whole_job_promptly(tmp_path):
             "600",
         ],
         retry_abort=False,
+        launcher="torchrun",  # how torchrun ends a job when one rank fails
     )
     wall = time.time() - t0
     assert r.returncode != 0

@@ -5,7 +5,7 @@ import os
 import textwrap
 
 import pytest
-from spawn import ROOT, child_env, scalars
+from spawn import ROOT, child_env, scalars, torchrun
 
 PLUGIN = textwrap.dedent(
     '''
@@ -51,15 +51,11 @@ def test_plugins_flag_makes_registered_names_valid(plugin_dir, monkeypatch):
 def test_user_loss_and_estimator_train_from_the_cli(plugin_dir, tmp_path):
     """Two ranks, one step: the user's loss runs on every micro-batch and the user's advantages (all 1) reach the
     update, through the batch-wide path (a user estimator is not declared per-group, so ranks gather)."""
-    import subprocess
-    import sys
-
     env = child_env() | {
         "PYTHONPATH": f"{plugin_dir}{os.pathsep}{ROOT}",
         "USER_PG_MARKER": str(tmp_path / "marker"),
     }
     run_dir = tmp_path / "run"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "run.py"]
     args = ["--preset", "smoke", "--steps", "1", "--log.run-dir", str(run_dir), "--eval.limit", "2"]
     args += [
         "--plugins",
@@ -69,7 +65,7 @@ def test_user_loss_and_estimator_train_from_the_cli(plugin_dir, tmp_path):
         "--algorithm.adv-estimator",
         "all_ones",
     ]
-    r = subprocess.run([*cmd, *args], cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
+    r = torchrun(args, env=env)
     assert r.returncode == 0, r.stderr[-3000:]
     calls = (tmp_path / "marker").read_text().split()
     assert len(calls) >= 2  # one per micro-batch, on each rank

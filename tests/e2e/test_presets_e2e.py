@@ -4,21 +4,17 @@ KL-in-reward (reinforce_pp), dynamic sampling + overlong punishment (dapo), sequ
 import json
 import math
 import os
-import subprocess
-import sys
 import time
 
 import pytest
-from spawn import ROOT, child_env, scalars
+from spawn import python, scalars
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("algo", ["ppo", "reinforce_pp", "dapo", "gspo", "sapo"])
 def test_preset_trains(algo, tmp_path):
     run_dir = str(tmp_path / algo)
-    cmd = [
-        sys.executable,
-        "run.py",
+    args = [
         "--preset",
         "smoke",
         "--algo",
@@ -37,8 +33,8 @@ def test_preset_trains(algo, tmp_path):
         "0",
     ]
     if algo == "dapo":  # the smoke preset's 32-token responses need a shorter overlong band than DAPO's 32
-        cmd += ["--algorithm.overlong-cache-len", "8"]
-    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, env=child_env())
+        args += ["--algorithm.overlong-cache-len", "8"]
+    r = python(args)
     assert r.returncode == 0, r.stderr[-4000:]
     s = scalars(run_dir)
     assert all(math.isfinite(v) for _, v in s["train/pg_loss"])
@@ -55,9 +51,9 @@ def test_neg_adv_scale_zero_trains_only_on_better_than_average_samples(tmp_path)
     """--algorithm.neg-adv-scale 0 reaches the update: every loss token's advantage is >= 0 while the rewards still
     spread (without it the groups' below-average samples carry negative advantages), and rows left at 0 are skipped."""
     run_dir = str(tmp_path / "pos")
-    cmd = [sys.executable, "run.py", "--preset", "smoke", "--steps", "2", "--log.run-dir", run_dir]
-    cmd += ["--algorithm.neg-adv-scale", "0", "--eval.limit", "4", "--envpool.workers", "0"]
-    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, env=child_env())
+    args = ["--preset", "smoke", "--steps", "2", "--log.run-dir", run_dir]
+    args += ["--algorithm.neg-adv-scale", "0", "--eval.limit", "4", "--envpool.workers", "0"]
+    r = python(args)
     assert r.returncode == 0, r.stderr[-4000:]
     s = scalars(run_dir)
     assert all(v >= 0 for _, v in s["train/adv_min"])
@@ -72,9 +68,7 @@ def test_lora_training_syncs_merged_weights(tmp_path):
     """LoRA through peft + FSDP2: the sync streams merged weights; the probe (which fails the run on a mismatch)
     must see the engine agree with the trainer after every update, and the adapter is saved in peft format."""
     run_dir = str(tmp_path / "lora")
-    cmd = [
-        sys.executable,
-        "run.py",
+    args = [
         "--preset",
         "smoke",
         "--precision",
@@ -92,7 +86,7 @@ def test_lora_training_syncs_merged_weights(tmp_path):
         "--envpool.workers",
         "0",
     ]
-    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, env=child_env())
+    r = python(args)
     assert r.returncode == 0, r.stderr[-4000:]
     s = scalars(run_dir)
     assert all(v < 1e-3 for _, v in s["rollout/logprob_diff_mean"])
@@ -103,9 +97,7 @@ def test_lora_training_syncs_merged_weights(tmp_path):
 
 def test_dry_run_uses_the_longest_sequences(tmp_path):
     run_dir = str(tmp_path / "dry")
-    cmd = [
-        sys.executable,
-        "run.py",
+    args = [
         "--preset",
         "smoke",
         "--dry-run",
@@ -114,7 +106,7 @@ def test_dry_run_uses_the_longest_sequences(tmp_path):
         "--envpool.workers",
         "0",
     ]
-    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, env=child_env())
+    r = python(args)
     assert r.returncode == 0, r.stderr[-4000:]
     s = scalars(run_dir)
     assert [st for st, _ in s["train/pg_loss"]] == [1]
@@ -129,9 +121,9 @@ def test_agent_env_presets_train(preset, tmp_path):
     """The multi-turn env presets train end to end (bundled agent model, env pool workers, tools)."""
     run_dir = str(tmp_path / preset)
     small = "--steps 1 --rollout.prompts-per-step 2 --rollout.group-size 2 --eval.limit 2 --eval.every 0"
-    cmd = [sys.executable, "run.py", "--preset", preset, "--log.run-dir", run_dir, *small.split()]
-    cmd += ["--envpool.workers", "1", "--engine.kv-cache-gib", "0.25"]  # env steps in a worker, as in real runs
-    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, env=child_env())
+    args = ["--preset", preset, "--log.run-dir", run_dir, *small.split()]
+    args += ["--envpool.workers", "1", "--engine.kv-cache-gib", "0.25"]  # env steps in a worker, as in real runs
+    r = python(args)
     assert r.returncode == 0, r.stderr[-4000:]
     s = scalars(run_dir)
     assert all(math.isfinite(v) for _, v in s["train/pg_loss"])

@@ -6,10 +6,8 @@ import json
 import math
 import os
 import shutil
-import subprocess
-import sys
 
-from spawn import ROOT, child_env, scalars, torchrun
+from spawn import python, scalars, torchrun
 
 ROWS = [
     {"question": "Ann has 3 apples and buys 4 more. How many apples does she have?", "answer": "3 + 4 = 7\n#### 7"},
@@ -48,9 +46,9 @@ def test_sft_trains_on_the_experts_demonstrations_resumes_exactly_and_starts_rl(
         assert b[tag][-1] == a[tag][-1], (tag, a[tag], b[tag])
 
     export = straight / "checkpoints" / "step_000003" / "export"  # the run dir names its latest checkpoint's export
-    rl = [sys.executable, "run.py", "--preset", "smoke", "--model.path", str(straight), "--steps", "1"]
+    rl = ["--preset", "smoke", "--model.path", str(straight), "--steps", "1"]
     rl += ["--precision", "fp32", "--eval.limit", "4", "--envpool.workers", "0", "--log.run-dir", str(tmp_path / "rl")]
-    r = subprocess.run(rl, cwd=ROOT, capture_output=True, text=True, timeout=600, env=child_env())
+    r = python(rl)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "nanosky: grpo on math" in r.stdout and str(export) in r.stdout
     assert os.path.exists(tmp_path / "rl" / "checkpoints" / "step_000001" / "export" / "model.safetensors")

@@ -41,7 +41,7 @@ CASES = {
 def test_a_bad_input_under_torchrun_prints_one_line_once_first(case, tmp_path):
     make_flags, expected = CASES[case]
     for i in range(TRIES):
-        r = torchrun(["--preset", "smoke", *make_flags(tmp_path)], timeout=120, retry_abort=False)
+        r = torchrun(["--preset", "smoke", *make_flags(tmp_path)], timeout=120, retry_abort=False, launcher="torchrun")
         where = f"{case}, try {i + 1}:\n{r.stderr[-3000:]}"
         assert r.returncode != 0, where  # torchrun's own status: 1 whenever a rank fails
         lines = [ln for ln in (r.stdout + r.stderr).splitlines() if ln.strip()]

@@ -2,10 +2,8 @@
 shuts its env pool down, closes the endpoint and the rank's event loop, and leaves no worker process behind."""
 
 import json
-import subprocess
-import sys
 
-from spawn import ROOT, SCRIPTS, child_env
+from spawn import python
 
 
 def test_a_run_that_raises_closes_its_pool_endpoint_and_loop(tmp_path):
@@ -28,14 +26,7 @@ def test_a_run_that_raises_closes_its_pool_endpoint_and_loop(tmp_path):
         "echo '{\"reward\": 1}'",
         "--log.no-tqdm",
     ]
-    r = subprocess.run(
-        [sys.executable, f"{SCRIPTS}/teardown_on_error.py", *flags],
-        cwd=ROOT,
-        env=child_env(),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    r = python(flags, script="tests/scripts/teardown_on_error.py")
     assert r.returncode == 0, r.stderr[-3000:]
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert out["raised"] and "injected failure" in out["raised"]
