@@ -5,7 +5,8 @@
 
 `--shape agent` puts the problems behind a ~370-token agent system prompt with tool schemas (bench/shapes.py).
 Prints the per-phase medians (generate / logprob / train / sync) and the throughput figures over the steps after
-the first (which pays vLLM's warm-up), and as its last line `step_s=<median seconds per step>`.
+the first (which pays vLLM's warm-up); the sync's megabytes a rank and rate against a plain 1-thread copy of as
+many bytes; and as its last line `step_s=<median seconds per step>`.
 """
 
 import argparse
@@ -83,7 +84,31 @@ def main() -> None:
         "perf/train_tflops",
     ):
         print(f"{tag:26s} {med(tag):10.4f}")
+    if "sync/mbytes" in logged:  # what a rank's push moved, against a plain copy of as many bytes
+        mb, push, copy = med("sync/mbytes"), med("sync/push_s"), copy_mb_per_s(med("sync/mbytes"))
+        print(
+            f"sync: {mb:.0f} MB a rank, pushed in {push:.3f} s ({mb / push:.0f} MB/s; probe {med('sync/probe_s'):.3f} s); "
+            f"a plain 1-thread torch copy of the same bytes: {copy:.0f} MB/s, {mb / copy:.3f} s ({copy * push / mb:.1f}x faster)"
+        )
     print(f"step_s={med('timing/step_s'):.3f}")
+
+
+def copy_mb_per_s(mb: float, reps: int = 5) -> float:
+    """A plain `torch` copy of `mb` megabytes, one thread (a rank's share of the box), median of `reps`."""
+    import time
+
+    import torch
+
+    torch.set_num_threads(1)
+    src = torch.ones(int(mb * 1e6), dtype=torch.uint8)
+    dst = torch.zeros_like(src)
+    dst.copy_(src)  # first touch of dst's pages
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        dst.copy_(src)
+        times.append(time.perf_counter() - t0)
+    return mb / statistics.median(times)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,8 @@ version, then a fixed sequence scored by both, so a stale or wrongly loaded engi
 
 from __future__ import annotations
 
+import time
+
 import torch
 
 import envs
@@ -200,18 +202,21 @@ def sync_weights(policy, engine, version: int, probe_: Probe, push: bool = True)
     (testing only, `--debug.skip-sync`) leaves the engine stale: the probe must catch it."""
     # CUDA: the weights first; the KV cache is mapped after the push (TRL's, verl's order)
     engine.wake("weights")
-    pushed = [0, 0]  # elements, bytes
+    pushed, t0 = [0, 0], time.perf_counter()  # elements, bytes
     if push:
         # LoRA merged in; gathered in the engine's dtype (bf16: half the bytes of an fp32 gather)
         engine.load_weights(_counted(iter_merged_params(policy, getattr(torch, engine.dtype)), pushed), version)
     else:
         engine.skip_load(version)  # testing only: the probe below must catch it
+    t1 = time.perf_counter()
     engine.wake("kv_cache")
     ids = probe_.current
     lp_train, lp_engine = probe_logprobs(policy, engine, ids, engine.info.device)
     d = (lp_train - lp_engine).abs()
     m = probe_metrics(d) | probe_.shifts(ids, lp_train, lp_engine)
-    m |= {"sync/bytes_per_weight": pushed[1] / pushed[0]} if pushed[0] else {}
+    m |= {"sync/bytes_per_weight": pushed[1] / pushed[0], "sync/mbytes": pushed[1] / 1e6} if pushed[0] else {}
+    # the push (gather, merge, cast, the engine's reload) and the probe's two forwards
+    m |= {"sync/push_s": t1 - t0, "sync/probe_s": time.perf_counter() - t1}
     arch = type(base_model(policy)).__name__.removeprefix("FSDP")  # FSDP2 subclasses the model's class
     # held_back: vLLM's "Failed to load weights" lines of this sync, named in the error
     probe_.check(m, engine.dtype, version, held_back(), d, arch)

@@ -50,6 +50,16 @@ def test_two_rank_run_logs_and_syncs(smoke_run):
     assert all(v > 0 for _, v in s["train/grad_norm"])
     # weights really reached vLLM: after every sync the engine scores the probe like the trainer does
     assert all(v < 1e-3 for _, v in s["rollout/logprob_diff_mean"])
+    # every sync pushed each weight once at 4 bytes (the tied head's as its own tensor, as vLLM takes it), and its
+    # two parts fit in the phase's time
+    from safetensors import safe_open
+
+    with safe_open(os.path.join(smoke_run, "checkpoints", "step_000003", "export", "model.safetensors"), "pt") as f:
+        sizes = {k: math.prod(f.get_slice(k).get_shape()) for k in f.keys()}
+    lo, hi = 4 * sum(sizes.values()) / 1e6, 4 * (sum(sizes.values()) + sizes["model.embed_tokens.weight"]) / 1e6
+    assert [st for st, _ in s["sync/mbytes"]] == [0, 1, 2, 3] and all(lo <= v <= hi for _, v in s["sync/mbytes"])
+    phase = dict(s["timing/sync_s"])
+    assert all(p + q <= phase[st] for (st, p), (_, q) in zip(s["sync/push_s"][1:], s["sync/probe_s"][1:]))
     summary = json.load(open(os.path.join(smoke_run, "summary.json")))
     assert summary["steps"] == 3 and summary["world_size"] == 2
     assert 0.0 <= summary["eval_accuracy_final"] <= 1.0 and summary["median_step_s"] > 0
