@@ -82,6 +82,26 @@ def resolve_repo(local_repo: str, commit: str) -> str:
     return str(path)
 
 
+def _extract_all(tf: tarfile.TarFile, dest: Path, tar: Path) -> None:
+    """`tf` into `dest` under tarfile's "data" filter; on Pythons without extraction filters (3.11.0-3.11.3, e.g.
+    Debian 12's), its refusals by hand first: a member or link outside `dest`, a device or a FIFO."""
+    if hasattr(tarfile, "data_filter"):
+        tf.extractall(dest, filter="data")
+        return
+    root = os.path.realpath(dest)
+
+    def inside(path: str) -> bool:
+        return os.path.commonpath([root, os.path.realpath(os.path.join(root, path))]) == root
+
+    for m in tf.getmembers():
+        link = os.path.join(os.path.dirname(m.name), m.linkname) if m.issym() else m.linkname
+        if os.path.isabs(m.name) or not inside(m.name) or (m.issym() or m.islnk()) and not inside(link):
+            raise tarfile.TarError(f"{tar}: {m.name!r} would be written outside the folder it is extracted to")
+        if m.isdev():
+            raise tarfile.TarError(f"{tar}: {m.name!r} is a device or a FIFO")
+    tf.extractall(dest)
+
+
 def _extract(tar: Path) -> Path:
     st = tar.stat()
     key = hashlib.sha1(f"{tar.resolve()}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:16]
@@ -89,8 +109,12 @@ def _extract(tar: Path) -> Path:
     if not dest.exists():
         TAR_CACHE.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=TAR_CACHE))  # same filesystem: the rename below is atomic
-        with tarfile.open(tar) as tf:
-            tf.extractall(tmp, filter="data")
+        try:
+            with tarfile.open(tar) as tf:
+                _extract_all(tf, tmp, tar)
+        except tarfile.TarError as e:  # a member the "data" filter refuses, or a broken archive: the row's error
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise ValueError(f"local_repo {tar}: {e}") from None
         try:
             os.replace(tmp, dest)
         except OSError:  # another process extracted it first
