@@ -85,7 +85,8 @@ def main() -> None:
     ):
         print(f"{tag:26s} {med(tag):10.4f}")
     if "sync/mbytes" in logged:  # what a rank's push moved, against a plain copy of as many bytes
-        mb, push, copy = med("sync/mbytes"), med("sync/push_s"), copy_mb_per_s(med("sync/mbytes"))
+        mb, push = med("sync/mbytes"), med("sync/push_s")
+        copy = copy_mb_per_s(mb)
         print(
             f"sync: {mb:.0f} MB a rank, pushed in {push:.3f} s ({mb / push:.0f} MB/s; probe {med('sync/probe_s'):.3f} s); "
             f"a plain 1-thread torch copy of the same bytes: {copy:.0f} MB/s, {mb / copy:.3f} s ({copy * push / mb:.1f}x faster)"

@@ -2,17 +2,18 @@
 TensorBoard scalars a run wrote. Imported by name (`from spawn import torchrun`): tests/conftest.py puts tests/ on
 sys.path for every test folder."""
 
+import contextlib
 import multiprocessing
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
 import warnings
 from multiprocessing import connection, forkserver
 
+from nanosky.agent.serve import free_port
 from nanosky.process import LAUNCHER_VARS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -47,13 +48,10 @@ def torchrun(
     ranks from a server that imported torch, transformers and vLLM once (`forked`): the same script in N real
     processes over gloo, without ~10 s of imports a launch. A test of the launcher itself (its report, how it ends
     a failed job, the resume command it prints) names "torchrun"."""
-    launcher = launcher or os.environ.get("NANOSKY_TEST_LAUNCHER", "fork")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc), script]
     for attempt in (1, 2):
-        if launcher == "torchrun":
-            r = subprocess.run(
-                [*cmd, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=child_env() | (env or {})
-            )
+        if (launcher or _launcher()) == "torchrun":
+            r = _fresh([*cmd, *args], timeout, env)
         else:
             r = forked(script, args, nproc, timeout=timeout, env=env)
         if r.returncode == 0 or GLOO_ABORT not in r.stderr or attempt == 2 or not retry_abort:
@@ -67,12 +65,18 @@ def python(
 ) -> subprocess.CompletedProcess:
     """`python script args...` from the repo root in a clean launcher env (plus `env`): one process, no launcher
     variables; forked from the fork server unless NANOSKY_TEST_LAUNCHER=torchrun (then a fresh interpreter)."""
-    if os.environ.get("NANOSKY_TEST_LAUNCHER", "fork") == "torchrun":
-        cmd = [sys.executable, script, *args]
-        return subprocess.run(
-            cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=child_env() | (env or {})
-        )
+    if _launcher() == "torchrun":
+        return _fresh([sys.executable, script, *args], timeout, env)
     return forked(script, args, 1, timeout=timeout, env=env, ranked=False)
+
+
+def _launcher() -> str:
+    return os.environ.get("NANOSKY_TEST_LAUNCHER", "fork")
+
+
+def _fresh(cmd: list[str], timeout: int, env: dict[str, str] | None) -> subprocess.CompletedProcess:
+    """`cmd` in a fresh interpreter from the repo root, in a clean launcher env plus `env`."""
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=child_env() | (env or {}))
 
 
 # What a rank imports before it trains (~10 s of CPU a launch on the 2-core box): the fork server imports it once.
@@ -138,18 +142,15 @@ def forked(
     import tempfile
 
     ctx = _server()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     base = child_env() | {"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"} | (env or {})
     with tempfile.TemporaryDirectory(prefix="nanosky-ranks-") as tmp:
         procs, files = [], []
         for rank in range(nproc):
             environ = dict(base)
             if ranked:
-                world = {"WORLD_SIZE": nproc, "LOCAL_WORLD_SIZE": nproc, "MASTER_PORT": port}
-                environ |= {"RANK": str(rank), "LOCAL_RANK": str(rank), "MASTER_ADDR": "127.0.0.1"}
-                environ |= {k: str(v) for k, v in world.items()}
+                environ |= {"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(nproc)}
+                environ |= {"LOCAL_WORLD_SIZE": str(nproc), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
             out, err = os.path.join(tmp, f"{rank}.out"), os.path.join(tmp, f"{rank}.err")
             p = ctx.Process(target=_rank, args=(script, args, environ, out, err), name=f"rank{rank}")
             p.start()
@@ -176,8 +177,9 @@ def _end(procs: list, grace_s: float = 5.0) -> None:
             if p.exitcode is None:
                 try:
                     os.killpg(p.pid, sig)
-                except ProcessLookupError:  # not yet its own group leader
-                    os.kill(p.pid, sig)
+                except ProcessLookupError:  # not yet its own group leader (or already gone)
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(p.pid, sig)
         t = time.monotonic() + grace_s
         while any(p.exitcode is None for p in procs) and time.monotonic() < t:
             connection.wait([p.sentinel for p in procs if p.exitcode is None], timeout=0.2)
