@@ -205,7 +205,9 @@ def sync_weights(policy, engine, version: int, probe_: Probe, push: bool = True)
     pushed, t0 = [0, 0], time.perf_counter()  # elements, bytes
     if push:
         # LoRA merged in; gathered in the engine's dtype (bf16: half the bytes of an fp32 gather)
-        engine.load_weights(_counted(iter_merged_params(policy, getattr(torch, engine.dtype)), pushed), version)
+        # through node-shared memory on one CPU node (the engine copies each tensor before the next gather)
+        merged = iter_merged_params(policy, getattr(torch, engine.dtype), shared=True)
+        engine.load_weights(_counted(merged, pushed), version)
     else:
         engine.skip_load(version)  # testing only: the probe below must catch it
     t1 = time.perf_counter()

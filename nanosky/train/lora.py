@@ -232,16 +232,19 @@ def _dense_base_weight(layer, w: torch.Tensor) -> torch.Tensor:
     return bnb.functional.dequantize_4bit(w.contiguous(), state)
 
 
-def iter_merged_params(model, dtype: torch.dtype | None = None) -> Iterator[tuple[str, torch.Tensor]]:
+def iter_merged_params(
+    model, dtype: torch.dtype | None = None, shared: bool = False
+) -> Iterator[tuple[str, torch.Tensor]]:
     """`merged_params` under the checkpoint's names and layouts: what `save_pretrained` would write, which is what
     vLLM's loaders read (`policy.checkpoint_names`; e.g. Mixtral's experts one by one, not stacked). What the sync
-    streams and the exports write."""
+    streams and the exports write. `shared`: gathered through node-shared memory where it can be (`gathered`: each
+    tensor valid until the next shared gather; the sync's)."""
     to_checkpoint = checkpoint_names(base_model(model))
-    for name, t in merged_params(model, dtype):
+    for name, t in merged_params(model, dtype, shared):
         yield from to_checkpoint(name, t)
 
 
-def merged_params(model, dtype: torch.dtype | None = None) -> Iterator[tuple[str, torch.Tensor]]:
+def merged_params(model, dtype: torch.dtype | None = None, shared: bool = False) -> Iterator[tuple[str, torch.Tensor]]:
     """(base-model HF name, full tensor) with every adapter merged: W + scaling·B@A, in fp32, cast back to W's dtype.
     `dtype` (the engine's, e.g. bf16): tensors are gathered in it, except an adapted layer's base and its adapters,
     gathered in full precision and merged in fp32, so each merged weight is rounded to `dtype` once. A 4-bit base (QLoRA) is gathered packed and dequantized.
@@ -263,7 +266,7 @@ def merged_params(model, dtype: torch.dtype | None = None) -> Iterator[tuple[str
         return t.to(dtype) if dtype is not None and not keep and t.dtype == torch.float32 else t
 
     state = ((key, local(key, t)) for key, t in model.state_dict().items())
-    for key, t in gathered(state):  # same order on every rank, shards gathered a bucket at a time
+    for key, t in gathered(state, shared=shared):  # same order on every rank, shards gathered a bucket at a time
         name = key.removeprefix(_PEFT_PREFIX) if is_peft else key
         if m := _LORA_KEY.match(name):
             mod, part, adapter = m.groups()

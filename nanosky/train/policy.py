@@ -17,6 +17,7 @@ from torch.distributed.tensor import DTensor, distribute_tensor
 from nanosky.dist import DistInfo
 from nanosky.precision import Precision
 from nanosky.train import head
+from nanosky.train.shared_gather import ALIGN, SharedArena, node_arena, share_fsdp_collectives
 
 
 def private_classes(model: torch.nn.Module) -> torch.nn.Module:
@@ -222,6 +223,8 @@ def shard_model(model, info: DistInfo, reshard_after_forward: bool | None = None
     for layer in decoder_layers(model):
         fully_shard(layer, **kw)
     fully_shard(model, **kw)
+    if not info.is_cuda:  # one CPU node: FSDP2's collectives through shared memory, not gloo's loopback TCP
+        share_fsdp_collectives([*decoder_layers(model), model], mesh.get_group())
     model._nanosky_accumulates = not reshard_after_forward  # `accumulate`: gradients kept whole across micro-batches
     head.install(model)  # the chunked LM head, as an FSDP forward method (`nanosky.train.head`)
     if any(p.is_meta for p in model.parameters()):  # a skeleton (`load_sharded`): storage for the shards only
@@ -277,24 +280,34 @@ BUCKET_BYTES = 64 << 20
 
 
 def gathered(
-    items: Iterable[tuple[str, torch.Tensor]], bucket_bytes: int = BUCKET_BYTES
+    items: Iterable[tuple[str, torch.Tensor]], bucket_bytes: int = BUCKET_BYTES, shared: bool = False
 ) -> Iterator[tuple[str, torch.Tensor]]:
     """(name, whole tensor) for (name, tensor) items: consecutive FSDP2 shards (DTensors sharded on dim 0, one dtype
     and mesh) gathered in one all-gather per bucket of `bucket_bytes`, not one per tensor (a 135M model's 272 tensors:
     273 collectives, each paying gloo's latency); other DTensors alone; plain tensors as they are. Collective: every
-    rank must consume it in the same order."""
+    rank must consume it in the same order.
+
+    `shared` (the sync): where every rank is on this node on CPU, the buckets go through node-shared memory
+    (`shared_gather`) instead of gloo, and the tensors are views of it, valid until the next shared gather: consume
+    each before asking for the next gather (the engine copies them as it loads)."""
+    arena = None
     bucket: list[tuple[str, DTensor]] = []
     size = 0
     for name, t in items:
         if bucket and not _joins(bucket[-1][1], t, size, bucket_bytes):
-            yield from _gather_bucket(bucket)
+            yield from _gather_bucket(bucket, arena)
             bucket, size = [], 0
+        if shared and arena is None and isinstance(t, DTensor) and _gatherable(t):
+            arena = node_arena(t.device_mesh.get_group()) if t.device.type == "cpu" else None
+            if arena is not None:
+                arena.start()
+            shared = False  # decided, once
         if isinstance(t, DTensor) and _gatherable(t):
             bucket.append((name, t))
-            size += t.to_local().numel() * t.element_size()
+            size += _shard_bytes(t)
             continue
         yield name, (t.full_tensor() if isinstance(t, DTensor) else t).detach()
-    yield from _gather_bucket(bucket)
+    yield from _gather_bucket(bucket, arena)
 
 
 def _gatherable(t: DTensor) -> bool:
@@ -303,28 +316,47 @@ def _gatherable(t: DTensor) -> bool:
     return t.ndim >= 1 and len(t.placements) == 1 and t.placements[0] == Shard(0)
 
 
+def _shard_bytes(t: DTensor) -> int:
+    """The bytes of the largest rank's shard of `t`: the same on every rank, so every rank cuts the buckets alike (the
+    local shard's own size differs where dim 0 does not divide: a bucket boundary drawn from it would pair different
+    collectives on different ranks)."""
+    world = t.device_mesh.size()
+    return -(-t.shape[0] // world) * math.prod(t.shape[1:]) * t.element_size()
+
+
 def _joins(last: DTensor, t: torch.Tensor, size: int, cap: int) -> bool:
     return (
         isinstance(t, DTensor)
         and _gatherable(t)
         and t.dtype == last.dtype
         and t.device_mesh == last.device_mesh
-        and size + t.to_local().numel() * t.element_size() <= cap
+        and size + _shard_bytes(t) <= cap
     )
 
 
-def _gather_bucket(bucket: list[tuple[str, DTensor]]) -> Iterator[tuple[str, torch.Tensor]]:
+def _rows(d0: int, r: int, world: int) -> int:
+    """Rank r's rows of a dim-0 shard of d0 rows (torch.chunk's split: the last ranks get fewer rows, or none)."""
+    c = -(-d0 // world)
+    return max(0, min(c, d0 - r * c))
+
+
+def _gather_bucket(
+    bucket: list[tuple[str, DTensor]], arena: SharedArena | None = None
+) -> Iterator[tuple[str, torch.Tensor]]:
     """The bucket's whole tensors from one all-gather of every rank's shards, flattened end to end (each rank's
-    part padded to the longest: torch.chunk's split of dim 0 gives the last ranks fewer rows, or none)."""
+    part padded to the longest: torch.chunk's split of dim 0 gives the last ranks fewer rows, or none); through
+    `arena`'s shared memory where there is one with room."""
     if not bucket:
+        return
+    if arena is not None and (out := _gather_shared(bucket, arena)) is not None:
+        yield from out
         return
     mesh = bucket[0][1].device_mesh
     world, group = mesh.size(), mesh.get_group()
     local = [t.to_local().detach() for _, t in bucket]
 
     def rows(d0: int, r: int) -> int:
-        c = -(-d0 // world)
-        return max(0, min(c, d0 - r * c))
+        return _rows(d0, r, world)
 
     per_row = [math.prod(t.shape[1:]) for _, t in bucket]
     sizes = [[rows(t.shape[0], r) * n for (_, t), n in zip(bucket, per_row)] for r in range(world)]
@@ -340,6 +372,30 @@ def _gather_bucket(bucket: list[tuple[str, DTensor]]) -> Iterator[tuple[str, tor
             parts.append(out[r * width + starts[r] : r * width + starts[r] + sizes[r][i]])
             starts[r] += sizes[r][i]
         yield name, torch.cat(parts).view(t.shape)
+
+
+def _gather_shared(bucket: list[tuple[str, DTensor]], arena: SharedArena) -> list[tuple[str, torch.Tensor]] | None:
+    """The bucket's whole tensors in `arena`: each rank writes its rows into each tensor's place, then (a barrier)
+    reads every tensor whole, in place. None (on every rank alike) where the arena has no room left."""
+    world, rank = bucket[0][1].device_mesh.size(), bucket[0][1].device_mesh.get_local_rank()
+    dtype = bucket[0][1].dtype
+    item = dtype.itemsize
+    spans = [-(-t.numel() * item // ALIGN) * ALIGN for _, t in bucket]
+    buf = arena.take(sum(spans))
+    if buf is None:
+        return None
+    out, at = [], 0
+    for (name, t), span in zip(bucket, spans):
+        whole = buf[at : at + t.numel() * item].view(dtype).view(t.shape)
+        d0 = t.shape[0]
+        start = rank * -(-d0 // world)
+        n = _rows(d0, rank, world)
+        if n:
+            whole[start : start + n].copy_(t.to_local().detach())
+        out.append((name, whole))
+        at += span
+    arena.publish()
+    return out
 
 
 def iter_full_params(model) -> Iterator[tuple[str, torch.Tensor]]:
