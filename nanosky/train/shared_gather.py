@@ -11,8 +11,10 @@ of the rank's own shard, at memory speed.
     ...each rank writes its rows into buf...; arena.publish()   # a barrier: every rank's rows are in
 
 The tensors read out are views of the shared memory: valid until the next `start()` (the sync's engine copies each
-as it loads). The segments stay mapped for the run and are reused by every gather, so no page is faulted in twice;
-their files are unlinked as soon as every rank has mapped them, so nothing is left in /dev/shm however the run ends.
+as it loads). The segments stay mapped for the run and are reused by every gather, so no page is faulted in twice:
+the node holds one gathered copy of the weights (in the engine's dtype) for the run, plus FSDP2's staging buffer
+(the largest module's gradients, world × world shards). Their files are unlinked as soon as every rank has mapped
+them, so nothing is left in /dev/shm however the run ends.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ and the next gather's same buckets fit the same segments."""
 ALIGN = 64
 DIR = "/dev/shm"
 _ARENAS: dict[object, SharedArena | None] = {}
+_STAGING: dict[object, _Staging] = {}
 
 
 def node_arena(group) -> SharedArena | None:
@@ -127,29 +130,37 @@ def _reserve(nbytes: int) -> str | None:
         os.close(fd)
 
 
+SMALL_BYTES = 512 << 10
+"""FSDP2 collectives of fewer bytes a rank stay on the process group: there gloo's latency, not its bandwidth, is the
+cost (on the 2-core box a barrier took 0.64 ms, an all-gather of 1-256 KB a rank 0.7-1.2 ms, of 1 MB 2.3 ms)."""
+
+
 class _Staging:
-    """One shared buffer for collectives that are done with it when they return (FSDP2's): grown, collectively,
-    to the largest call so far."""
+    """Two shared slots for collectives that are done with their buffer when they return (FSDP2's), used in turn, so
+    one barrier a call suffices: a rank writes a slot again two calls later, after every rank reached the barrier of
+    the call between, that is, after every rank finished reading it. Grown, collectively, to the largest call."""
 
     def __init__(self, group):
         self.arena = SharedArena(group)
+        self.calls = 0
 
-    def buffer(self, nbytes: int) -> torch.Tensor | None:
-        arena = self.arena
-        if arena.segments and arena.segments[-1].numel() >= nbytes:
-            return arena.segments[-1][:nbytes]
-        arena.seg, arena.used = len(arena.segments), 0  # a bigger segment: the smaller ones are unmapped
-        out = arena.take(nbytes)
-        if out is None:
-            return None
-        arena.segments = arena.segments[-1:]
-        return out[:nbytes]
+    def slot(self, nbytes: int) -> torch.Tensor | None:
+        """The next call's `nbytes` (uint8); None on every rank alike where there is no room or no shared memory."""
+        arena, half = self.arena, -(-nbytes // ALIGN) * ALIGN
+        if not arena.segments or arena.segments[-1].numel() < 2 * half:
+            arena.seg, arena.used = len(arena.segments), 0  # a bigger segment: the smaller one is unmapped
+            if arena.take(2 * half) is None:
+                return None
+            arena.segments = arena.segments[-1:]
+        at = (self.calls % 2) * (arena.segments[-1].numel() // 2)
+        self.calls += 1
+        return arena.segments[-1][at : at + nbytes]
 
 
 class SharedAllGather(AllGather):
     """FSDP2's all-gather (`FSDPModule.set_custom_all_gather`) through node-shared memory: each rank writes its
-    shard, a barrier, each reads the others', a barrier (then the buffer is free). Falls back to the process group
-    where the buffer cannot be had."""
+    shard into the call's slot, a barrier, each reads the others'. Small calls (`SMALL_BYTES`), or no room, go to the
+    process group."""
 
     def __init__(self, staging: _Staging):
         self.staging = staging
@@ -160,21 +171,20 @@ class SharedAllGather(AllGather):
     def __call__(self, output_tensor, input_tensor, group, async_op: bool = False):
         world, rank = group.size(), group.rank()
         n, item = input_tensor.numel(), input_tensor.element_size()
-        buf = self.staging.buffer(world * n * item)
+        buf = self.staging.slot(world * n * item) if n * item >= SMALL_BYTES else None
         if buf is None:
             return dist.all_gather_into_tensor(output_tensor, input_tensor, group=group, async_op=async_op)
         slots = buf.view(input_tensor.dtype).view(world, n)
         slots[rank].copy_(input_tensor.reshape(-1))
         dist.barrier(group=group)
         output_tensor.view(world, n).copy_(slots)
-        dist.barrier(group=group)
         return None
 
 
 class SharedReduceScatter(ReduceScatter):
     """FSDP2's reduce-scatter (`FSDPModule.set_custom_reduce_scatter`, SUM or AVG) through node-shared memory: each
-    rank writes its whole input, a barrier, each sums its own chunk of every rank's input in rank order, a barrier.
-    Other reductions, or no buffer, go to the process group."""
+    rank writes its whole input into the call's slot, a barrier, each sums its own chunk of every rank's input in
+    rank order. Other reductions, small calls, or no room, go to the process group."""
 
     def __init__(self, staging: _Staging):
         self.staging = staging
@@ -185,7 +195,8 @@ class SharedReduceScatter(ReduceScatter):
     def __call__(self, output_tensor, input_tensor, group, op, async_op: bool = False):
         world, rank = group.size(), group.rank()
         n, item = output_tensor.numel(), output_tensor.element_size()
-        buf = self.staging.buffer(world * world * n * item) if op in (dist.ReduceOp.SUM, dist.ReduceOp.AVG) else None
+        ok = op in (dist.ReduceOp.SUM, dist.ReduceOp.AVG) and n * item >= SMALL_BYTES
+        buf = self.staging.slot(world * world * n * item) if ok else None
         if buf is None:
             return dist.reduce_scatter_tensor(output_tensor, input_tensor, op=op, group=group, async_op=async_op)
         slots = buf.view(input_tensor.dtype).view(world, world, n)  # [writer, chunk, n]
@@ -197,7 +208,6 @@ class SharedReduceScatter(ReduceScatter):
             out.add_(slots[r, rank])
         if op == dist.ReduceOp.AVG:
             out.div_(world)
-        dist.barrier(group=group)
         return None
 
 
@@ -207,8 +217,9 @@ def share_fsdp_collectives(modules, group) -> bool:
     back to the process group). True where they were routed."""
     if node_arena(group) is None:
         return False
-    staging = _Staging(group)
-    gather, scatter = SharedAllGather(staging), SharedReduceScatter(staging)
+    if group not in _STAGING:  # one buffer for every model on the group: their collectives never overlap
+        _STAGING[group] = _Staging(group)
+    gather, scatter = SharedAllGather(_STAGING[group]), SharedReduceScatter(_STAGING[group])
     for m in modules:
         m.set_custom_all_gather(gather)
         m.set_custom_reduce_scatter(scatter)

@@ -23,6 +23,7 @@ def test_shared_collectives_match_gloo(tmp_path):
     calls = res["fsdp_calls"]
     assert calls["SharedAllGather"] >= 4 and calls["SharedReduceScatter"] >= 4, calls
     assert calls["staged"] == calls["SharedAllGather"] + calls["SharedReduceScatter"], calls
+    assert res["small_staged"] == 0, res  # below SMALL_BYTES: gloo
     # no shared memory between the ranks, or no room: gloo on every rank, the same tensors
     assert res["unshared_diffs"] == [] and res["unshared_broken"] == [True, True], res
     assert res["full_diffs"] == [] and res["full_broken"] == [True, True], res

@@ -80,14 +80,16 @@ def main(out: str) -> None:
             return _orig(self, *a, **k)
 
         cls.__call__ = counted
-    buffer = shared_gather._Staging.buffer
+    slot = shared_gather._Staging.slot
 
     def staged(self, nbytes):  # a call that went through shared memory, not the process group
-        out = buffer(self, nbytes)
+        out = slot(self, nbytes)
         calls["staged"] += out is not None
         return out
 
-    shared_gather._Staging.buffer = staged
+    shared_gather._Staging.slot = staged
+    small = shared_gather.SMALL_BYTES
+    shared_gather.SMALL_BYTES = 0  # this model's collectives are a few hundred bytes: stage them all
     states = []
     for shared in (False, True):
         net = sharded(1, mesh, shared)
@@ -100,7 +102,12 @@ def main(out: str) -> None:
         states.append({n: t.full_tensor() for n, t in net.state_dict().items()})
     res["fsdp_max_diff"] = max(float((states[0][n] - states[1][n]).abs().max()) for n in states[0])
     res["fsdp_moved"] = max(float((states[1][n] - model(1).state_dict()[n]).abs().max()) for n in states[1])
-    res["fsdp_calls"] = calls
+    res["fsdp_calls"] = dict(calls)
+    # at the default threshold, calls this small stay on gloo (its latency beats two ranks' barrier)
+    shared_gather.SMALL_BYTES, calls["staged"] = small, 0
+    net = sharded(1, mesh, shared=True)
+    net(torch.randn(4, 12)).square().sum().backward()
+    res["small_staged"] = calls["staged"]
 
     # 3. ranks that do not share the file (another node, or a container with its own /dev/shm): rank 1 maps a
     # private file instead; every rank must fall back to gloo, alike, and still gather right
