@@ -14,7 +14,9 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, ".")
+from launch import ROOT
+
+sys.path.insert(0, ROOT)
 
 import torch  # noqa: E402
 

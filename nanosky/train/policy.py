@@ -17,7 +17,7 @@ from torch.distributed.tensor import DTensor, distribute_tensor
 from nanosky.dist import DistInfo
 from nanosky.precision import Precision
 from nanosky.train import head
-from nanosky.train.shared_gather import ALIGN, SharedArena, node_arena, share_fsdp_collectives
+from nanosky.train.shared_gather import SharedArena, aligned, node_arena, share_fsdp_collectives
 
 
 def private_classes(model: torch.nn.Module) -> torch.nn.Module:
@@ -320,8 +320,7 @@ def _shard_bytes(t: DTensor) -> int:
     """The bytes of the largest rank's shard of `t`: the same on every rank, so every rank cuts the buckets alike (the
     local shard's own size differs where dim 0 does not divide: a bucket boundary drawn from it would pair different
     collectives on different ranks)."""
-    world = t.device_mesh.size()
-    return -(-t.shape[0] // world) * math.prod(t.shape[1:]) * t.element_size()
+    return _chunk(t.shape[0], t.device_mesh.size()) * math.prod(t.shape[1:]) * t.element_size()
 
 
 def _joins(last: DTensor, t: torch.Tensor, size: int, cap: int) -> bool:
@@ -334,9 +333,14 @@ def _joins(last: DTensor, t: torch.Tensor, size: int, cap: int) -> bool:
     )
 
 
+def _chunk(d0: int, world: int) -> int:
+    """The rows of the largest dim-0 shard (torch.chunk's split): rank r's rows start at r × this."""
+    return -(-d0 // world)
+
+
 def _rows(d0: int, r: int, world: int) -> int:
     """Rank r's rows of a dim-0 shard of d0 rows (torch.chunk's split: the last ranks get fewer rows, or none)."""
-    c = -(-d0 // world)
+    c = _chunk(d0, world)
     return max(0, min(c, d0 - r * c))
 
 
@@ -354,12 +358,8 @@ def _gather_bucket(
     mesh = bucket[0][1].device_mesh
     world, group = mesh.size(), mesh.get_group()
     local = [t.to_local().detach() for _, t in bucket]
-
-    def rows(d0: int, r: int) -> int:
-        return _rows(d0, r, world)
-
     per_row = [math.prod(t.shape[1:]) for _, t in bucket]
-    sizes = [[rows(t.shape[0], r) * n for (_, t), n in zip(bucket, per_row)] for r in range(world)]
+    sizes = [[_rows(t.shape[0], r, world) * n for (_, t), n in zip(bucket, per_row)] for r in range(world)]
     width = max(sum(x) for x in sizes)
     flat = torch.empty(width, dtype=local[0].dtype, device=local[0].device)
     torch.cat([x.reshape(-1) for x in local], out=flat[: sum(x.numel() for x in local)])
@@ -380,16 +380,14 @@ def _gather_shared(bucket: list[tuple[str, DTensor]], arena: SharedArena) -> lis
     world, rank = bucket[0][1].device_mesh.size(), bucket[0][1].device_mesh.get_local_rank()
     dtype = bucket[0][1].dtype
     item = dtype.itemsize
-    spans = [-(-t.numel() * item // ALIGN) * ALIGN for _, t in bucket]
+    spans = [aligned(t.numel() * item) for _, t in bucket]
     buf = arena.take(sum(spans))
     if buf is None:
         return None
     out, at = [], 0
     for (name, t), span in zip(bucket, spans):
         whole = buf[at : at + t.numel() * item].view(dtype).view(t.shape)
-        d0 = t.shape[0]
-        start = rank * -(-d0 // world)
-        n = _rows(d0, rank, world)
+        start, n = rank * _chunk(t.shape[0], world), _rows(t.shape[0], rank, world)
         if n:
             whole[start : start + n].copy_(t.to_local().detach())
         out.append((name, whole))

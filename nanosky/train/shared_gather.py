@@ -25,6 +25,7 @@ import tempfile
 import torch
 import torch.distributed as dist
 from torch.distributed.fsdp._fully_shard._fsdp_api import AllGather, ReduceScatter
+from torch.distributed.fsdp._fully_shard._fsdp_collectives import DefaultAllocMixin
 
 SEGMENT_BYTES = 1 << 20
 """The least a new segment maps: a gather's bucket (up to the world × 64 MB) mostly gets a segment of its own size,
@@ -33,6 +34,11 @@ ALIGN = 64
 DIR = "/dev/shm"
 _ARENAS: dict[object, SharedArena | None] = {}
 _STAGING: dict[object, _Staging] = {}
+
+
+def aligned(nbytes: int) -> int:
+    """`nbytes` rounded up to ALIGN: where the next tensor in a segment may start, for any dtype."""
+    return -(-nbytes // ALIGN) * ALIGN
 
 
 def node_arena(group) -> SharedArena | None:
@@ -74,18 +80,24 @@ class SharedArena:
         segment."""
         if self.broken:
             return None
-        nbytes = -(-nbytes // ALIGN) * ALIGN
+        nbytes = aligned(nbytes)
         while self.seg < len(self.segments) and self.used + nbytes > self.segments[self.seg].numel():
             self.seg, self.used = self.seg + 1, 0
         if self.seg == len(self.segments):
-            segment = self._map(max(SEGMENT_BYTES, nbytes))
-            if segment is None:
-                self.broken = True
+            if (segment := self.new_segment(nbytes)) is None:
                 return None
             self.segments.append(segment)
         out = self.segments[self.seg][self.used : self.used + nbytes]
         self.used += nbytes
         return out
+
+    def new_segment(self, nbytes: int) -> torch.Tensor | None:
+        """A new segment of at least `nbytes` (SEGMENT_BYTES at least), or None, on every rank alike, once one could
+        not be made (`broken`). Collective."""
+        if self.broken or (segment := self._map(max(SEGMENT_BYTES, nbytes))) is None:
+            self.broken = True
+            return None
+        return segment
 
     def _map(self, nbytes: int) -> torch.Tensor | None:
         """A new segment, or None on every rank alike. The group's first rank makes the file and reserves its pages (a
@@ -141,32 +153,29 @@ class _Staging:
     the call between, that is, after every rank finished reading it. Grown, collectively, to the largest call."""
 
     def __init__(self, group):
-        self.arena = SharedArena(group)
+        self.arena = SharedArena(group)  # maps the segments
+        self.segment: torch.Tensor | None = None  # the two slots, its halves
         self.calls = 0
 
     def slot(self, nbytes: int) -> torch.Tensor | None:
         """The next call's `nbytes` (uint8); None on every rank alike where there is no room or no shared memory."""
-        arena, half = self.arena, -(-nbytes // ALIGN) * ALIGN
-        if not arena.segments or arena.segments[-1].numel() < 2 * half:
-            arena.seg, arena.used = len(arena.segments), 0  # a bigger segment: the smaller one is unmapped
-            if arena.take(2 * half) is None:
+        if self.segment is None or self.segment.numel() < 2 * aligned(nbytes):
+            # a bigger segment (collective, the same sizes on every rank); the smaller one is unmapped
+            if (segment := self.arena.new_segment(2 * aligned(nbytes))) is None:
                 return None
-            arena.segments = arena.segments[-1:]
-        at = (self.calls % 2) * (arena.segments[-1].numel() // 2)
+            self.segment = segment
+        at = (self.calls % 2) * (self.segment.numel() // 2)
         self.calls += 1
-        return arena.segments[-1][at : at + nbytes]
+        return self.segment[at : at + nbytes]
 
 
-class SharedAllGather(AllGather):
+class SharedAllGather(DefaultAllocMixin, AllGather):
     """FSDP2's all-gather (`FSDPModule.set_custom_all_gather`) through node-shared memory: each rank writes its
     shard into the call's slot, a barrier, each reads the others'. Small calls (`SMALL_BYTES`), or no room, go to the
     process group."""
 
     def __init__(self, staging: _Staging):
-        self.staging = staging
-
-    def allocate(self, size, *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-        return torch.empty(*size, dtype=dtype, device=device)
+        self.staging = staging  # FSDP2's own buffers come from torch.empty (DefaultAllocMixin)
 
     def __call__(self, output_tensor, input_tensor, group, async_op: bool = False):
         world, rank = group.size(), group.rank()
@@ -181,16 +190,13 @@ class SharedAllGather(AllGather):
         return None
 
 
-class SharedReduceScatter(ReduceScatter):
+class SharedReduceScatter(DefaultAllocMixin, ReduceScatter):
     """FSDP2's reduce-scatter (`FSDPModule.set_custom_reduce_scatter`, SUM or AVG) through node-shared memory: each
     rank writes its whole input into the call's slot, a barrier, each sums its own chunk of every rank's input in
     rank order. Other reductions, small calls, or no room, go to the process group."""
 
     def __init__(self, staging: _Staging):
-        self.staging = staging
-
-    def allocate(self, size, *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-        return torch.empty(*size, dtype=dtype, device=device)
+        self.staging = staging  # FSDP2's own buffers come from torch.empty (DefaultAllocMixin)
 
     def __call__(self, output_tensor, input_tensor, group, op, async_op: bool = False):
         world, rank = group.size(), group.rank()
