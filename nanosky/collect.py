@@ -101,6 +101,7 @@ class Rollout:
         (None: this rollout's own; an SFT run's evals pass the policy's)."""
         self.backend.version = version
         start = self._counters()
+        seeds = [self.task_seed(split, s) for s in seeds]
         tasks = [PooledEnvTask(self.pool, env, split, seed=s, **env_kwargs) for s in seeds]
         play = (player or self.player).play(
             tasks, groups=groups, seeds=seeds, sample_seed=sample_seed, temperature=temperature
@@ -113,13 +114,18 @@ class Rollout:
         out.metrics["rollout/tail_s"] = tail_s(ends, len(ends), wall)
         return out
 
+    def task_seed(self, split: str, seed: int) -> int:
+        """The env seed an episode is made from: `--rollout.train-tasks N` folds a training seed onto 0..N-1."""
+        n = self.cfg.train_tasks
+        return seed % n if split == "train" and n else seed
+
     def phase(self, env: str, env_kwargs: dict, step: int, version: int, seed: int, drain: bool) -> Rollouts:
         """A partial-rollout step's phase (`nanosky/partial.py`): the carried episodes resumed, new groups started,
         this rank's share of complete groups returned, the rest paused."""
         start = self._counters()
 
         def make(env_seed: int) -> PooledEnvTask:
-            return PooledEnvTask(self.pool, env, "train", seed=env_seed, **env_kwargs)
+            return PooledEnvTask(self.pool, env, "train", seed=self.task_seed("train", env_seed), **env_kwargs)
 
         out = self.loop.run(self.carry.phase(make, step, version, seed, drain), threads=self.carry.most_episodes)
         finish, out.scored = self._finish(

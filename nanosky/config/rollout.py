@@ -47,6 +47,11 @@ class RolloutConfig:
     with vLLM's structured outputs, and train under the same masks: the policy is the masked distribution, exactly
     (nanosky/train/constrain.py). Turns of envs that give neither are sampled freely."""
 
+    train_tasks: int | None = None
+    """Draw every training prompt from N fixed tasks (env seeds 0..N-1, picked by the step's seeds, with
+    replacement): the data-limited regime, e.g. SFT on N demonstrations, then RL on the same N prompts. None: a
+    fresh task every prompt. Held-out splits are never limited."""
+
     max_live_episodes: int | None = None
     """Episodes nanosky's loop keeps in progress at once on each rank; the others wait to start. None: every episode
     of the phase (the engine batches them all). Bound it where each episode holds a process: `--env mcp` with
@@ -78,6 +83,8 @@ class RolloutConfig:
             raise ValueError(
                 f"rollout.max_live_episodes must be >= 1 (or None: no bound), got {self.max_live_episodes}"
             )
+        if self.train_tasks is not None and self.train_tasks < 1:
+            raise ValueError(f"rollout.train_tasks must be >= 1 (or None: no limit), got {self.train_tasks}")
         if self.agent_concurrency < 1:
             raise ValueError(f"rollout.agent_concurrency must be >= 1, got {self.agent_concurrency}")
         for f in ("group_size", "prompts_per_step", "max_new_tokens", "max_total_tokens"):

@@ -160,3 +160,38 @@ def test_an_sft_run_is_built_with_the_demonstrator_for_training_and_the_policy_f
     assert train is heldout and isinstance(train, AgentRunner) and rl.rollout.group_size == 4
     with pytest.raises(UsageError, match=r"--rollout.group-size must be 1 with demonstrations \(--algo sft\), got 4"):
         parse_args([*run, "--algo", "sft", "--rollout.group-size", "4"], console=False)
+
+
+class CountingNoEngine(NoEngine):
+    """NoEngine with the counters a Rollout reads (`Rollout._counters`)."""
+
+    busy_s, engine_steps, batched, version = 0.0, 0, 0, 0
+
+
+def test_train_tasks_folds_training_prompts_onto_n_fixed_tasks_and_leaves_held_out_splits_alone():
+    """`--rollout.train-tasks N`: every training episode is one of the tasks of env seeds 0..N-1 (the data-limited
+    regime: SFT on N demonstrations); an eval's seeds are untouched."""
+    from nanosky import dist
+    from nanosky.collect import Rollout
+    from nanosky.config import RolloutConfig
+
+    dist.init_distributed()
+    tok = load_tokenizer(resolve_model_path("tiny-agent"))
+    fixed = {envs.make("tool_use", "train", seed=s).reset()[-1]["content"] for s in range(3)}
+    pool = make_pool(1)
+    try:
+        demos = Demonstrator(AgentRunner(NoEngine(), tok=tok, max_total_tokens=2048))
+        rollout = Rollout(RolloutConfig(train_tasks=3), CountingNoEngine(), pool, tok, player=demos)
+        seeds = list(range(1000, 1012))
+        out = rollout.run("tool_use", {}, "train", seeds, version=0, groups=list(range(12)))
+        asked = [t.messages[1]["content"] for t in out.trajs]
+        assert set(asked) <= fixed and len(set(asked)) > 1 and all(t.success for t in out.trajs)
+        assert rollout.task_seed("train", 1001) == 1001 % 3
+        assert rollout.task_seed("validation", 1001) == rollout.task_seed("test", 1001) == 1001
+        unlimited = Rollout(RolloutConfig(), CountingNoEngine(), pool, tok, player=demos)
+        out = unlimited.run("tool_use", {}, "train", seeds, version=0, groups=list(range(12)))
+        assert len({t.messages[1]["content"] for t in out.trajs} - fixed) > 3
+    finally:
+        pool.shutdown()
+    with pytest.raises(ValueError, match="train_tasks must be >= 1"):
+        RolloutConfig(train_tasks=0)
