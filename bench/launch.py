@@ -1,6 +1,7 @@
 """What the bench scripts share: launching `run.py` under torchrun from the repo root, and reading its scalars."""
 
 import os
+import shutil
 import subprocess
 import sys
 
@@ -8,7 +9,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def run_py(nproc: int, args: list[str]) -> subprocess.CompletedProcess:
-    """`torchrun --standalone --nproc_per_node NPROC run.py ARGS`, output captured."""
+    """`torchrun --standalone --nproc_per_node NPROC run.py ARGS`, output captured. The run's checkpoints are
+    deleted after it (a bench reads the logs and traces; SmolLM2-135M's final checkpoint is 2.2 GB, in /tmp)."""
     cmd = [
         sys.executable,
         "-m",
@@ -18,7 +20,12 @@ def run_py(nproc: int, args: list[str]) -> subprocess.CompletedProcess:
         str(nproc),
         "run.py",
     ]
-    return subprocess.run([*cmd, *args], cwd=ROOT, capture_output=True, text=True)
+    try:
+        return subprocess.run([*cmd, *args], cwd=ROOT, capture_output=True, text=True)
+    finally:
+        if "--log.run-dir" in args:
+            run_dir = os.path.join(ROOT, args[args.index("--log.run-dir") + 1])  # relative: to the repo root
+            shutil.rmtree(os.path.join(run_dir, "checkpoints"), ignore_errors=True)
 
 
 def scalars(run_dir: str) -> dict[str, list[tuple[int, float]]]:
