@@ -321,10 +321,12 @@ def _shared(command: str | None, url: str | None) -> MCPServer:
 
 @atexit.register
 def _close_shared() -> None:
+    """The folders first: closing a server can take the SDK's seconds, and a pool may kill its worker meanwhile."""
+    idle = [pair for pairs in _IDLE.values() for pair in pairs]
+    _IDLE.clear()
+    for folder, _ in idle:
+        shutil.rmtree(folder, ignore_errors=True)
     while _SHARED:
         _SHARED.popitem()[1].close()
-    for idle in _IDLE.values():
-        while idle:
-            folder, server = idle.pop()
-            server.close()
-            shutil.rmtree(folder, ignore_errors=True)
+    for _, server in idle:
+        server.close()

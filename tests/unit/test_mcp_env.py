@@ -97,6 +97,27 @@ def test_reuse_server_keeps_the_server_for_the_next_episode_and_restores_its_fol
     c.close(), d.close()
 
 
+def test_a_pool_workers_stop_closes_its_idle_servers_and_removes_their_folders(rows, tmp_path, monkeypatch):
+    """The servers kept for reuse and their episode folders go with the pool: the worker's exit removes the folders
+    before it closes the servers (the SDK's close can take seconds, and the pool kills a worker that lingers)."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp))  # the worker's tempfile folder
+    template = tmp_path / "template"
+    template.mkdir()
+    kw = {"server": f"{SERVER} --folder {{episode_dir}}", "template": str(template), "reuse_server": True, **rows}
+    with EnvPool(n_workers=1, step_timeout_s=30) as pool:
+        handles = [pool.make("mcp", "train", s, **kw) for s in range(2)]
+        pool.reset(handles)
+        out = pool.step([(h, call("add", a=1, b=s)) for s, h in enumerate(handles)])
+        assert [o.observations[0]["content"] for o in out] == ["1", "2"]
+        for h in handles:
+            pool.close(h)  # both servers now idle, kept for the next episodes
+        pool.make("mcp", "train", 0, server=SERVER, **rows)  # one worker runs its ops in order: after the closes
+        assert len(os.listdir(tmp)) == 2
+    assert os.listdir(tmp) == []
+
+
 @pytest.mark.parametrize("fault", ["hang", "die", "garble"])
 def test_a_server_that_hangs_dies_or_garbles_costs_the_episode_and_the_next_gets_a_new_one(rows, fault):
     env = envs.make("mcp", "train", 0, server=SERVER, call_timeout_s=1.0, **rows)
