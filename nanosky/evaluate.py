@@ -1,7 +1,7 @@
 """Held-out evaluation during training (`eval/*` tags; `Evaluator` decides when), played by the run's player.
 
 evaluator = Evaluator(cfg, rollout, log, rank, player=heldout)   # `collect.players`: the policy's player
-acc0 = evaluator.initial(version)                          # step 0 (a dry run without evals: skipped)
+acc0 = evaluator.initial(version)                          # step 0 (--eval.no-before-train: NaN)
 if evaluator.due(step): acc = evaluator(step, version)     # --eval.every k
 acc = evaluator.final(version, acc0)                       # the run's end
 
@@ -11,6 +11,7 @@ group); for an env without a checker (`Env.checker`) that is the headline, and `
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from typing import TYPE_CHECKING
 
@@ -108,12 +109,12 @@ class Evaluator:
 
     @property
     def at_start(self) -> bool:
-        """Whether the run evaluates at step 0: always, but in a dry run without evals."""
-        return bool(self.cfg.eval.every or not self.cfg.dry_run)
+        """Whether the run evaluates at step 0: unless `--eval.no-before-train`, or a dry run without evals."""
+        return self.cfg.eval.before_train and bool(self.cfg.eval.every or not self.cfg.dry_run)
 
     def initial(self, version: int) -> float:
-        """The held-out headline before training (step 0); a dry run without evals skips it (0.0)."""
-        return self(0, version) if self.at_start else 0.0
+        """The held-out headline before training (step 0); NaN where the run skips it (not measured, not 0)."""
+        return self(0, version) if self.at_start else float("nan")
 
     def final(self, version: int, initial: float) -> float:
         """The headline at the end of the run (the last step's eval); a dry run or a run of no steps keeps `initial`."""
@@ -126,9 +127,8 @@ class Evaluator:
         bars = [
             f"{k} {m['eval/' + k]:.3f}" for k in ("chance", "constant_best", "accuracy_lenient") if "eval/" + k in m
         ]
-        return (
-            f"eval {name} {initial:.3f} -> {final:.3f} ({self.cfg.eval.split}" + "".join(", " + b for b in bars) + ")"
-        )
+        start = "not measured" if math.isnan(initial) else f"{initial:.3f}"
+        return f"eval {name} {start} -> {final:.3f} ({self.cfg.eval.split}" + "".join(", " + b for b in bars) + ")"
 
     def due(self, step: int) -> bool:
         """`--eval.every k`: every k steps; step 0 and the last step are evaluated by the run's start and close."""

@@ -20,6 +20,9 @@ class EvalConfig:
     split: Literal["test", "validation"] = "test"
     """The held-out split evaluated in-run: validation to choose the lr, the step count and the checkpoint (envs
     that have one: text_math, reasoning_gym), test for a final figure."""
+    before_train: bool = True
+    """Evaluate at step 0, before any update (`--eval.no-before-train`: skip it where the starting model's score is
+    known, e.g. a warm start from a checkpoint already evaluated; the run's initial accuracy is then NaN)."""
 
     def __post_init__(self):
         if self.every < 0 or self.limit < 1 or self.n_samples < 1:

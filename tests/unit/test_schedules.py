@@ -2,6 +2,7 @@
 and the checkpointer say when they are due; the loop only asks. Also the testing-only flags' new home."""
 
 import logging
+import math
 
 import pytest
 
@@ -37,6 +38,15 @@ def test_evaluator_is_due_every_k_steps_but_not_at_the_last():
     ev = Evaluator(_cfg("--steps", "10", "--eval.every", "5"), None, None, rank=0)
     assert [s for s in range(1, 11) if ev.due(s)] == [5]
     assert not any(Evaluator(_cfg("--eval.every", "0"), None, None, rank=0).due(s) for s in range(1, 9))
+
+
+def test_no_before_train_skips_the_step_0_eval_and_reports_it_as_not_measured():
+    assert Evaluator(_cfg("--eval.every", "5"), None, None, rank=0).at_start
+    ev = Evaluator(_cfg("--eval.every", "5", "--eval.no-before-train"), None, None, rank=0)
+    # no rollout here: evaluating would raise, so a NaN back means step 0 was skipped, not scored 0
+    assert not ev.at_start and math.isnan(ev.initial(version=0))
+    assert "eval accuracy not measured -> 0.250 (test" in ev.summary(float("nan"), 0.25)
+    assert "eval accuracy 0.100 -> 0.250 (test" in ev.summary(0.1, 0.25)
 
 
 @pytest.mark.parametrize(
