@@ -127,8 +127,8 @@ class Evaluator:
         bars = [
             f"{k} {m['eval/' + k]:.3f}" for k in ("chance", "constant_best", "accuracy_lenient") if "eval/" + k in m
         ]
-        start = "not measured" if math.isnan(initial) else f"{initial:.3f}"
-        return f"eval {name} {start} -> {final:.3f} ({self.cfg.eval.split}" + "".join(", " + b for b in bars) + ")"
+        start, end = ("not measured" if math.isnan(a) else f"{a:.3f}" for a in (initial, final))
+        return f"eval {name} {start} -> {end} ({self.cfg.eval.split}" + "".join(", " + b for b in bars) + ")"
 
     def due(self, step: int) -> bool:
         """`--eval.every k`: every k steps; step 0 and the last step are evaluated by the run's start and close."""

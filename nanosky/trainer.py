@@ -302,8 +302,9 @@ def close(run: Run, acc: float, step_times: list[float]) -> dict:
         "steps": cfg.steps,
         "world_size": run.info.world,
         "eval_metric": run.evaluator.headline,  # what the two below hold: accuracy, or judge_score (no checker)
-        "eval_accuracy_initial": None if math.isnan(run.acc0) else run.acc0,  # None: not measured (no-before-train)
-        "eval_accuracy_final": acc,
+        # None: not measured (--eval.no-before-train; a dry run without evals)
+        "eval_accuracy_initial": None if math.isnan(run.acc0) else run.acc0,
+        "eval_accuracy_final": None if math.isnan(acc) else acc,
         "median_step_s": statistics.median(step_times) if step_times else None,
         "final_checkpoint": final,
     }
