@@ -296,7 +296,7 @@ def close(run: Run, acc: float, step_times: list[float]) -> dict:
     """The final checkpoint (+ HF export), summary.json and the closing lines (the run's resources are closed by
     `train`'s exit, as on a stop or an exception)."""
     cfg = run.cfg
-    final = run.ckpt.save(cfg.steps, run.version, run.acc0)
+    final = run.ckpt.final(cfg.steps, run.version, run.acc0)  # None: no step ran (--steps 0), nothing to save
     summary = {
         "config": dataclasses.asdict(cfg),
         "steps": cfg.steps,
@@ -315,7 +315,11 @@ def close(run: Run, acc: float, step_times: list[float]) -> dict:
         f"done: {run.evaluator.summary(run.acc0, acc)} in {cfg.steps} steps; "
         + (f"median step {median:.2f} s" if median is not None else "no step timed")
         + f"\n  summary      {os.path.join(cfg.run_dir, 'summary.json')}"
-        + (f"\n  model        {final}  (HF format: --model.path, evals' --ckpt)" if final else "")
+        + (
+            f"\n  model        {final}  (HF format: --model.path, evals' --ckpt)"
+            if final
+            else f"\n  model        unchanged, no step ran: {cfg.model.path}"
+        )
         + f"\n  TensorBoard  {command('tensorboard')} --logdir {cfg.run_dir}"
         + f"\n  episodes     {command('python')} -m nanosky.view {cfg.run_dir}   (one HTML page: groups, turns, tokens)"
     )

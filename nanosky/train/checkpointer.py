@@ -87,6 +87,7 @@ class Checkpointer:
             }
         self.root = os.path.join(cfg.run_dir, "checkpoints")
         self.last_saved = 0  # the step whose state is on disk (the resumed one, after a resume)
+        self.last_path: str | None = None  # its checkpoint directory (None: nothing saved or resumed yet)
 
     def due(self, step: int) -> bool:
         """`--log.ckpt-every k`: every k steps; the last step's checkpoint is written at the run's close."""
@@ -104,7 +105,7 @@ class Checkpointer:
         state = load_checkpoint(
             path, model=self.policy, optimizer=self.update.opt, scheduler=self.update.sched, **self.extras
         )
-        self.last_saved = state["step"]
+        self.last_saved, self.last_path = state["step"], path
         return state | {"path": path}
 
     def save(self, step: int, version: int, acc0: float | None) -> str:
@@ -127,8 +128,16 @@ class Checkpointer:
             export=self.export,
             **self.extras,
         )
-        self.last_saved = step
+        self.last_saved, self.last_path = step, path
         return os.path.join(path, "export")
+
+    def final(self, step: int, version: int, acc0: float | None) -> str | None:
+        """The run's closing checkpoint, unless no step ran since the last one on disk: then that one's export (a run
+        resumed at its last step), or None where no step ran at all (`--steps 0`, an eval of the model as loaded:
+        its weights are the input's, and a copy of them with an optimizer state would be GiBs of nothing new)."""
+        if step == self.last_saved:
+            return os.path.join(self.last_path, "export") if self.last_path else None
+        return self.save(step, version, acc0)
 
     def save_on_stop(self, step: int, version: int, acc0: float | None) -> bool:
         """A graceful stop after `step`: saves unless that step is already on disk (the schedule wrote it, or no step

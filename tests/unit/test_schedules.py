@@ -34,6 +34,26 @@ def test_partial_rollouts_drain_before_every_checkpoint_the_last_one_too():
     assert [s for s in range(1, 6) if ck.drains(s)] == [5]  # no periodic checkpoint: only the final one
 
 
+def test_close_writes_no_checkpoint_where_no_step_ran_since_the_last_on_disk(monkeypatch):
+    saved = []
+
+    def save(self, step, version, acc0):
+        saved.append(step)
+        self.last_saved, self.last_path = step, f"ckpts/step_{step:06d}"
+        return f"ckpts/step_{step:06d}/export"
+
+    monkeypatch.setattr(Checkpointer, "save", save)
+    # --steps 0 (an eval of the model as loaded): nothing trained, nothing written
+    ck = Checkpointer(_cfg("--steps", "0"), None, tok=None, policy=None, update=None)
+    assert ck.final(0, 0, 0.5) is None and saved == []
+    # a run that trained: its last step is written at close
+    ck = Checkpointer(_cfg("--steps", "4"), None, tok=None, policy=None, update=None)
+    assert ck.final(4, 4, 0.5) == "ckpts/step_000004/export" and saved == [4]
+    # resumed at its last step: the checkpoint on disk is the final one, not written again
+    ck.last_saved, ck.last_path = 4, "run/checkpoints/step_000004"
+    assert ck.final(4, 4, 0.5) == "run/checkpoints/step_000004/export" and saved == [4]
+
+
 def test_evaluator_is_due_every_k_steps_but_not_at_the_last():
     ev = Evaluator(_cfg("--steps", "10", "--eval.every", "5"), None, None, rank=0)
     assert [s for s in range(1, 11) if ev.due(s)] == [5]
