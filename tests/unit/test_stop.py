@@ -6,7 +6,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 
 from nanosky.stop import resume_command
 
@@ -25,7 +24,7 @@ SCRIPT = textwrap.dedent(
         if sys.argv[1] == "twice":
             time.sleep(0.6)
             os.kill(os.getpid(), signal.SIGTERM)  # a deliberate second signal: at once, even from a blocked main
-            time.sleep(5)                         # the main thread waiting, as in a collective (GIL released)
+            time.sleep(30)                        # the main thread waiting, as in a collective (GIL released)
             print("not reached", flush=True)
     assert signal.getsignal(signal.SIGINT) is before  # restored on exit
     print("restored", flush=True)
@@ -45,9 +44,7 @@ def test_a_signal_is_answered_after_the_step_and_a_second_one_stops_at_once():
     assert "nanosky: SIGINT: stopping after this step" in r.stdout
     assert r.stdout.count("stopping after this step") == 1  # the repeat within the debounce is the same stop
     assert "alive True SIGINT" in r.stdout and "restored" in r.stdout
-    t0 = time.monotonic()
-    r = _run("twice")
-    assert time.monotonic() - t0 < 4.5  # not after the main thread's 5 s wait
+    r = _run("twice")  # stopped during the main thread's 30 s wait, not after it: "not reached" is never printed
     assert r.returncode == 128 + signal.SIGTERM and "not reached" not in r.stdout, (r.returncode, r.stdout)
     assert "SIGTERM again: stopping now" in r.stdout
 
