@@ -85,6 +85,20 @@ class RunLogger:
             with open(os.path.join(self.run_dir, name), "w") as f:
                 json.dump(obj, f, indent=2, default=str)
 
+    def outputs(self, model: str | None, loaded: str) -> str:
+        """The closing lines that say where the run's outputs are: `model` is the final export, None where no step
+        ran (the model is still `loaded`)."""
+        d = self.run_dir
+        exported = (
+            f"{model}  (HF format: --model.path, evals' --ckpt)" if model else f"unchanged, no step ran: {loaded}"
+        )
+        return (
+            f"\n  summary      {os.path.join(d, 'summary.json')}"
+            + f"\n  model        {exported}"
+            + f"\n  TensorBoard  {command('tensorboard')} --logdir {d}"
+            + f"\n  episodes     {command('python')} -m nanosky.view {d}   (one HTML page: groups, turns, tokens)"
+        )
+
     def close(self) -> None:
         if not self.enabled:
             return

@@ -29,7 +29,7 @@ from nanosky.collect import Rollout, collect, players
 from nanosky.config import TrainConfig
 from nanosky.distill import Distillation
 from nanosky.evaluate import Evaluator
-from nanosky.logger import RunLogger, command
+from nanosky.logger import RunLogger
 from nanosky.metrics import NoSignalWatch, Phases, step_metrics
 from nanosky.rollout.chat import load_tokenizer
 from nanosky.rollout.engine import Engine
@@ -284,7 +284,7 @@ def train(cfg: TrainConfig, folders: Folders | None = None) -> dict:
 def stopped(run: Run, ph: Phases, step: int, signal_name: str) -> dict:
     """The graceful stop after `step`: its checkpoint (unless on disk already) and the resume command."""
     with ph(step, "checkpoint"):
-        run.ckpt.save_on_stop(step, run.version, run.acc0)
+        run.ckpt.save_once(step, run.version, run.acc0)
     run.log.print(
         f"stopped by {signal_name} after step {step} of {run.cfg.steps}; checkpoint in "
         f"{run.cfg.run_dir}/checkpoints. Resume with:\n  {resume_command()}" + run.rollout.on_stop()
@@ -296,7 +296,7 @@ def close(run: Run, acc: float, step_times: list[float]) -> dict:
     """The final checkpoint (+ HF export), summary.json and the closing lines (the run's resources are closed by
     `train`'s exit, as on a stop or an exception)."""
     cfg = run.cfg
-    final = run.ckpt.final(cfg.steps, run.version, run.acc0)  # None: no step ran (--steps 0), nothing to save
+    final = run.ckpt.save_once(cfg.steps, run.version, run.acc0)  # None: no step ran (--steps 0)
     summary = {
         "config": dataclasses.asdict(cfg),
         "steps": cfg.steps,
@@ -314,13 +314,6 @@ def close(run: Run, acc: float, step_times: list[float]) -> dict:
     run.log.print(
         f"done: {run.evaluator.summary(run.acc0, acc)} in {cfg.steps} steps; "
         + (f"median step {median:.2f} s" if median is not None else "no step timed")
-        + f"\n  summary      {os.path.join(cfg.run_dir, 'summary.json')}"
-        + (
-            f"\n  model        {final}  (HF format: --model.path, evals' --ckpt)"
-            if final
-            else f"\n  model        unchanged, no step ran: {cfg.model.path}"
-        )
-        + f"\n  TensorBoard  {command('tensorboard')} --logdir {cfg.run_dir}"
-        + f"\n  episodes     {command('python')} -m nanosky.view {cfg.run_dir}   (one HTML page: groups, turns, tokens)"
+        + run.log.outputs(final, cfg.model.path)
     )
     return summary

@@ -3,7 +3,7 @@
     ckpt = Checkpointer(cfg, info, tok=tok, policy=policy, update=update, critic=critic, critic_update=critic_update)
     state = ckpt.resume()                       # --resume latest | PATH: weights, optimizer, schedule, RNG, run state
     if ckpt.due(step): ckpt.save(step, version, acc0)    # --log.ckpt-every k (the last step is the run's close)
-    ckpt.save_on_stop(step, version, acc0)      # a graceful stop: unless this step is saved or no step ran
+    ckpt.save_once(step, version, acc0)         # a graceful stop, the close: unless saved already or no step ran
 
 The files and their atomic save are `nanosky/train/checkpoint_io.py`; this module knows the run: which models and
 optimizers (the critic's too), which config fields a resume must match, and the export (`step_N/export`, what
@@ -131,21 +131,13 @@ class Checkpointer:
         self.last_saved, self.last_path = step, path
         return os.path.join(path, "export")
 
-    def final(self, step: int, version: int, acc0: float | None) -> str | None:
-        """The run's closing checkpoint, unless no step ran since the last one on disk: then that one's export (a run
-        resumed at its last step), or None where no step ran at all (`--steps 0`, an eval of the model as loaded:
-        its weights are the input's, and a copy of them with an optimizer state would be GiBs of nothing new)."""
+    def save_once(self, step: int, version: int, acc0: float | None) -> str | None:
+        """`step`'s checkpoint at a graceful stop or the run's close, unless it is on disk already (the schedule wrote
+        it, or a resume loaded it): its export's path. None where no step ran at all (`--steps 0`, an eval of the
+        model as loaded: its weights are the input's, and a copy with an optimizer state would be GiBs of nothing)."""
         if step == self.last_saved:
             return os.path.join(self.last_path, "export") if self.last_path else None
         return self.save(step, version, acc0)
-
-    def save_on_stop(self, step: int, version: int, acc0: float | None) -> bool:
-        """A graceful stop after `step`: saves unless that step is already on disk (the schedule wrote it, or no step
-        ran since the start or the resume). Returns whether it saved."""
-        if step == self.last_saved:
-            return False
-        self.save(step, version, acc0)
-        return True
 
     def export(self, d: str) -> None:
         """The policy as an HF model in `d` (LoRA: merged, plus the adapter in d/adapter)."""

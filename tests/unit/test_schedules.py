@@ -9,6 +9,7 @@ import pytest
 import algos
 from nanosky.cli import parse_args
 from nanosky.evaluate import Evaluator
+from nanosky.logger import RunLogger
 from nanosky.precision import decide
 from nanosky.train.checkpointer import Checkpointer
 
@@ -45,13 +46,17 @@ def test_close_writes_no_checkpoint_where_no_step_ran_since_the_last_on_disk(mon
     monkeypatch.setattr(Checkpointer, "save", save)
     # --steps 0 (an eval of the model as loaded): nothing trained, nothing written
     ck = Checkpointer(_cfg("--steps", "0"), None, tok=None, policy=None, update=None)
-    assert ck.final(0, 0, 0.5) is None and saved == []
+    assert ck.save_once(0, 0, 0.5) is None and saved == []
     # a run that trained: its last step is written at close
     ck = Checkpointer(_cfg("--steps", "4"), None, tok=None, policy=None, update=None)
-    assert ck.final(4, 4, 0.5) == "ckpts/step_000004/export" and saved == [4]
+    assert ck.save_once(4, 4, 0.5) == "ckpts/step_000004/export" and saved == [4]
     # resumed at its last step: the checkpoint on disk is the final one, not written again
     ck.last_saved, ck.last_path = 4, "run/checkpoints/step_000004"
-    assert ck.final(4, 4, 0.5) == "run/checkpoints/step_000004/export" and saved == [4]
+    assert ck.save_once(4, 4, 0.5) == "run/checkpoints/step_000004/export" and saved == [4]
+    # the closing lines name the export, or say that the model is the one loaded
+    log = RunLogger("run", enabled=False, total_steps=0)
+    assert "model        ckpts/step_000004/export  (HF format" in log.outputs("ckpts/step_000004/export", "in")
+    assert "model        unchanged, no step ran: in" in log.outputs(None, "in")
 
 
 def test_evaluator_is_due_every_k_steps_but_not_at_the_last():
