@@ -116,18 +116,22 @@ def test_steps_overlap_across_workers(pool):
         pool.close(h)
 
 
-def test_step_async_is_awaitable_and_non_blocking(pool):
-    h = pool.make("pool_test", seed=5)
-    pool.reset([h])
+def test_step_async_is_awaitable_and_non_blocking():
+    # its own pool, with room for a 3 s step: wide margins on both sides on a loaded box
+    p = EnvPool(n_workers=1, step_timeout_s=60)
+    h = p.make("pool_test", seed=5)
+    p.reset([h])
 
     async def main():
-        fut = pool.step_async(h, "sleep:1.5")
+        fut = p.step_async(h, "sleep:3")
         pending = not fut.done()  # returned while the worker sleeps: a blocking submit would hand back a done future
         return pending, await asyncio.wrap_future(fut)
 
-    pending, res = asyncio.run(main())
-    assert pending and res.observations[0]["content"] == "1:sleep:1.5"
-    pool.close(h)
+    try:
+        pending, res = asyncio.run(main())
+        assert pending and res.observations[0]["content"] == "1:sleep:3"
+    finally:
+        p.shutdown()
 
 
 def test_make_errors_raise_in_the_caller(pool):
