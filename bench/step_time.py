@@ -84,6 +84,8 @@ def main() -> None:
         "perf/train_tflops",
     ):
         print(f"{tag:26s} {med(tag):10.4f}")
+    if "memory/train_gib" in logged:  # rank 0's peak RSS (ru_maxrss) after the train phase
+        print(f"{'memory/train_gib (peak)':26s} {max(v for _, v in logged['memory/train_gib']):10.4f}")
     if "sync/mbytes" in logged:  # what a rank's push moved, against a plain copy of as many bytes
         mb, push = med("sync/mbytes"), med("sync/push_s")
         copy = copy_mb_per_s(mb)

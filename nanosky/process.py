@@ -5,6 +5,7 @@ that skips the interpreter's teardown. The one module that reads the launch envi
     process.record_launch()     # run.py's first call: the launch as it was, before vLLM's engine rewrites it
     process.launch().rank       # RANK, WORLD_SIZE, LOCAL_RANK, ... as a frozen `Launch` (a world of 1 under python)
     process.freeze_heap()       # once the imports are done, before any model loads
+    process.keep_freed_memory() # a CPU rank: freed tensors' pages are reused, not unmapped and faulted in again
     process.exit_now(0)         # the atexit handlers, then `os._exit`
 
 A leaf: the standard library only, so that dist.py and precision.py can stand on it.
@@ -104,6 +105,28 @@ def freeze_heap() -> None:
     import gc
 
     gc.freeze()
+
+
+M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4  # glibc's mallopt parameters (malloc.h)
+
+
+def keep_freed_memory(environ: Mapping[str, str] = os.environ) -> bool:
+    """glibc's malloc from now on serves every allocation from its heap and keeps what is freed (up to 2 GiB free at
+    the top) instead of giving it back. By default a large block (over 128 KiB, a threshold that rises to 32 MiB at
+    most) is its own mapping, unmapped when freed, so
+    each step's large tensors (gradients, the head's [tokens, vocab] chunks, FSDP2's buffers) were fresh pages: a
+    fault and a zeroing per 4 KiB page, every time. The cost: memory freed after the peak is not returned to the OS
+    (ru_maxrss, the peak, is unchanged by it). CPU ranks only (dist.init_distributed); NANOSKY_KEEP_FREED=0 leaves
+    malloc as it is. False where it did not apply (not glibc, or turned off)."""
+    if environ.get("NANOSKY_KEEP_FREED", "1") == "0":
+        return False
+    import ctypes
+
+    try:
+        mallopt = ctypes.CDLL("libc.so.6").mallopt
+    except (OSError, AttributeError):  # musl, macOS: no glibc mallopt
+        return False
+    return bool(mallopt(M_MMAP_MAX, 0)) and bool(mallopt(M_TRIM_THRESHOLD, 2**31 - 1))
 
 
 def exit_now(code: int = 0) -> None:
