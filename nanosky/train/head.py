@@ -3,9 +3,8 @@
 The plain path materializes the logits of every scored position, [N, V] in fp32, then a log-softmax and (for the
 entropy) its exp: three [N, V] fp32 tensors kept for backward. On a 152k vocabulary that is 1.8 GB per 1k tokens,
 the peak of a micro-batch. Here the head runs `chunk` tokens at a time and keeps only h [N, H] and one logsumexp and
-entropy per token; backward recomputes each chunk's logits (prime-rl's fused output linear is the pattern), unless
-the call's log p fit in `KEEP_BYTES` (then they are kept from forward). The gradients are the plain path's
-(tests/unit/test_head.py), at one extra head matmul per chunk in backward where they are recomputed.
+entropy per token; backward recomputes each chunk's logits (prime-rl's fused output linear is the pattern). The
+gradients are the plain path's (tests/unit/test_head.py), at one extra head matmul per chunk in backward.
 
     install(model)                          # after FSDP2 wraps the root (policy.shard_model does it)
     how = Scoring(temperature, with_entropy=True, chunk=1024)   # how to score: the sampling T, the entropy, chunks
