@@ -87,9 +87,9 @@ def test_the_suite_runs_with_the_heap_frozen():
 
 
 def test_a_cpu_rank_reuses_the_pages_of_a_freed_large_block():
-    """With `keep_freed_memory()` a freed 64 MiB block is served again from the heap: its second allocation faults
-    in almost no page. glibc's default maps such a block on its own and unmaps it when freed, so every allocation
-    faults all of its 16k pages in again (what the run's large tensors paid every step)."""
+    """With `keep_freed_memory()` (NANOSKY_KEEP_FREED=1) a freed 64 MiB block is served again from the heap: its
+    second allocation faults in almost no page. glibc's default (the default) maps such a block on its own and
+    unmaps it when freed, so every allocation faults all of its 16k pages in again."""
     script = textwrap.dedent(
         """
         import resource, sys
@@ -113,3 +113,4 @@ def test_a_cpu_rank_reuses_the_pages_of_a_freed_large_block():
         got[keep] = (applied, int(faults))
     assert got["1"][0] == "True" and got["1"][1] < 1000  # the freed block's pages, reused
     assert got["0"][0] == "False" and got["0"][1] > 8000  # turned off: mapped afresh (16384 pages of 4 KiB)
+    assert not process.keep_freed_memory({})  # off unless asked for
