@@ -101,16 +101,19 @@ def test_a_cpu_rank_reuses_the_pages_of_a_freed_large_block():
             after = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
             del x
             return after - before
-        faults()
-        print(faults())
+        print(faults(), faults())
         """
     )
     got = {}
     for keep in ("1", "0"):
         r = subprocess.run([sys.executable, "-c", script, keep], capture_output=True, text=True, timeout=120)
         assert r.returncode == 0, r.stderr
-        applied, faults = r.stdout.split()
-        got[keep] = (applied, int(faults))
-    assert got["1"][0] == "True" and got["1"][1] < 1000  # the freed block's pages, reused
-    assert got["0"][0] == "False" and got["0"][1] > 8000  # turned off: mapped afresh (16384 pages of 4 KiB)
+        applied, first, second = r.stdout.split()
+        got[keep] = (applied, int(first), int(second))
+    # against the first allocation's own faults: 16384 pages of 4 KiB, or ~32 where the kernel backs it with 2 MiB
+    # transparent huge pages
+    applied, first, second = got["1"]
+    assert applied == "True" and second < first / 4  # the freed block's pages, reused
+    applied, first, second = got["0"]
+    assert applied == "False" and second > first / 2  # turned off: mapped and faulted in afresh
     assert not process.keep_freed_memory({})  # off unless asked for
