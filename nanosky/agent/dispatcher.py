@@ -4,6 +4,8 @@
     async with d.stage("generate"):      # at most 8 agents inside at any moment
         ...
     results = await d.map(run_one_agent, tasks)
+    line = StartLine(range(8))                      # the first wave's first requests go to the model together
+
 
 Each agent moves through the stages on its own, so the stages pipeline: while some agents wait for the model,
 others set up their runtime or get scored. `peak` records the most agents seen inside each stage at once.
@@ -57,3 +59,29 @@ class Dispatcher:
                 return await fn(i, x)
 
         return list(await asyncio.gather(*(one(i, x) for i, x in enumerate(items))))
+
+
+class StartLine:
+    """The first wave of a phase's episodes sends its first requests together: each waits at its first generation
+    (`reach`) until every entrant has reached it or ended (`leave`), then all go at once, so the engine's first
+    batch holds them all, whatever order their envs' resets came back in. A request's numbers depend on what else
+    shares its batch (vLLM-CPU's kernels, not the order of the rows), so this makes a single-turn phase's samples
+    independent of env timing: what an exact resume needs. Later turns still join the batch as their env steps
+    come back (no wave barrier). Items not named at construction (past `--rollout.max-live-episodes`) pass."""
+
+    def __init__(self, entrants):
+        self._left = set(entrants)
+        self._all = asyncio.Event()
+        if not self._left:
+            self._all.set()
+
+    def leave(self, i) -> None:
+        """Entrant `i` reached the line or ended (idempotent; others pass)."""
+        self._left.discard(i)
+        if not self._left:
+            self._all.set()
+
+    async def reach(self, i) -> None:
+        """Entrant `i` is at its first request: wait for the rest of the wave (returns at once for non-entrants)."""
+        self.leave(i)
+        await self._all.wait()

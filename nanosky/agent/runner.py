@@ -7,10 +7,12 @@
 Per episode: initialize the task → render its opening messages once → generate → task.step(decoded turn) → append
 the observation turn's ids (loss mask 0) → generate again … until the task says done, or max turns / max total
 tokens is reached. With a tokenizer the loop is token-in/token-out: the ids trained on are exactly the ids the
-backend sampled, with its per-token logprobs. Episodes advance independently: a sampled turn's env step is
-submitted at once, and when it returns, the episode's next request joins the backend's queue at once (no wave
-barrier). With `sample_seed`, request k of episode i gets the seed derive_seed(sample_seed, i, turn), so the same
-call samples the same tokens however the batches happened to form (exact resume). With `history_window=K`
+backend sampled, with its per-token logprobs. The first wave's first requests go to the backend together (a
+`StartLine`: the engine's first batch is the same whatever order the envs' resets came back in); after that,
+episodes advance independently: a sampled turn's env step is submitted at once, and when it returns, the episode's
+next request joins the backend's queue at once (no wave barrier). With `sample_seed`, request k of episode i gets
+the seed derive_seed(sample_seed, i, turn), so the same call in the same batch samples the same tokens: a
+single-turn phase is exactly reproducible (exact resume); later turns' batches form as env steps come back. With `history_window=K`
 (step-wise mode) each turn is sampled from its own prompt instead: the opening messages and the last K turns,
 re-rendered (`nanosky.agent.window`); the sampled ids and that prompt are kept per turn in `Trajectory.steps`.
 With `constrain_actions` each turn is sampled under the task's `action_constraint()`: one of the env's admissible
@@ -29,7 +31,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from nanosky.agent.backends import Backend, BackendError, ContextLengthError, Request
-from nanosky.agent.dispatcher import STAGES, Dispatcher
+from nanosky.agent.dispatcher import STAGES, Dispatcher, StartLine
 from nanosky.agent.player import Episode, Layout, Rollouts
 from nanosky.agent.task import EnvError, Task
 from nanosky.agent.trajectory import SCORED, Step, Trajectory, success_of
@@ -154,10 +156,13 @@ class AgentRunner:
         """Every task's episode through one dispatcher; returns the trajectories and the wall time they took."""
         d = self.last_dispatcher = Dispatcher(self._limits(len(tasks)))
         temp = self.temperature if temperature is None else temperature
+        # the wave: the episodes that start at once (within the live bound and the stages they pass to get there)
+        wave = min(len(tasks), self.max_live_episodes or len(tasks), d.limits["initialize"], d.limits["generate"])
+        line = StartLine(range(wave))
         t0 = time.perf_counter()
         try:
             trajs = await d.map(
-                lambda i, task: self._episode(d, task, episodes[i], temp), tasks, self.max_live_episodes
+                lambda i, task: self._episode(d, task, episodes[i], temp, line=(line, i)), tasks, self.max_live_episodes
             )
         except _Fatal as e:
             raise e.__cause__ from None
@@ -187,7 +192,8 @@ class AgentRunner:
         bound = self.max_parallel_agents or max(n_tasks, 1)
         return {s: bound for s in STAGES} | self.stage_limits
 
-    async def _episode(self, d: Dispatcher, task: Task, ep: Episode, temp: float, via=None) -> Trajectory:
+    async def _episode(self, d: Dispatcher, task: Task, ep: Episode, temp: float, via=None, line=None) -> Trajectory:
+        """One episode to its end; `line`: (the phase's `StartLine`, this episode's place on it) or None."""
         t0 = time.perf_counter()
         t = ep.trajectory(task)
         try:
@@ -199,12 +205,15 @@ class AgentRunner:
             if self.tok is not None:
                 t.ids = prompt_ids(self.tok, t.messages, task.tools or None)
                 t.loss_mask, t.logprobs, t.prompt_len = [0] * len(t.ids), [0.0] * len(t.ids), len(t.ids)
-            loop = self._turns(d, task, t, ep, temp, via or self.backend)
+            loop = self._turns(d, task, t, ep, temp, via or self.backend, line)
             t.stop_reason = await (asyncio.wait_for(loop, self.task_timeout_s) if self.task_timeout_s else loop)
         except _Fatal:
             raise
         except Exception as e:  # noqa: BLE001 - costs this episode only
             t.stop_reason, t.error = _stop_reason(e), f"{type(e).__name__}: {e}"[:1000]
+        finally:
+            if line is not None:  # ended before its first request (or after): the wave goes on without it
+                line[0].leave(line[1])
         try:
             await task.complete_runtime()
         except Exception as e:  # noqa: BLE001
@@ -225,7 +234,9 @@ class AgentRunner:
             self.on_episode_done(t)
         return t
 
-    async def _turns(self, d: Dispatcher, task: Task, t: Trajectory, ep: Episode, temp: float, backend: Backend) -> str:
+    async def _turns(
+        self, d: Dispatcher, task: Task, t: Trajectory, ep: Episode, temp: float, backend: Backend, line=None
+    ) -> str:
         """Generate / step until the task is done or a limit is hit; returns the stop reason. A turn: its prompt and
         token budget, one sample under the task's constraint, one env step, the stop rules, the observation's ids."""
         tools, max_turns = task.tools or None, self.max_turns or task.max_turns
@@ -240,6 +251,8 @@ class AgentRunner:
             rule = await task.action_constraint() if self.constrain_actions else None
             seed = None if ep.sample_seed is None else derive_seed(ep.sample_seed, ep.index, turn - 1)
             req = self._request(shown, ids, tools=tools, budget=budget, temp=temp, seed=seed, rule=rule)
+            if line is not None and turn == 1:
+                await line[0].reach(line[1])
             g = await self._generate(d, backend, req, t)
             ended_at_eos = self._append_turn(t, g, ids if self.history_window else None, rule or None)
             res = await self._step(d, task, t, g.text, turn)
