@@ -67,7 +67,7 @@ def init_distributed(timeout_s: float = 600.0) -> DistInfo:
         # Two ranks on two cores: one intra-op thread each, or they fight over the cores.
         local_world = launch.local_world or world
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // local_world))
-        process.keep_freed_memory()  # opt-in (NANOSKY_KEEP_FREED=1): a step's large tensors reuse freed pages
+        process.keep_freed_memory()  # a step's large tensors reuse freed pages (NANOSKY_KEEP_FREED=0: not)
     # In-process vLLM engine core: colocation needs the engine in this process, and it keeps vLLM from spawning.
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     if not dist.is_initialized():

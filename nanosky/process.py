@@ -5,7 +5,7 @@ that skips the interpreter's teardown. The one module that reads the launch envi
     process.record_launch()     # run.py's first call: the launch as it was, before vLLM's engine rewrites it
     process.launch().rank       # RANK, WORLD_SIZE, LOCAL_RANK, ... as a frozen `Launch` (a world of 1 under python)
     process.freeze_heap()       # once the imports are done, before any model loads
-    process.keep_freed_memory() # NANOSKY_KEEP_FREED=1: freed tensors' pages reused, not unmapped and faulted again
+    process.keep_freed_memory() # CPU ranks: freed tensors' pages reused, not unmapped and faulted again
     process.exit_now(0)         # the atexit handlers, then `os._exit`
 
 A leaf: the standard library only, so that dist.py and precision.py can stand on it.
@@ -111,15 +111,14 @@ M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4  # glibc's mallopt parameters (malloc.h)
 
 
 def keep_freed_memory(environ: Mapping[str, str] = os.environ) -> bool:
-    """Opt-in (NANOSKY_KEEP_FREED=1, CPU ranks: dist.init_distributed): glibc's malloc from now on serves every
-    allocation from its heap and keeps what is freed (up to 2 GiB free at the top) instead of giving it back. By
-    default a large block (over 128 KiB, a threshold that rises to 32 MiB at most) is its own mapping, unmapped when
-    freed, so each step's large tensors (gradients, the head's [tokens, vocab] chunks, FSDP2's buffers) are fresh
-    pages: a fault and a zeroing per 4 KiB page, every time. Kept, the train phase ran 5-10 % faster on a Zen 4
-    (docs/experiments/speed.md). Off by default: a tensor's place in the heap then depends on the run's history, and
-    a resumed run's bf16 gradients differed from the uninterrupted run's in the last digits (exact resume is the
-    default's promise). False where it did not apply (off, or not glibc)."""
-    if environ.get("NANOSKY_KEEP_FREED", "0") != "1":
+    """glibc's malloc from now on serves every allocation from its heap and keeps what is freed (up to 2 GiB free at
+    the top) instead of giving it back. By default a large block (over 128 KiB, a threshold that rises to 32 MiB at
+    most) is its own mapping, unmapped when freed, so each step's large tensors (gradients, the head's [tokens,
+    vocab] chunks, FSDP2's buffers) were fresh pages: a fault and a zeroing per 4 KiB page, every time. Kept, the
+    real model's train phase ran 10-21 % faster on a Zen 4 for 0.1 GiB more peak RSS (docs/experiments/speed.md);
+    memory freed after the peak is not returned to the OS. CPU ranks only (dist.init_distributed);
+    NANOSKY_KEEP_FREED=0 leaves malloc as it is. False where it did not apply (not glibc, or turned off)."""
+    if environ.get("NANOSKY_KEEP_FREED", "1") == "0":
         return False
     import ctypes
 

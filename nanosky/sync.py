@@ -11,7 +11,6 @@ import time
 
 import torch
 
-import envs
 from nanosky import dist
 from nanosky.rollout.chat import encode_conversation
 from nanosky.rollout.engine import StaleWeightsError, held_back
@@ -19,18 +18,22 @@ from nanosky.train.lora import base_model, iter_merged_params
 from nanosky.train.packing import attention_kinds
 from nanosky.train.policy import token_logprobs
 
+PROBE_QUESTION, PROBE_REPLY = "What is 12 + 30?", "Let me think. 12 + 30 = 42\n"
 
-def probe_sequence(tok, env_name: str, env_kwargs: dict, cross: int = 0, max_len: int | None = None) -> list[int]:
-    """A fixed token sequence to score with both the trainer and the engine after every sync. `cross` > 0 (the build
-    probe of a model with a sliding window): its assistant turn alone is longer than `cross` tokens, so tokens late
-    in the turn attend across the window's edge and an engine whose window is one position off shows there; at
-    most `max_len` tokens (the engine's context: a window past it never binds)."""
-    env = envs.make(env_name, split="test", seed=0, **env_kwargs)
-    text = "Let me think. 12 + 30 = 42\n"
+
+def probe_sequence(tok, cross: int = 0, max_len: int | None = None) -> list[int]:
+    """A fixed token sequence to score with both the trainer and the engine after every sync: a short question and
+    its answer in the model's chat template, whatever the env (its system prompt and tool schemas made an agent
+    env's probe ~450 tokens, and its two forwards most of the sync). `cross` > 0 (the build probe of a model with
+    a sliding window): the answer alone is longer than `cross` tokens, so tokens late in it attend across the
+    window's edge and an engine whose window is one position off shows there; at most `max_len` tokens (the
+    engine's context: a window past it never binds)."""
     reps = 1
     while True:
-        msgs = env.reset() + [{"role": "assistant", "content": text * reps + "<answer>42</answer>"}]
-        ids, mask = encode_conversation(tok, msgs, [t.schema for t in env.tools] or None)
+        reply = PROBE_REPLY * reps + "<answer>42</answer>"
+        ids, mask = encode_conversation(
+            tok, [{"role": "user", "content": PROBE_QUESTION}, {"role": "assistant", "content": reply}]
+        )
         turn = int(sum(mask))  # the assistant's tokens
         if turn > cross or (max_len is not None and len(ids) >= max_len):
             return ids[:max_len] if max_len is not None else ids
@@ -40,11 +43,11 @@ def probe_sequence(tok, env_name: str, env_kwargs: dict, cross: int = 0, max_len
 def build_probe(cfg, tok, model_config) -> Probe:
     """The run's probe: the short sequence after every sync; at the build sync, where the model slides, one whose
     assistant turn crosses the window (up to the engine's context)."""
-    short = probe_sequence(tok, cfg.env, cfg.env_args())
+    short = probe_sequence(tok)
     _, window = attention_kinds(model_config)
     long = None
     if window and window < cfg.engine.max_model_len:
-        long = probe_sequence(tok, cfg.env, cfg.env_args(), cross=window, max_len=cfg.engine.max_model_len)
+        long = probe_sequence(tok, cross=window, max_len=cfg.engine.max_model_len)
     return Probe(short, cfg.probe.max_mean_diff, build_ids=long)
 
 

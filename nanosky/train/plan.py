@@ -96,7 +96,7 @@ def _decide(optim: OptimConfig, precision: Precision, lms: tuple, critic, note: 
     if optim.packing == "none":
         return Plan(p, "none", None, chunked, notes=tuple(note))
     models = (*((m, packing.lm_forward) for m in lms), (critic, critic_forward))
-    grouped = optim.grouped(precision.device_type)  # prefix-grouped attention, else the dense mask
+    grouped = optim.grouped()  # prefix-grouped attention, else the dense mask
     eager = [m for m in lms if not grouped_attention.enable(m)] if grouped else []
     if eager:  # eager attention (soft-capped): grouped attention does not cover it
         kind = _kind(eager[0])

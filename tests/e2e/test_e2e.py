@@ -78,9 +78,9 @@ def test_the_step_sample_is_whole_groups_with_their_token_values(smoke_run):
     """What the viewer colours tokens by: per sampled token, the engine's and the trainer's log p (on-policy, fp32:
     equal within the probe's tolerance), one advantage per sequence (GRPO), and the entropy; whole groups."""
     cfg = json.load(open(os.path.join(smoke_run, "config.json")))
-    # what the build decided, beside the config as parsed: on this CPU, prefix-packed under the dense mask
+    # what the build decided, beside the config as parsed: prefix-packed, attention by segment (checked at build)
     plan = json.load(open(os.path.join(smoke_run, "plan.json")))
-    assert (plan["packing"], plan["attention"]) == ("prefix", "mask") and 0 < plan["probe_tol"] < 1e-3
+    assert (plan["packing"], plan["attention"]) == ("prefix", "grouped") and 0 < plan["probe_tol"] < 1e-3
     assert cfg["optim"]["packed_attention"] == "auto"  # the flag as given, not overwritten by the decision
     recs = [json.loads(x) for x in open(os.path.join(smoke_run, "rollouts.jsonl")) if '"split": "train"' in x]
     assert sorted({r["step"] for r in recs}) == [1, 2, 3]

@@ -102,10 +102,9 @@ def test_rows_are_capped_by_the_attention_the_model_runs(models):
 def test_the_choice_by_device_and_flag():
     from nanosky.config.model import OptimConfig
 
-    assert OptimConfig().grouped("cuda") and not OptimConfig().grouped("cpu")  # auto: flash kernels on CUDA
-    assert OptimConfig(packed_attention="grouped").grouped("cpu")
-    assert not OptimConfig(packed_attention="mask").grouped("cuda")
-    assert not OptimConfig(packing="none").grouped("cuda")  # unpacked rows have no segments
+    assert OptimConfig().grouped() and OptimConfig(packed_attention="grouped").grouped()  # auto: grouped
+    assert not OptimConfig(packed_attention="mask").grouped()
+    assert not OptimConfig(packing="none").grouped()  # unpacked rows have no segments
     # rows: uncapped under grouped attention (by segment: a row's length costs nothing), 1024 under the dense mask
     assert OptimConfig().row_tokens(grouped=True) is None and OptimConfig().row_tokens(grouped=False) == 1024
     assert OptimConfig(pack_row_tokens=300).row_tokens(grouped=True) == 300

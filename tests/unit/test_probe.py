@@ -69,3 +69,23 @@ def test_one_token_off_at_build_is_refused_by_name_and_position():
     fine = Probe([1])
     fine.check(_m(1e-6), "float32", 0, [], torch.full((40,), 1e-5, dtype=torch.float64), "Qwen2ForCausalLM")
     assert fine.tol == 1e-4
+
+
+@pytest.mark.parametrize("preset", ["tool_use", "swe"])
+def test_an_agent_envs_probe_is_as_short_as_maths(preset):
+    """The probe is a short question and answer in the model's template, whatever the env: an agent env's system
+    prompt and tool schemas (~400 tokens on tool_use, more on swe) made its two forwards most of every sync."""
+    from transformers import AutoConfig
+
+    from nanosky import presets
+    from nanosky.bundled import resolve_model_path
+    from nanosky.rollout.chat import load_tokenizer
+    from nanosky.sync import build_probe
+
+    cfg = getattr(presets, preset)()
+    path = resolve_model_path(cfg.model.path)
+    tok = load_tokenizer(path)
+    probe = build_probe(cfg, tok, AutoConfig.from_pretrained(path))
+    math = build_probe(presets.demo(), tok, AutoConfig.from_pretrained(path))
+    assert probe.ids == math.ids == probe.build_ids and 20 < len(probe.ids) < 80
+    assert tok.decode(probe.ids).count("12 + 30 = 42") == 1

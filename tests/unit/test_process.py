@@ -87,9 +87,9 @@ def test_the_suite_runs_with_the_heap_frozen():
 
 
 def test_a_cpu_rank_reuses_the_pages_of_a_freed_large_block():
-    """With `keep_freed_memory()` (NANOSKY_KEEP_FREED=1) a freed 64 MiB block is served again from the heap: its
-    second allocation faults in almost no page. glibc's default (the default) maps such a block on its own and
-    unmaps it when freed, so every allocation faults all of its 16k pages in again."""
+    """With `keep_freed_memory()` (a CPU rank's default) a freed 64 MiB block is served again from the heap: its
+    second allocation faults in almost no page. glibc's default (NANOSKY_KEEP_FREED=0) maps such a block on its own
+    and unmaps it when freed, so every allocation faults all of its 16k pages in again."""
     script = textwrap.dedent(
         """
         import resource, sys
@@ -116,4 +116,4 @@ def test_a_cpu_rank_reuses_the_pages_of_a_freed_large_block():
     assert applied == "True" and second < first / 4  # the freed block's pages, reused
     applied, first, second = got["0"]
     assert applied == "False" and second > first / 2  # turned off: mapped and faulted in afresh
-    assert not process.keep_freed_memory({})  # off unless asked for
+    assert not process.keep_freed_memory({"NANOSKY_KEEP_FREED": "0"})  # turned off

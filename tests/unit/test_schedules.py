@@ -132,7 +132,7 @@ def test_packing_checked_at_build_falls_back_to_unpacked_rows(monkeypatch):
     monkeypatch.setattr(packing, "lm_forward", lambda m: None)
     monkeypatch.setattr(plan, "critic_forward", lambda m: None)
     monkeypatch.setattr(plan.head, "installed", lambda m: False)
-    cfg = _cfg()
+    cfg = _cfg("--optim.packed-attention", "mask")  # the dense mask's check, then unpacked (no grouped attempt)
     before = copy.deepcopy(cfg)
     p = plan.decide(cfg.optim, decide("fp32", "cpu"), "policy", ("ref",), "critic", say=lines.append)
     assert seen == ["policy", "ref", "critic"] and p.packing == "none" and p.attention is None
@@ -180,11 +180,11 @@ def test_a_soft_capped_model_packs_under_the_dense_mask_and_says_so(tmp_path):
     model = AutoModelForCausalLM.from_pretrained(path, attn_implementation=attn_implementation(path))
     cfg, lines = _cfg(), []
     before = copy.deepcopy(cfg)
-    assert cfg.optim.grouped("cuda")  # auto: grouped on CUDA
+    assert cfg.optim.grouped()  # auto: grouped
     p = plan.decide(cfg.optim, decide("auto", "cuda"), model, say=lines.append)
     assert not grouped_attention.enabled(model) and p.attention == "mask"
     assert p.packing == "prefix"  # packed, under the mask: the check passed on it
-    assert cfg == before and not p.optim(cfg.optim).grouped("cuda")  # what the update runs: the mask
+    assert cfg == before and not p.optim(cfg.optim).grouped()  # what the update runs: the mask
     assert lines == [
         "nanosky: gemma2 runs eager attention (soft-capped), which grouped attention does not cover; "
         "packed rows use the dense mask"
