@@ -12,8 +12,8 @@ backend sampled, with its per-token logprobs. The first wave's first requests go
 episodes advance independently: a sampled turn's env step is submitted at once, and when it returns, the episode's
 next request joins the backend's queue at once (no wave barrier). With `sample_seed`, request k of episode i gets
 the seed derive_seed(sample_seed, i, turn), so the same call in the same batch samples the same tokens: a
-single-turn phase is exactly reproducible (exact resume); later turns' batches form as env steps come back. With `history_window=K`
-(step-wise mode) each turn is sampled from its own prompt instead: the opening messages and the last K turns,
+single-turn phase is exactly reproducible (exact resume); later turns' batches form as env steps come back. With
+`history_window=K` (step-wise mode) each turn is sampled from its own prompt instead: the opening messages and the last K turns,
 re-rendered (`nanosky.agent.window`); the sampled ids and that prompt are kept per turn in `Trajectory.steps`.
 With `constrain_actions` each turn is sampled under the task's `action_constraint()`: one of the env's admissible
 actions, or a reply matching its grammar (one well-formed tool call; `nanosky.train.constrain`), and the constraint is
