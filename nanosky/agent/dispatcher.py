@@ -4,8 +4,7 @@
     async with d.stage("generate"):      # at most 8 agents inside at any moment
         ...
     results = await d.map(run_one_agent, tasks)
-    line = StartLine(range(8))                      # the first wave's first requests go to the model together
-
+    line = StartLine(range(8))           # the first wave's first requests go to the model together
 
 Each agent moves through the stages on its own, so the stages pipeline: while some agents wait for the model,
 others set up their runtime or get scored. `peak` records the most agents seen inside each stage at once.

@@ -13,8 +13,9 @@ episodes advance independently: a sampled turn's env step is submitted at once, 
 next request joins the backend's queue at once (no wave barrier). With `sample_seed`, request k of episode i gets
 the seed derive_seed(sample_seed, i, turn), so the same call in the same batch samples the same tokens: a
 single-turn phase is exactly reproducible (exact resume); later turns' batches form as env steps come back. With
-`history_window=K` (step-wise mode) each turn is sampled from its own prompt instead: the opening messages and the last K turns,
-re-rendered (`nanosky.agent.window`); the sampled ids and that prompt are kept per turn in `Trajectory.steps`.
+`history_window=K` (step-wise mode) each turn is sampled from its own prompt instead: the opening messages and the
+last K turns, re-rendered (`nanosky.agent.window`); the sampled ids and that prompt are kept per turn in
+`Trajectory.steps`.
 With `constrain_actions` each turn is sampled under the task's `action_constraint()`: one of the env's admissible
 actions, or a reply matching its grammar (one well-formed tool call; `nanosky.train.constrain`), and the constraint is
 kept with the turn so the trainer scores it under the same masks.
@@ -162,7 +163,7 @@ class AgentRunner:
         t0 = time.perf_counter()
         try:
             trajs = await d.map(
-                lambda i, task: self._episode(d, task, episodes[i], temp, line=(line, i)), tasks, self.max_live_episodes
+                lambda i, task: self._episode(d, task, episodes[i], temp, line=line), tasks, self.max_live_episodes
             )
         except _Fatal as e:
             raise e.__cause__ from None
@@ -193,7 +194,7 @@ class AgentRunner:
         return {s: bound for s in STAGES} | self.stage_limits
 
     async def _episode(self, d: Dispatcher, task: Task, ep: Episode, temp: float, via=None, line=None) -> Trajectory:
-        """One episode to its end; `line`: (the phase's `StartLine`, this episode's place on it) or None."""
+        """One episode to its end; `line`: the phase's `StartLine` (its entrants are episode indices) or None."""
         t0 = time.perf_counter()
         t = ep.trajectory(task)
         try:
@@ -213,7 +214,7 @@ class AgentRunner:
             t.stop_reason, t.error = _stop_reason(e), f"{type(e).__name__}: {e}"[:1000]
         finally:
             if line is not None:  # ended before its first request (or after): the wave goes on without it
-                line[0].leave(line[1])
+                line.leave(ep.index)
         try:
             await task.complete_runtime()
         except Exception as e:  # noqa: BLE001
@@ -252,7 +253,7 @@ class AgentRunner:
             seed = None if ep.sample_seed is None else derive_seed(ep.sample_seed, ep.index, turn - 1)
             req = self._request(shown, ids, tools=tools, budget=budget, temp=temp, seed=seed, rule=rule)
             if line is not None and turn == 1:
-                await line[0].reach(line[1])
+                await line.reach(ep.index)
             g = await self._generate(d, backend, req, t)
             ended_at_eos = self._append_turn(t, g, ids if self.history_window else None, rule or None)
             res = await self._step(d, task, t, g.text, turn)
