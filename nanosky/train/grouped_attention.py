@@ -213,6 +213,37 @@ def _plan(segs, device, window: int | None) -> tuple[list[_Single], list[_Batch]
     return singles, batches
 
 
+SCORES_BYTES = 8 << 20
+"""The most fp32 scores one half-precision CPU attention call materialises ([S, H, n, Lk]; kept for backward): a
+GRPO group's completions over their prompt take ~3 MB a layer; a longer call (a long prompt, a long agent row) goes
+to SDPA. In fp32 every call goes to SDPA, whose CPU kernel was level or faster there."""
+HALF = (torch.bfloat16, torch.float16)
+
+
+def fits_scores(q: torch.Tensor, k: torch.Tensor) -> bool:
+    """Whether a call's fp32 scores fit `SCORES_BYTES`."""
+    S, H, n, _ = q.shape
+    return S * H * n * k.shape[2] * 4 <= SCORES_BYTES
+
+
+def scores_attention(q, k, v, mask: torch.Tensor | None, causal: bool, scale: float | None) -> torch.Tensor:
+    """SDPA's result, computed in fp32 with the [S, H, n, Lk] scores materialised: q [S, H, n, d] over k / v
+    [S, Hkv, Lk, d] (a key head serves H / Hkv query heads, as SDPA's `enable_gqa`), `mask` bool broadcastable to
+    [S, 1, n, Lk] (True: attend), `causal` square (top-left). For the short calls grouped attention makes on the CPU in
+    bf16: torch's CPU flash kernel runs their backward 2-3x slower (1 thread; docs/experiments/speed.md). Scores,
+    softmax and the weighted sum in fp32, as flash keeps them; the output in q's dtype."""
+    S, H, n, d = q.shape
+    Hkv, lk = k.shape[1], k.shape[2]
+    scale = d**-0.5 if scale is None else scale
+    s = (q.float().reshape(S, Hkv, H // Hkv * n, d) @ k.float().transpose(-1, -2)).view(S, Hkv, -1, n, lk)
+    if causal:
+        mask = torch.ones(n, lk, dtype=torch.bool, device=q.device).tril()
+    if mask is not None:
+        s = s.masked_fill(~(mask if mask.dim() < 4 else mask[:, :, None]), float("-inf"))
+    w = (s * scale).softmax(-1).view(S, Hkv, -1, lk)
+    return (w @ v.float()).view(S, H, n, d).to(q.dtype)
+
+
 def attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, varlen: bool = True, **kwargs):
     """transformers' attention signature: query [R, H, Lp, d], key / value [R, Hkv, Lp, d] -> ([R, Lp, H, d], None).
     `varlen` False (registered as NAME_SDPA): one SDPA call per segment on CUDA too, never the varlen kernel."""
@@ -223,7 +254,7 @@ def attention(module, query, key, value, attention_mask, scaling=None, dropout=0
         return sdpa_attention_forward(
             module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
         )
-    from torch.nn.attention.bias import causal_lower_right
+    from torch.nn.attention.bias import CausalBias, causal_lower_right
 
     # the layer's window: what transformers passes for this call (None on a full-attention layer, where some
     # families, EXAONE 4, still keep the config's window on the module); else the module's
@@ -234,9 +265,12 @@ def attention(module, query, key, value, attention_mask, scaling=None, dropout=0
     kw = varlen_kwargs(kernel, window, scaling, query.shape[-1]) if kernel is not None else None
     if kw is not None:
         return _varlen_attention(kernel, kw, segments.varlen(query.device), query, key, value), None
-    call = lambda q, k, v, bias, causal: sdpa(  # noqa: E731
-        q, k, v, attn_mask=bias, dropout_p=p, is_causal=causal, scale=scaling, enable_gqa=gqa
-    )
+
+    def call(q, k, v, bias, causal):
+        if not q.is_cuda and q.dtype in HALF and p == 0.0 and not isinstance(bias, CausalBias) and fits_scores(q, k):
+            return scores_attention(q, k, v, bias, causal, scaling)
+        return sdpa(q, k, v, attn_mask=bias, dropout_p=p, is_causal=causal, scale=scaling, enable_gqa=gqa)
+
     singles, batches = segments.plan(query.device, window)
     rows, cols, vals = [], [], []  # where each computed token's output goes: [N] row, [N] column, [N, H, d]
     for r, start, n, kv, mask in singles:

@@ -8,6 +8,7 @@ import pytest
 import torch
 from families import build
 from gradcheck import assert_same, logprobs_and_grads
+from torch.nn.functional import scaled_dot_product_attention as sdpa
 
 from nanosky.train import grouped_attention, head, packing
 
@@ -192,3 +193,52 @@ def test_the_kernel_is_chosen_by_argument(models, monkeypatch):
         assert calls
     finally:
         grouped_attention.enable(grouped)
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
+@pytest.mark.parametrize("kind", ["mask", "causal"])
+def test_the_cpu_scores_path_equals_sdpa(dtype, tol, kind):
+    """The CPU's short calls (`scores_attention`): SDPA's output and gradients, with grouped query heads, a batch's
+    bottom-right mask (padded keys off) or a square causal segment."""
+    g = torch.Generator().manual_seed(0)
+    S, H, Hkv, n, d = 3, 6, 2, 5, 8
+    lk = n if kind == "causal" else 11
+    q, k, v = (torch.randn(S, h, L, d, generator=g) for h, L in ((H, n), (Hkv, lk), (Hkv, lk)))
+    mask = None
+    if kind == "mask":
+        mask = torch.ones(n, lk, dtype=torch.bool).tril(lk - n).repeat(S, 1, 1, 1)  # [S, 1, n, Lk]
+        mask[1, :, :, -3:] = False  # a shorter segment's padded keys
+        mask[1, :, -1, 0] = True
+    out_grad = torch.randn(S, H, n, d, generator=g)
+
+    def run(f):
+        leaves = [t.to(dtype).requires_grad_() for t in (q, k, v)]
+        out = f(*leaves)
+        out.float().backward(out_grad)
+        return [out.float(), *(t.grad.float() for t in leaves)]
+
+    ref = run(lambda q, k, v: sdpa(q, k, v, attn_mask=mask, is_causal=kind == "causal", scale=0.3, enable_gqa=True))
+    got = run(lambda q, k, v: grouped_attention.scores_attention(q, k, v, mask, kind == "causal", 0.3))
+    for a, b in zip(ref, got):
+        assert (a - b).abs().max() <= tol * max(1.0, a.abs().max())
+
+
+def test_half_precision_cpu_calls_materialise_their_scores_up_to_a_bound(models, monkeypatch):
+    """On the CPU in bf16 the segments' calls materialise their scores (`scores_attention`) up to `SCORES_BYTES`;
+    past it, and in fp32, SDPA's kernel takes them. Both agree with the dense mask to bf16's rounding."""
+    dense, grouped = (copy.deepcopy(m).to(torch.bfloat16) for m in models)
+    calls = []
+    real = grouped_attention.scores_attention
+    monkeypatch.setattr(grouped_attention, "scores_attention", lambda *a: calls.append(a[0].shape) or real(*a))
+    seqs, T, keep = _workload(dense.config.vocab_size)
+    p = packing.pack(seqs, T, row_tokens=1024)
+    adv = torch.randn(keep.shape, generator=torch.Generator().manual_seed(1))
+    ref = logprobs_and_grads(dense, p, keep, adv)
+    assert_same(ref, logprobs_and_grads(grouped, p, keep, adv), keep, tol=0.1)
+    assert calls
+    calls.clear()
+    logprobs_and_grads(models[1], p, keep, adv)  # fp32
+    assert not calls
+    monkeypatch.setattr(grouped_attention, "SCORES_BYTES", 0)
+    assert_same(ref, logprobs_and_grads(grouped, p, keep, adv), keep, tol=0.1)
+    assert not calls
