@@ -82,8 +82,9 @@ class OptimConfig:
     than the mask in bf16 and fp32: docs/experiments/speed.md). Models on eager attention (soft-capped) always use
     the mask."""
     head_chunk_tokens: int = 1024
-    """The LM head scores this many tokens at a time in training, recomputing each chunk in backward: never the
-    [tokens, vocab] fp32 logits at once (1.8 GB per 1k tokens on a 152k vocabulary). 0 = the plain head."""
+    """The LM head scores this many tokens at a time in training, recomputing each chunk in backward (unless the
+    call's log p fit in 128 MiB: `nanosky.train.head.KEEP_BYTES`): never the [tokens, vocab] fp32 logits at once
+    (1.8 GB per 1k tokens on a 152k vocabulary). 0 = the plain head."""
     activation_checkpointing: bool = False
     """Recompute each decoder layer's activations in backward instead of keeping them: activation memory per layer
     drops to its input, for about a third more compute. For long rows of big models (a 7B keeps ~7 MB per token)."""

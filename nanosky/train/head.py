@@ -3,8 +3,9 @@
 The plain path materializes the logits of every scored position, [N, V] in fp32, then a log-softmax and (for the
 entropy) its exp: three [N, V] fp32 tensors kept for backward. On a 152k vocabulary that is 1.8 GB per 1k tokens,
 the peak of a micro-batch. Here the head runs `chunk` tokens at a time and keeps only h [N, H] and one logsumexp and
-entropy per token; backward recomputes each chunk's logits (prime-rl's fused output linear is the pattern). The
-gradients are the plain path's (tests/unit/test_head.py), at one extra head matmul per chunk in backward.
+entropy per token; backward recomputes each chunk's logits (prime-rl's fused output linear is the pattern), unless
+the call's log p fit in `KEEP_BYTES` (then they are kept from forward). The gradients are the plain path's
+(tests/unit/test_head.py), at one extra head matmul per chunk in backward where they are recomputed.
 
     install(model)                          # after FSDP2 wraps the root (policy.shard_model does it)
     how = Scoring(temperature, with_entropy=True, chunk=1024)   # how to score: the sampling T, the entropy, chunks
@@ -194,6 +195,12 @@ def _logits(h: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, post: tupl
     return (y / temperature if temperature != 1.0 else y), t
 
 
+KEEP_BYTES = 128 << 20
+"""A head call whose [tokens, vocab] fp32 log p fit in this many bytes keeps them from forward to backward: the
+backward's recompute of the logits (a third of the head's matmuls) is skipped. 512 scored tokens of a 49k
+vocabulary (100 MB) are kept; 1024 of a 152k vocabulary (620 MB) are recomputed chunk by chunk."""
+
+
 class TargetLogprobs(torch.autograd.Function):
     """(h [N, H], W [V, H], b [V] | None, targets [N]) -> log p(target) [N], entropy [N], chunk by chunk. Each chunk
     holds two [c, V] fp32 buffers at a time, updated in place."""
@@ -204,6 +211,8 @@ class TargetLogprobs(torch.autograd.Function):
         chunk = chunk if chunk > 0 else max(n, 1)
         lp = torch.empty(n, dtype=torch.float32, device=h.device)
         ent, lse = torch.empty_like(lp), torch.empty_like(lp)
+        # small enough (and no soft-cap, whose backward needs its tanh): backward reuses these log p, not a recompute
+        keep = [] if n * w.shape[0] * 4 <= KEEP_BYTES and not post[1] else None
         with torch.no_grad():
             for s in range(0, n, chunk):
                 e = slice(s, s + chunk)
@@ -213,8 +222,10 @@ class TargetLogprobs(torch.autograd.Function):
                 lp[e] = logp.gather(-1, targets[e, None]).squeeze(-1)
                 # H = −Σ p log p (not lse − E_p[z]: no cancellation of two large terms)
                 ent[e] = -logp.exp().mul_(logp).sum(-1)
+                if keep is not None:
+                    keep.append(logp)
         ctx.save_for_backward(h, w, b, targets, lse, ent)
-        ctx.post, ctx.chunk = post, chunk
+        ctx.post, ctx.chunk, ctx.kept = post, chunk, keep
         ctx.set_materialize_grads(False)  # an unused output's gradient stays None, not a tensor of zeros to multiply
         return lp, ent
 
@@ -227,10 +238,14 @@ class TargetLogprobs(torch.autograd.Function):
         g_b = torch.zeros(w.shape[0], dtype=torch.float32, device=w.device) if ctx.needs_input_grad[2] else None
         if g_lp is None and g_ent is None:
             return None, None, None, None, None, None
-        for s in range(0, h.shape[0], chunk):
+        kept, ctx.kept = ctx.kept, None  # used once (turned into gradients in place): a second backward recomputes
+        for i, s in enumerate(range(0, h.shape[0], chunk)):
             e = slice(s, s + chunk)
-            g, t = _logits(h[e], w, b, ctx.post)  # recomputed z: [c, V], turned into d loss / dz in place
-            g -= lse[e, None]  # log p
+            if kept is not None:
+                g, t = kept[i], None  # forward's log p [c, V], turned into d loss / dz in place
+            else:
+                g, t = _logits(h[e], w, b, ctx.post)  # recomputed z: [c, V], turned into d loss / dz in place
+                g -= lse[e, None]  # log p
             # d lp / dz = onehot(target) − p;   d H / dz = −p ⊙ (z − E_p[z]) = −p ⊙ (log p + H)
             # so d loss / dz = onehot · g_lp − p ⊙ (g_lp + g_ent ⊙ (log p + H))
             if g_ent is not None:

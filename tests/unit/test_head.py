@@ -19,12 +19,14 @@ def _plain(h, w, b, targets, post):
     return logp.gather(-1, targets[:, None]).squeeze(-1), -(logp.exp() * logp).sum(-1)
 
 
+@pytest.mark.parametrize("keep", [True, False])
 @pytest.mark.parametrize("chunk", [1, 5, 0])
 @pytest.mark.parametrize("post", [(1.0, None, 1.0), (1.0, None, 0.7), (1.0, 4.0, 1.0), (0.25, None, 1.3)])
 @pytest.mark.parametrize("bias", [False, True])
-def test_values_and_gradients_equal_the_plain_head(chunk, post, bias):
+def test_values_and_gradients_equal_the_plain_head(chunk, post, bias, keep, monkeypatch):
     """Temperature, Gemma's soft-cap and Granite's scale, chunks of 1, 5 and all 13 tokens; a loss on log p and one
-    on the entropy, so both backward terms are exercised."""
+    on the entropy, so both backward terms are exercised; forward's log p kept for backward, and recomputed."""
+    monkeypatch.setattr(head, "KEEP_BYTES", head.KEEP_BYTES if keep else 0)
     g = torch.Generator().manual_seed(0)
     N, H, V = 13, 16, 50
     h = torch.randn(N, H, generator=g, dtype=torch.float64, requires_grad=True)
@@ -115,3 +117,17 @@ def test_verify_accepts_the_model_and_refuses_a_head_it_does_not_reproduce(model
     ids = torch.randint(3, 500, (1, 10))
     lp, _ = token_logprobs(model, ids, torch.ones_like(ids))  # the plain path is untouched by install
     assert lp.shape == (1, 9)
+
+
+def test_a_second_backward_recomputes_what_the_first_turned_into_gradients():
+    """Forward's log p are turned into gradients in place by the first backward: a second one (retain_graph)
+    recomputes them and gets the same gradients."""
+    g = torch.Generator().manual_seed(2)
+    h = torch.randn(7, 8, generator=g, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(30, 8, generator=g, dtype=torch.float64, requires_grad=True)
+    targets = torch.randint(0, 30, (7,), generator=g)
+    lp, _ = head.TargetLogprobs.apply(h, w, None, targets, (1.0, None, 1.0), 3)
+    first = torch.autograd.grad(lp.sum(), (h, w), retain_graph=True)
+    second = torch.autograd.grad(lp.sum(), (h, w))
+    for x, y in zip(first, second):
+        torch.testing.assert_close(x, y, rtol=0, atol=0)
