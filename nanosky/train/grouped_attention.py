@@ -213,10 +213,12 @@ def _plan(segs, device, window: int | None) -> tuple[list[_Single], list[_Batch]
     return singles, batches
 
 
-SCORES_BYTES = 8 << 20
-"""The most fp32 scores one half-precision CPU attention call materialises ([S, H, n, Lk]; kept for backward): a
-GRPO group's completions over their prompt take ~3 MB a layer; a longer call (a long prompt, a long agent row) goes
-to SDPA. In fp32 every call goes to SDPA, whose CPU kernel was level or faster there."""
+SCORES_BYTES = 4 << 20
+"""The most fp32 scores one half-precision CPU attention call materialises ([S, H, n, Lk]; kept for backward, with
+fp32 copies of q, k, v): a GRPO group's completions over a short prompt (SmolLM2, 8 prompts of the math shape) take
+1.5-3 MB a layer. Longer calls (a 400-token agent prompt, 32 prompts' micro-batches) go to SDPA: materialised, they
+added 0.5 GiB to a rank's peak and saved no time (docs/experiments/speed.md). In fp32 every call goes to SDPA, whose
+CPU kernel was level or faster there."""
 HALF = (torch.bfloat16, torch.float16)
 
 
