@@ -20,7 +20,7 @@ On CUDA in bf16/fp16 every segment of a micro-batch goes through one flash varle
 torch has no varlen kernel, each segment is one SDPA call with the bottom-right causal bias (flash too, but one
 launch per segment). On the CPU a group's completions go through one padded call per layer: call by call they were
 1.2-1.3x slower than the dense mask; batched, the default since 2026-12-07, they train 8-14 % faster than it on a
-Zen 4 (docs/experiments/speed.md).
+Zen 4 (docs/experiments/speed.md). In bf16 the short calls skip torch's CPU flash kernel (`scores_attention`).
 """
 
 from __future__ import annotations
