@@ -106,6 +106,7 @@ class Evaluator:
         # Same sampling seeds at every eval (common random numbers): accuracy changes come from the weights.
         self.sample_seed = derive_seed(cfg.seed, "eval", rank)
         self.last: dict[str, float] = {}  # the latest eval's metrics
+        self.first: dict[str, float] = {}  # step 0's (empty: skipped, or a resumed run)
 
     @property
     def at_start(self) -> bool:
@@ -114,7 +115,11 @@ class Evaluator:
 
     def initial(self, version: int) -> float:
         """The held-out headline before training (step 0); NaN where the run skips it (not measured, not 0)."""
-        return self(0, version) if self.at_start else float("nan")
+        if not self.at_start:
+            return float("nan")
+        acc = self(0, version)
+        self.first = self.last
+        return acc
 
     def final(self, version: int, initial: float) -> float:
         """The headline at the end of the run (the last step's eval); a dry run or a run of no steps keeps `initial`."""
@@ -129,6 +134,36 @@ class Evaluator:
         ]
         start, end = ("not measured" if math.isnan(a) else f"{a:.3f}" for a in (initial, final))
         return f"eval {name} {start} -> {end} ({self.cfg.eval.split}" + "".join(", " + b for b in bars) + ")"
+
+    def summary_fields(self, initial: float, final: float) -> dict:
+        """summary.json's eval fields: the headline's name, its value before and after (None: not measured, as with
+        `--eval.no-before-train` or a dry run without evals) and `by_task`."""
+        return {
+            "eval_metric": self.headline,  # what the two below hold: accuracy, or judge_score (no checker)
+            "eval_accuracy_initial": None if math.isnan(initial) else initial,
+            "eval_accuracy_final": None if math.isnan(final) else final,
+            "eval_by_task": self.by_task(),
+        }
+
+    def by_task(self) -> dict[str, dict[str, float | None]]:
+        """Each task's accuracy at step 0 and at the end, where the split mixes tasks (`eval/<task>/accuracy`): the
+        headline averages them all, tasks the run does not train on included (reasoning_gym's weight-0 tasks), so
+        a skill's gain reads here. None: not measured (step 0 skipped, or before a resume)."""
+        tasks = [
+            k.split("/")[1]
+            for k in self.last
+            if k.count("/") == 2 and k.startswith("eval/") and k.endswith("/accuracy")
+        ]
+        return {
+            t: {"initial": self.first.get(f"eval/{t}/accuracy"), "final": self.last[f"eval/{t}/accuracy"]}
+            for t in tasks
+        }
+
+    def by_task_line(self) -> str:
+        """The closing line of `by_task`, or "" where the split has one task."""
+        fmt = lambda a: "not measured" if a is None else f"{a:.3f}"  # noqa: E731
+        parts = [f"{t} {fmt(v['initial'])} -> {fmt(v['final'])}" for t, v in self.by_task().items()]
+        return f"\n  by task      {', '.join(parts)}" if parts else ""
 
     def due(self, step: int) -> bool:
         """`--eval.every k`: every k steps; step 0 and the last step are evaluated by the run's start and close."""

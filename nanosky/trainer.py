@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import math
 import os
 import statistics
 import time
@@ -301,10 +300,7 @@ def close(run: Run, acc: float, step_times: list[float]) -> dict:
         "config": dataclasses.asdict(cfg),
         "steps": cfg.steps,
         "world_size": run.info.world,
-        "eval_metric": run.evaluator.headline,  # what the two below hold: accuracy, or judge_score (no checker)
-        # None: not measured (--eval.no-before-train; a dry run without evals)
-        "eval_accuracy_initial": None if math.isnan(run.acc0) else run.acc0,
-        "eval_accuracy_final": None if math.isnan(acc) else acc,
+        **run.evaluator.summary_fields(run.acc0, acc),
         "median_step_s": statistics.median(step_times) if step_times else None,
         "final_checkpoint": final,
     }
@@ -314,6 +310,7 @@ def close(run: Run, acc: float, step_times: list[float]) -> dict:
     run.log.print(
         f"done: {run.evaluator.summary(run.acc0, acc)} in {cfg.steps} steps; "
         + (f"median step {median:.2f} s" if median is not None else "no step timed")
+        + run.evaluator.by_task_line()
         + run.log.outputs(final, cfg.model.path)
     )
     return summary

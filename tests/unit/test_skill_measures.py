@@ -192,3 +192,43 @@ def test_the_smollm2_arith_preset_trains_two_tasks_and_holds_two_out():
     assert [sum(e.task == t for e in held) for t in kw["tasks"].split(",")] == [50, 50, 50, 50]
     env = held[0]
     assert env.task == "basic_arithmetic" and env.step(f"so it is {env.entry['answer']}").reward == 1.0
+
+
+def test_the_run_closes_with_each_tasks_accuracy_before_and_after():
+    """The headline averages every task of the split, the ones not trained on included (reasoning_gym's weight-0
+    tasks): the closing lines and summary.json give each task's start and end, so a skill's gain is not read off the
+    mixed headline."""
+    from types import SimpleNamespace
+
+    from nanosky.evaluate import Evaluator
+
+    dist.init_distributed()
+    cfg = parse_args(["--eval.limit", "4", "--eval.n-samples", "1"], console=False)
+    scores = {0: {"arith": [True, False], "spell": [False, False]}, 5: {"arith": [True, True], "spell": [True, False]}}
+
+    class Log:
+        scalars = rollouts = print = staticmethod(lambda *a, **k: None)
+
+    class FakeRollout:
+        tok, judging, step = None, None, 0
+
+        def run(self, *a, **k):
+            s = scores[self.step]
+            trajs = [Trajectory(success=ok, info={"task": t, "answer": "1"}) for t in s for ok in s[t]]
+            return SimpleNamespace(trajs=trajs)
+
+    rollout = FakeRollout()
+    ev = Evaluator(cfg, rollout, Log(), rank=0)
+    acc0 = ev.initial(version=0)
+    rollout.step = 5
+    acc = ev.final(version=5, initial=acc0)
+    assert (acc0, acc) == (0.25, 0.75)
+    assert ev.by_task() == {"arith": {"initial": 0.5, "final": 1.0}, "spell": {"initial": 0.0, "final": 0.5}}
+    assert ev.summary_fields(acc0, acc)["eval_by_task"]["arith"] == {"initial": 0.5, "final": 1.0}
+    assert ev.by_task_line() == "\n  by task      arith 0.500 -> 1.000, spell 0.000 -> 0.500"
+    # step 0 skipped (or a resumed run): the start is not measured, not 0
+    ev.first = {}
+    assert "arith not measured -> 1.000" in ev.by_task_line()
+    one = Evaluator(cfg, rollout, Log(), rank=0)
+    one.last = {"eval/accuracy": 1.0}
+    assert one.by_task() == {} and one.by_task_line() == ""  # one task: the headline says it
