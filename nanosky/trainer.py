@@ -35,7 +35,7 @@ from nanosky.rollout.engine import Engine
 from nanosky.rollout.envpool import EnvPool, InProcessPool, make_pool
 from nanosky.stop import GracefulStop, resume_command
 from nanosky.sync import Probe, build_probe, build_sync, sync_weights
-from nanosky.train.batch import Batch, compute_advantages, split_groups, to_batch, token_rewards
+from nanosky.train.batch import Batch, compute_advantages, signal_groups, split_groups, to_batch, token_rewards
 from nanosky.train.checkpointer import Checkpointer
 from nanosky.train.constrain import ChoiceMasker
 from nanosky.train.critic import Critic, CriticUpdate, forward_values, load_critic
@@ -179,7 +179,8 @@ def prepare(run: Run, rollouts: Rollouts) -> tuple[Batch, dict[str, float], list
         mine = split_rows(rows, info.world)[info.rank]
         local = [None if j is None else rows[j] for j in mine]
     else:
-        local = [trajs[i] for i in split_groups(trajs, info.world)[info.rank]]
+        signal = signal_groups(trajs, a) if run.update.skip and run.distill is None else None  # the rows trained
+        local = [trajs[i] for i in split_groups(trajs, info.world, signal)[info.rank]]
     batch = to_batch(local, run.tok.pad_token_id, info.device, run.masker)
     batch.layout = rollouts.layout  # what a row is: the tracer traces episodes' rows only
     if run.ref is not None:

@@ -125,9 +125,11 @@ def to_batch(trajs: list[Trajectory | None], pad_id: int, device, masker=None) -
     return batch
 
 
-def split_groups(trajs: list[Trajectory], world: int) -> list[list[int]]:
+def split_groups(trajs: list[Trajectory], world: int, signal: set[int] | None = None) -> list[list[int]]:
     """Indices for each rank: whole groups (so group statistics are local to a rank), the same number of rows on
-    every rank, token totals balanced by `balanced_split` over the groups."""
+    every rank, token totals balanced by `balanced_split` over the groups. `signal` (`signal_groups`): the groups the
+    update trains on, where it leaves the others out; only their tokens are balanced (the others cost a rank nothing,
+    and placing them by length left one rank with most of the work while the other waited at FSDP's collectives)."""
     groups: dict[int, list[int]] = {}
     for i, t in enumerate(trajs):
         groups.setdefault(t.group, []).append(i)
@@ -135,8 +137,27 @@ def split_groups(trajs: list[Trajectory], world: int) -> list[list[int]]:
     if len(members) % world or len({len(g) for g in members}) > 1:
         sizes = sorted({len(g) for g in members})
         raise ValueError(f"cannot split {len(members)} groups (sizes {sizes}) evenly over {world} ranks")
-    parts = balanced_split([sum(len(trajs[i].ids) for i in g) for g in members], world)
+    cost = [
+        0 if signal is not None and trajs[g[0]].group not in signal else sum(len(trajs[i].ids) for i in g)
+        for g in members
+    ]
+    parts = balanced_split(cost, world)
     return [sorted(i for g in part for i in members[g]) for part in parts]
+
+
+def signal_groups(trajs: list[Trajectory], cfg: algos.AlgoConfig) -> set[int] | None:
+    """The groups whose rows get a non-zero advantage on some policy token, where that is known before the split: a
+    per-group estimator (grpo, dr_grpo, rloo, a user's) on the outcome rewards alone, computed here on every group
+    (every rank holds them all). None where it is not known: step credit (gigpo), values, the KL in the reward."""
+    meta = algos.registry.ADV_ESTIMATORS.meta(cfg.adv_estimator)
+    if not meta["per_group"] or meta["needs_steps"] or meta["needs_values"] or cfg.kl_in_reward:
+        return None
+    b = to_batch(trajs, 0, "cpu")
+    adv, _ = algos.get_adv_estimator(cfg.adv_estimator)(
+        token_rewards(b), b.loss_mask, b.group_index, values=None, **estimator_kwargs(cfg, None)
+    )
+    has = ((adv != 0) & (b.loss_mask > 0)).any(-1)  # scale_negative keeps zeros zero
+    return {t.group for t, h in zip(trajs, has.tolist()) if h}
 
 
 def token_rewards(batch: Batch) -> torch.Tensor:

@@ -1,8 +1,9 @@
 import pytest
 import torch
 
+import algos
 from nanosky.agent.trajectory import Trajectory
-from nanosky.train.batch import balanced_split, split_groups, to_batch
+from nanosky.train.batch import balanced_split, signal_groups, split_groups, to_batch
 
 
 def test_balanced_split_equal_counts_and_even_tokens():
@@ -49,3 +50,24 @@ def test_split_groups_keeps_groups_whole_and_rows_equal():
     ]  # {60, 10} and {40, 20}, not 100 vs 30
     with pytest.raises(ValueError, match="evenly"):
         split_groups(trajs[:6], 2)  # 3 groups over 2 ranks
+
+
+def test_the_split_balances_the_groups_the_update_trains_on():
+    lengths = [30, 30, 5, 5, 20, 20, 10, 10]  # group totals 60, 10, 40, 20
+    rewards = [1, 0, 1, 0, 1, 1, 0, 0]  # groups 0 and 1 carry a signal; 2 and 3 do not (equal rewards)
+    trajs = [
+        Trajectory(ids=[1] * n, loss_mask=[1] * n, logprobs=[0.0] * n, group=i // 2, reward=float(r))
+        for i, (n, r) in enumerate(zip(lengths, rewards))
+    ]
+    cfg = algos.AlgoConfig()
+    assert signal_groups(trajs, cfg) == {0, 1}
+    # by length alone, groups 0 and 1 share a rank ({60, 10} and {40, 20}): one rank trains all the rows
+    assert any({0, 1, 2, 3} <= set(p) for p in split_groups(trajs, 2))
+    parts = split_groups(trajs, 2, signal_groups(trajs, cfg))
+    assert [len(p) for p in parts] == [4, 4]
+    assert sorted(sorted({trajs[i].group for i in p} & {0, 1}) for p in parts) == [[0], [1]]
+    # where the advantage is not known before the split, no group is left out of the balance
+    assert signal_groups(trajs, algos.AlgoConfig(adv_estimator="gigpo")) is None
+    assert signal_groups(trajs, algos.AlgoConfig(kl_in_reward=True, kl_coef=0.1)) is None
+    assert signal_groups(trajs, algos.AlgoConfig(adv_estimator="reinforce_pp")) is None
+    assert signal_groups(trajs, algos.AlgoConfig(adv_estimator="rloo")) == {0, 1}
