@@ -156,8 +156,14 @@ def signal_groups(trajs: list[Trajectory], cfg: algos.AlgoConfig) -> set[int] | 
     adv, _ = algos.get_adv_estimator(cfg.adv_estimator)(
         token_rewards(b), b.loss_mask, b.group_index, values=None, **estimator_kwargs(cfg, None)
     )
-    has = ((adv != 0) & (b.loss_mask > 0)).any(-1)  # scale_negative keeps zeros zero
-    return {t.group for t, h in zip(trajs, has.tolist()) if h}
+    b.advantages = adv  # scale_negative keeps zeros zero
+    return {trajs[i].group for i in signal_rows(b)}
+
+
+def signal_rows(b: Batch) -> list[int]:
+    """Rows with a non-zero advantage on some loss token (the others add nothing to a `zero_at_zero_adv` loss)."""
+    has = ((b.advantages != 0) & (b.loss_mask > 0)).any(-1) & (b.row_mask > 0)  # [B]
+    return has.nonzero().flatten().tolist()
 
 
 def token_rewards(batch: Batch) -> torch.Tensor:

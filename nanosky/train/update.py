@@ -21,7 +21,7 @@ from algos import AlgoConfig
 from nanosky import dist
 from nanosky.config.model import OptimConfig
 from nanosky.train import grouped_attention, head, packing
-from nanosky.train.batch import Batch, micro_slices
+from nanosky.train.batch import Batch, micro_slices, signal_rows
 from nanosky.train.lora import trainable_parameters
 from nanosky.train.policy import accumulate, token_logprobs
 from nanosky.train.tracer import Tracer
@@ -139,12 +139,6 @@ def minibatches(
                 (m, algos.agg_scale(mode, m.loss_mask, g_tokens, g_seqs) * world if m.row_mask.any() else 0.0)
                 for _, m in micro_batches(mb, optim)
             ]
-
-
-def signal_rows(b: Batch) -> list[int]:
-    """Rows with a non-zero advantage on some loss token (the others add nothing to a `zero_at_zero_adv` loss)."""
-    has = ((b.advantages != 0) & (b.loss_mask > 0)).any(-1) & (b.row_mask > 0)  # [B]
-    return has.nonzero().flatten().tolist()
 
 
 def skips_exactly(optim: OptimConfig, algo: AlgoConfig) -> bool:
