@@ -95,6 +95,11 @@ def answer_metrics(trajs: list) -> dict[str, float]:
     return m
 
 
+def _score(a: float | None) -> str:
+    """A score as the closing lines print it: "not measured" where it was not (NaN, or None in `by_task`)."""
+    return "not measured" if a is None or math.isnan(a) else f"{a:.3f}"
+
+
 class Evaluator:
     """The held-out eval of a training run: `limit` test episodes × `n_samples`, split across ranks, played by
     `player` (the policy's; None: the rollout's own)."""
@@ -132,7 +137,7 @@ class Evaluator:
         bars = [
             f"{k} {m['eval/' + k]:.3f}" for k in ("chance", "constant_best", "accuracy_lenient") if "eval/" + k in m
         ]
-        start, end = ("not measured" if math.isnan(a) else f"{a:.3f}" for a in (initial, final))
+        start, end = _score(initial), _score(final)
         return f"eval {name} {start} -> {end} ({self.cfg.eval.split}" + "".join(", " + b for b in bars) + ")"
 
     def summary_fields(self, initial: float, final: float) -> dict:
@@ -161,8 +166,7 @@ class Evaluator:
 
     def by_task_line(self) -> str:
         """The closing line of `by_task`, or "" where the split has one task."""
-        fmt = lambda a: "not measured" if a is None else f"{a:.3f}"  # noqa: E731
-        parts = [f"{t} {fmt(v['initial'])} -> {fmt(v['final'])}" for t, v in self.by_task().items()]
+        parts = [f"{t} {_score(v['initial'])} -> {_score(v['final'])}" for t, v in self.by_task().items()]
         return f"\n  by task      {', '.join(parts)}" if parts else ""
 
     def due(self, step: int) -> bool:
